@@ -1,0 +1,58 @@
+"""Input format, validation, importers and (later) the partition stores.
+
+``storage`` is the lowest layer: it knows file formats and nothing of partitioning
+algorithms or training.
+"""
+
+from storage.atomic import staged_output, write_bytes_atomic
+from storage.errors import (
+    AseprError,
+    InputError,
+    InputNotFoundError,
+    SchemaError,
+    StoreError,
+    format_problem,
+)
+from storage.fs import Shard, discover_shards, fingerprint, join, resolve, url_of
+from storage.input_writer import FORMAT_VERSION, META_NAME, InputWriter, read_meta
+from storage.schema import (
+    SPLIT_NONE,
+    SPLIT_TEST,
+    SPLIT_TRAIN,
+    SPLIT_VAL,
+    FeatureLayout,
+    check_edge_schema,
+    check_node_schema,
+    feature_matrix,
+    node_schema,
+)
+
+__all__ = [
+    "AseprError",
+    "FORMAT_VERSION",
+    "FeatureLayout",
+    "InputError",
+    "InputNotFoundError",
+    "InputWriter",
+    "META_NAME",
+    "SPLIT_NONE",
+    "SPLIT_TEST",
+    "SPLIT_TRAIN",
+    "SPLIT_VAL",
+    "SchemaError",
+    "Shard",
+    "StoreError",
+    "check_edge_schema",
+    "check_node_schema",
+    "discover_shards",
+    "feature_matrix",
+    "fingerprint",
+    "format_problem",
+    "join",
+    "node_schema",
+    "read_meta",
+    "resolve",
+    "staged_output",
+    "url_of",
+    "write_bytes_atomic",
+]

@@ -1,0 +1,176 @@
+"""Filesystem access through fsspec: one normaliser and shard discovery.
+
+Every path a user gives (a local path, ``file://``, ``memory://`` or any fsspec URL)
+goes through :func:`resolve` once, which returns ``(fs, path)``. Code after that works
+on the pair and never parses URLs again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from storage.errors import InputError, InputNotFoundError, format_problem
+
+__all__ = ["Shard", "resolve", "join", "discover_shards", "fingerprint", "url_of"]
+
+_GLOB_CHARS = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One input file, addressed through its filesystem.
+
+    Attributes
+    ----------
+    fs
+        The fsspec filesystem holding the file.
+    path
+        The path inside ``fs`` (no protocol).
+    url
+        The path as the user would write it, for messages.
+    size
+        The file size in bytes.
+    """
+
+    fs: Any
+    path: str
+    url: str
+    size: int
+
+    def open(self, mode: str = "rb"):
+        return self.fs.open(self.path, mode)
+
+
+def resolve(
+    url: str | Path, storage_options: dict | None = None
+) -> tuple[fsspec.AbstractFileSystem, str]:
+    """Normalise a path or fsspec URL into ``(fs, path)``."""
+    fs, path = url_to_fs(str(url), **(storage_options or {}))
+    return fs, path
+
+
+def join(path: str, *parts: str) -> str:
+    """Join path parts with ``/``, the separator every fsspec filesystem uses."""
+    out = path.rstrip("/")
+    for part in parts:
+        out = f"{out}/{part.strip('/')}"
+    return out
+
+
+def url_of(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """The user-facing spelling of ``path`` on ``fs`` (plain for local files)."""
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        return path
+    return fs.unstrip_protocol(path)
+
+
+def _natural_key(path: str) -> list:
+    return [int(tok) if tok.isdigit() else tok for tok in re.split(r"(\d+)", path)]
+
+
+def discover_shards(
+    url: str | Path,
+    *,
+    suffix: str = ".parquet",
+    what: str = "input",
+    storage_options: dict | None = None,
+) -> list[Shard]:
+    """List the shards a directory, glob or single file stands for.
+
+    Parameters
+    ----------
+    url
+        A directory (every ``*suffix`` file below it, recursively), a glob, or one file.
+    suffix
+        The file suffix that marks a shard when ``url`` is a directory.
+    what
+        How to name the input in messages (``"edge shards"``, ...).
+    storage_options
+        Passed to fsspec.
+
+    Returns
+    -------
+    list of Shard
+        In natural sort order (``part-2`` before ``part-10``), so that stream order is
+        reproducible.
+
+    Raises
+    ------
+    InputNotFoundError
+        The path does not exist, the glob matches nothing, or the directory holds no
+        ``*suffix`` file.
+    """
+    fs, path = resolve(url, storage_options)
+    if _GLOB_CHARS.search(path):
+        paths = [p for p in fs.glob(path) if fs.isfile(p)]
+        if not paths:
+            raise InputNotFoundError(
+                format_problem(
+                    f"{what} glob {url}",
+                    "at least one matching file",
+                    "no match",
+                    "check the pattern and that the files exist.",
+                )
+            )
+    elif not fs.exists(path):
+        raise InputNotFoundError(
+            format_problem(
+                f"{what} path {url}",
+                "an existing directory, glob or file",
+                "nothing at that path",
+                "check the spelling, or run `asepr import` to create the input.",
+            )
+        )
+    elif fs.isdir(path):
+        paths = [
+            p
+            for p in fs.find(path)
+            if p.endswith(suffix) and not Path(p).name.startswith((".", "_"))
+        ]
+        if not paths:
+            raise InputNotFoundError(
+                format_problem(
+                    f"{what} directory {url}",
+                    f"at least one *{suffix} file",
+                    "an empty directory" if not fs.ls(path) else f"no *{suffix} file",
+                    f"put the {what} there as Parquet files, or point at another directory.",
+                )
+            )
+    else:
+        paths = [path]
+    paths = sorted(set(paths), key=_natural_key)
+    infos = [fs.info(p) for p in paths]
+    return [
+        Shard(fs=fs, path=p, url=url_of(fs, p), size=int(info.get("size") or 0))
+        for p, info in zip(paths, infos)
+    ]
+
+
+def fingerprint(shard: Shard, chunk_bytes: int = 8 << 20) -> str:
+    """Content hash (sha256, hex) of a shard, read in bounded chunks."""
+    digest = hashlib.sha256()
+    try:
+        with shard.open("rb") as fh:
+            while True:
+                block = fh.read(chunk_bytes)
+                if not block:
+                    break
+                digest.update(block)
+    except OSError as exc:
+        raise InputError(
+            format_problem(
+                f"file {shard.url}",
+                "a readable file",
+                f"a read error ({exc})",
+                "check permissions and that the file is not being written.",
+            )
+        ) from exc
+    return digest.hexdigest()

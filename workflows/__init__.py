@@ -1,0 +1,3 @@
+"""The ``asepr`` command line: orchestration only, no algorithms."""
+
+__all__: list[str] = []
