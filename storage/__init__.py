@@ -5,6 +5,7 @@ algorithms or training.
 """
 
 from storage.atomic import staged_output, write_bytes_atomic
+from storage.dedup import EdgeDedup
 from storage.errors import (
     AseprError,
     InputError,
@@ -14,8 +15,10 @@ from storage.errors import (
     format_problem,
 )
 from storage.fs import Shard, discover_shards, fingerprint, join, resolve, url_of
-from storage.input_writer import FORMAT_VERSION, META_NAME, InputWriter, read_meta
+from storage.input_writer import InputWriter
 from storage.schema import (
+    FORMAT_VERSION,
+    META_NAME,
     SPLIT_NONE,
     SPLIT_TEST,
     SPLIT_TRAIN,
@@ -25,9 +28,15 @@ from storage.schema import (
     check_node_schema,
     feature_matrix,
     node_schema,
+    read_meta,
 )
+from storage.validate import ShardInfo, ValidationReport, validate_input
 
 __all__ = [
+    "EdgeDedup",
+    "ShardInfo",
+    "ValidationReport",
+    "validate_input",
     "AseprError",
     "FORMAT_VERSION",
     "FeatureLayout",

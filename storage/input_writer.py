@@ -31,14 +31,13 @@ import pyarrow.parquet as pq
 from storage.atomic import staged_output
 from storage.errors import InputError, format_problem
 from storage.fs import join, resolve, url_of
-from storage.schema import node_schema
+from storage.schema import FORMAT_VERSION, META_NAME, node_schema
+from storage.validate import validate_input
 
-__all__ = ["InputWriter", "read_meta", "META_NAME", "FORMAT_VERSION"]
+__all__ = ["InputWriter"]
 
 log = logging.getLogger(__name__)
 
-META_NAME = "meta.json"
-FORMAT_VERSION = 1
 _COMPRESSION = "zstd"
 
 
@@ -242,8 +241,15 @@ class InputWriter:
         self._edges.close()
         self._nodes.close()
 
-    def commit(self, meta: dict[str, Any]) -> dict[str, Any]:
-        """Close all shards, write ``meta.json`` and move the directory into place."""
+    def commit(
+        self, meta: dict[str, Any], *, validate: bool = True, check_duplicates: bool = True
+    ) -> dict[str, Any]:
+        """Close all shards, validate them, write ``meta.json`` and move into place.
+
+        With ``validate`` the staged output goes through
+        :func:`storage.validate.validate_input` first, so a bad dataset never appears
+        at ``out``; the report's counts are stored under ``meta["validation"]``.
+        """
         self.close_shards()
         full = {
             "format": "asepr-input",
@@ -254,31 +260,24 @@ class InputWriter:
             "feat_dim": self.feat_dim,
             "shards": {"edges": self._edges.files, "nodes": self._nodes.files},
         }
+        if validate:
+            report = validate_input(
+                url_of(self.fs, self.staging),
+                undirected=bool(meta.get("undirected", False)),
+                num_classes=meta.get("num_classes"),
+                check_duplicates=check_duplicates,
+                storage_options=self.fs.storage_options,
+            )
+            full["validation"] = {
+                "self_loops": report.self_loops,
+                "duplicate_edges": report.duplicate_edges,
+                "isolated_nodes": report.isolated_nodes,
+                "max_degree": report.max_degree,
+                "labelled_nodes": report.labelled_nodes,
+                "label_counts": report.label_counts,
+                "split_counts": report.split_counts,
+                "warnings": report.warnings,
+            }
         self.write_json(META_NAME, full)
         self._committed = True
         return full
-
-
-def read_meta(input_url: str | Path, storage_options: dict | None = None) -> dict[str, Any] | None:
-    """The ``meta.json`` of an input directory, or None when it has none."""
-    fs, path = resolve(input_url, storage_options)
-    meta_path = join(path, META_NAME)
-    if not fs.exists(meta_path):
-        return None
-    try:
-        with fs.open(meta_path, "r") as fh:
-            meta = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            format_problem(
-                f"file {url_of(fs, meta_path)}",
-                "a JSON object",
-                f"unreadable content ({exc})",
-                "delete it (it is optional) or re-run the importer.",
-            )
-        ) from exc
-    if not isinstance(meta, dict):
-        raise InputError(
-            format_problem(f"file {url_of(fs, meta_path)}", "a JSON object", type(meta).__name__)
-        )
-    return meta

@@ -1,0 +1,515 @@
+"""Streaming validation of an input directory, one record batch at a time.
+
+Memory is O(N) (a seen-bitmap and degree counts over the nodes) plus one record batch;
+the duplicate-edge count spills to disk (:mod:`storage.dedup`). Validation stops at the
+first problem with an error that names the file, the column and the row range, says
+what was expected and what was found, and how to fix it.
+
+Checks, in order:
+
+1. shards exist (directory, glob or fsspec URL) and are readable Parquet files;
+2. no two shards have the same content (sha256), which would double-count rows;
+3. schemas: required columns and dtypes (:mod:`storage.schema`);
+4. nodes: ids non-null, in ``[0, N)`` and unique, features finite with one width in
+   every shard, labels in ``[-1, C)``, splits in ``{-1, 0, 1, 2}``; every id in
+   ``0..N-1`` has a row;
+5. edges: ids non-null and in ``[0, N)``, weights finite; self-loops and duplicate edges
+   are *counted* (they are legal, and ``asepr clean`` drops them on request).
+
+Empty shards (zero rows) are legal but reported as warnings.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage.dedup import EdgeDedup
+from storage.errors import AseprError, InputError, format_problem
+from storage.fs import Shard, discover_shards, fingerprint
+from storage.schema import (
+    FeatureLayout,
+    check_edge_schema,
+    check_node_schema,
+    feature_matrix,
+    read_meta,
+)
+
+__all__ = ["ShardInfo", "ValidationReport", "validate_input", "open_parquet", "input_paths"]
+
+log = logging.getLogger(__name__)
+
+_VALID_SPLITS = np.array([-1, 0, 1, 2], dtype=np.int8)
+
+
+@dataclass
+class ShardInfo:
+    """One validated shard: where it is, its row count and content hash."""
+
+    url: str
+    rows: int
+    sha256: str
+
+
+@dataclass
+class ValidationReport:
+    """What the validator found. ``to_dict()`` is JSON-ready."""
+
+    input: str
+    num_nodes: int
+    num_edges: int
+    feat_dim: int
+    feature_layout: str
+    num_classes: int
+    labelled_nodes: int
+    label_counts: list[int]
+    split_counts: dict[str, int]
+    categorical_columns: list[str]
+    edge_columns: list[str]
+    undirected: bool
+    self_loops: int
+    duplicate_edges: int | None
+    isolated_nodes: int
+    max_degree: int
+    edge_shards: list[ShardInfo] = field(default_factory=list)
+    node_shards: list[ShardInfo] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        """A human-readable multi-line summary."""
+        dup = "not checked" if self.duplicate_edges is None else f"{self.duplicate_edges:,}"
+        kind = "undirected (each edge stored once)" if self.undirected else "directed"
+        lines = [
+            f"input        {self.input}",
+            f"nodes        {self.num_nodes:,} in {len(self.node_shards)} shard(s); "
+            f"{self.isolated_nodes:,} isolated; max degree {self.max_degree:,}",
+            f"edges        {self.num_edges:,} in {len(self.edge_shards)} shard(s), {kind}",
+            f"features     {self.feat_dim} float32 ({self.feature_layout} layout)",
+            f"labels       {self.num_classes} classes, {self.labelled_nodes:,} labelled nodes",
+            "splits       "
+            + ", ".join(f"{k} {v:,}" for k, v in self.split_counts.items()),
+            f"self-loops   {self.self_loops:,}",
+            f"duplicates   {dup}",
+        ]
+        if self.categorical_columns:
+            lines.append(f"categorical  {', '.join(self.categorical_columns)}")
+        lines += [f"warning      {w}" for w in self.warnings]
+        return "\n".join(lines)
+
+
+def input_paths(input_url: str | Path) -> tuple[str, str]:
+    """The conventional ``edges/`` and ``nodes/`` locations inside an input directory."""
+    base = str(input_url).rstrip("/")
+    return f"{base}/edges", f"{base}/nodes"
+
+
+def open_parquet(shard: Shard) -> pq.ParquetFile:
+    """Open a shard as Parquet, turning corrupt or truncated files into InputError."""
+    try:
+        return pq.ParquetFile(shard.open("rb"))
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError, ValueError) as exc:
+        raise InputError(
+            format_problem(
+                f"file {shard.url} ({shard.size:,} bytes)",
+                "a readable Parquet file",
+                f"a file Parquet cannot open ({exc})",
+                "the file is truncated or not Parquet; re-copy or re-export it.",
+            )
+        ) from exc
+
+
+def _iter_batches(pf: pq.ParquetFile, shard: Shard, columns: list[str], batch_rows: int):
+    """Yield ``(row0, batch)``; decoding errors become InputError naming the row range."""
+    row0 = 0
+    it = pf.iter_batches(batch_size=batch_rows, columns=columns)
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            raise InputError(
+                format_problem(
+                    f"file {shard.url}, rows from {row0}",
+                    "decodable Parquet pages",
+                    f"a decoding error ({exc})",
+                    "the file is corrupt or truncated; re-copy or re-export it.",
+                )
+            ) from exc
+        yield row0, batch
+        row0 += batch.num_rows
+
+
+def _bad_values(
+    shard: Shard,
+    column: str,
+    row0: int,
+    values: np.ndarray,
+    bad: np.ndarray,
+    expected: str,
+    fix: str,
+    error: type[AseprError] = InputError,
+) -> AseprError:
+    idx = np.flatnonzero(bad)
+    first = int(idx[0])
+    where = f"file {shard.url}, column '{column}', rows {row0}..{row0 + len(values) - 1}"
+    found = (
+        f"{len(idx):,} bad value(s) in this batch, the first {values[first]!r} at row {row0 + first}"
+    )
+    return error(format_problem(where, expected, found, fix))
+
+
+def _no_nulls(shard: Shard, column: str, row0: int, array: pa.Array) -> None:
+    if array.null_count:
+        mask = np.asarray(array.is_null().to_numpy(zero_copy_only=False))
+        raise _bad_values(
+            shard, column, row0, np.where(mask, None, 0), mask,
+            "no null values", f"fill or drop the rows with a null '{column}'.",
+        )
+
+
+def _check_duplicate_shards(shards: list[Shard]) -> list[ShardInfo]:
+    seen: dict[str, Shard] = {}
+    infos = []
+    for shard in shards:
+        digest = fingerprint(shard)
+        if digest in seen:
+            raise InputError(
+                format_problem(
+                    f"file {shard.url}",
+                    "every shard to hold different rows",
+                    f"the same content (sha256 {digest[:16]}…) as {seen[digest].url}",
+                    "remove the copy; each row must appear in exactly one shard.",
+                )
+            )
+        seen[digest] = shard
+        infos.append(ShardInfo(url=shard.url, rows=0, sha256=digest))
+    return infos
+
+
+class _NodeState:
+    """O(N) state of the node pass."""
+
+    def __init__(self, num_nodes: int, num_classes: int | None):
+        self.num_nodes = num_nodes
+        self.num_classes = num_classes
+        self.seen = np.zeros(num_nodes, dtype=bool)
+        self.label_counts = np.zeros(0, dtype=np.int64)
+        self.split_counts = np.zeros(4, dtype=np.int64)
+        self.labelled = 0
+        self.feat_dim: int | None = None
+        self.feat_origin: str | None = None
+        self.layout_kind: str | None = None
+
+
+def _validate_node_batch(state: _NodeState, shard: Shard, row0: int, batch: pa.RecordBatch,
+                         layout: FeatureLayout, present: list[str]) -> None:
+    n_nodes = state.num_nodes
+    ids_arr = batch.column("id")
+    _no_nulls(shard, "id", row0, ids_arr)
+    ids = ids_arr.to_numpy()
+    bad = (ids < 0) | (ids >= n_nodes)
+    if bad.any():
+        raise _bad_values(
+            shard, "id", row0, ids, bad,
+            f"node ids in [0, {n_nodes}) (dense ids; N = {n_nodes:,} node rows)",
+            "node ids must be dense 0..N-1; remap them with `asepr import edgelist` "
+            "(which writes id_map.parquet).",
+        )
+    dup_in_batch = np.zeros(len(ids), dtype=bool)
+    if len(ids) > 1:
+        order = np.argsort(ids, kind="stable")
+        dup_sorted = np.zeros(len(ids), dtype=bool)
+        dup_sorted[1:] = ids[order][1:] == ids[order][:-1]
+        dup_in_batch[order] = dup_sorted
+    dup = state.seen[ids] | dup_in_batch
+    if dup.any():
+        raise _bad_values(
+            shard, "id", row0, ids, dup,
+            "each node id exactly once across all node shards (this id already has a row)",
+            "keep one row per node; check for overlapping or copied node shards.",
+        )
+    state.seen[ids] = True
+
+    try:
+        feat = feature_matrix(batch, layout)
+    except ValueError as exc:
+        raise InputError(
+            format_problem(
+                f"file {shard.url}, column 'feat', rows {row0}..{row0 + batch.num_rows - 1}",
+                "one feature vector of the same width per node",
+                str(exc),
+                "pad or truncate the vectors to one width d, and drop null rows.",
+            )
+        ) from exc
+    width = feat.shape[1]
+    if batch.num_rows:
+        if state.feat_dim is None:
+            state.feat_dim, state.feat_origin = width, shard.url
+        elif width != state.feat_dim:
+            raise InputError(
+                format_problem(
+                    f"file {shard.url}, column '{layout.columns[0]}', rows {row0}..{row0 + batch.num_rows - 1}",
+                    f"feature width {state.feat_dim} (as in {state.feat_origin})",
+                    f"width {width}",
+                    "every node shard must store vectors of the same width d.",
+                )
+            )
+        finite = np.isfinite(feat)
+        if not finite.all():
+            rows_bad = ~finite.all(axis=1)
+            first = int(np.flatnonzero(rows_bad)[0])
+            col = int(np.flatnonzero(~finite[first])[0])
+            raise InputError(
+                format_problem(
+                    f"file {shard.url}, column '{layout.columns[0] if layout.kind != 'columns' else layout.columns[col]}', "
+                    f"rows {row0}..{row0 + batch.num_rows - 1}",
+                    "finite float32 features",
+                    f"{int(rows_bad.sum()):,} row(s) with NaN or inf, the first at row {row0 + first} "
+                    f"(node id {int(ids[first])}, feature {col} = {feat[first, col]})",
+                    "impute or zero the missing values before writing.",
+                )
+            )
+
+    if "label" in present:
+        label_arr = batch.column("label")
+        _no_nulls(shard, "label", row0, label_arr)
+        labels = label_arr.to_numpy()
+        upper = state.num_classes
+        bad = labels < -1 if upper is None else (labels < -1) | (labels >= upper)
+        if bad.any():
+            expected = "labels >= -1 (-1 = unknown)" if upper is None else (
+                f"labels in [-1, {upper}) (-1 = unknown; num_classes = {upper})"
+            )
+            raise _bad_values(
+                shard, "label", row0, labels, bad, expected,
+                "use -1 for unknown labels and class ids 0..C-1 otherwise"
+                + ("" if upper is None else ", or fix num_classes in meta.json") + ".",
+            )
+        known = labels[labels >= 0]
+        state.labelled += len(known)
+        if len(known):
+            counts = np.bincount(known)
+            if len(counts) > len(state.label_counts):
+                counts[: len(state.label_counts)] += state.label_counts
+                state.label_counts = counts
+            else:
+                state.label_counts[: len(counts)] += counts
+
+    if "split" in present:
+        split_arr = batch.column("split")
+        _no_nulls(shard, "split", row0, split_arr)
+        splits = split_arr.to_numpy()
+        bad = ~np.isin(splits, _VALID_SPLITS)
+        if bad.any():
+            raise _bad_values(
+                shard, "split", row0, splits, bad,
+                "split codes 0 (train), 1 (val), 2 (test) or -1 (none)",
+                "recode the split column as int8 with those values.",
+            )
+        state.split_counts += np.bincount(splits.astype(np.int64) + 1, minlength=4)[:4]
+    else:
+        state.split_counts[0] += batch.num_rows
+
+
+def validate_input(
+    input_url: str | Path | None = None,
+    *,
+    edges: str | Path | None = None,
+    nodes: str | Path | None = None,
+    undirected: bool | None = None,
+    num_classes: int | None = None,
+    check_duplicates: bool = True,
+    batch_rows: int = 1 << 20,
+    spill_dir: str | None = None,
+    storage_options: dict | None = None,
+) -> ValidationReport:
+    """Validate an input directory (or explicit edge and node locations), streaming.
+
+    Parameters
+    ----------
+    input_url
+        Directory holding ``edges/`` and ``nodes/`` (and optionally ``meta.json``).
+    edges, nodes
+        Override the edge and node locations (directory, glob or file).
+    undirected
+        Whether each edge is stored once for both directions; this only changes how
+        duplicates are counted. Default: ``meta.json``'s value, else False.
+    num_classes
+        Upper bound for labels. Default: ``meta.json``'s value, else unchecked.
+    check_duplicates
+        Count duplicate edges exactly (spills edge keys to ``spill_dir``).
+    batch_rows
+        Rows per record batch; memory per batch scales with it.
+
+    Raises
+    ------
+    InputNotFoundError, SchemaError, InputError
+        On the first problem found.
+    """
+    if input_url is None and (edges is None or nodes is None):
+        raise InputError("validate_input needs an input directory, or both edges= and nodes=.")
+    meta = read_meta(input_url, storage_options) if input_url is not None else None
+    default_edges, default_nodes = input_paths(input_url) if input_url is not None else (None, None)
+    edge_shards = discover_shards(edges or default_edges, what="edge shards", storage_options=storage_options)
+    node_shards = discover_shards(nodes or default_nodes, what="node shards", storage_options=storage_options)
+    if undirected is None:
+        undirected = bool(meta.get("undirected", False)) if meta else False
+    if num_classes is None and meta and meta.get("num_classes") is not None:
+        num_classes = int(meta["num_classes"])
+
+    node_infos = _check_duplicate_shards(node_shards + edge_shards)
+    edge_infos = node_infos[len(node_shards):]
+    node_infos = node_infos[: len(node_shards)]
+    warnings: list[str] = []
+
+    # --- schemas, row counts --------------------------------------------------------
+    node_files = []
+    layouts: dict[str, FeatureLayout] = {}
+    categorical: list[str] = []
+    for shard, info in zip(node_shards, node_infos):
+        pf = open_parquet(shard)
+        layout, present, cats = check_node_schema(pf.schema_arrow, shard.url)
+        info.rows = pf.metadata.num_rows
+        node_files.append((shard, pf, layout, present))
+        layouts[layout.kind] = layout
+        categorical += [c for c in cats if c not in categorical]
+    edge_files = []
+    edge_columns: list[str] = []
+    for shard, info in zip(edge_shards, edge_infos):
+        pf = open_parquet(shard)
+        columns = check_edge_schema(pf.schema_arrow, shard.url)
+        info.rows = pf.metadata.num_rows
+        edge_files.append((shard, pf, columns))
+        edge_columns += [c for c in columns if c not in edge_columns]
+    for shard, info in zip(node_shards + edge_shards, node_infos + edge_infos):
+        if info.rows == 0:
+            warnings.append(f"empty shard {shard.url} (0 rows)")
+
+    num_nodes = sum(i.rows for i in node_infos)
+    num_edges = sum(i.rows for i in edge_infos)
+    base_url = str(input_url) if input_url is not None else f"{edges} + {nodes}"
+    if num_nodes == 0:
+        raise InputError(
+            format_problem(
+                f"node shards of {base_url}",
+                "at least one node row",
+                "0 rows in every node shard",
+                "write the node table (id, feat, label, split) before partitioning.",
+            )
+        )
+    if meta and meta.get("num_nodes") is not None and int(meta["num_nodes"]) != num_nodes:
+        raise InputError(
+            format_problem(
+                f"meta.json of {base_url}, key 'num_nodes'",
+                f"the number of node rows ({num_nodes:,})",
+                f"{int(meta['num_nodes']):,}",
+                "a node shard is missing or extra; re-run the importer.",
+            )
+        )
+
+    # --- nodes ----------------------------------------------------------------------
+    state = _NodeState(num_nodes, num_classes)
+    for shard, pf, layout, present in node_files:
+        columns = ["id", *layout.columns, *present]
+        for row0, batch in _iter_batches(pf, shard, columns, batch_rows):
+            _validate_node_batch(state, shard, row0, batch, layout, present)
+        log.debug("validated node shard %s", shard.url)
+    missing = np.flatnonzero(~state.seen)
+    if len(missing):
+        shown = ", ".join(str(int(v)) for v in missing[:10])
+        raise InputError(
+            format_problem(
+                f"node shards of {base_url}, column 'id'",
+                f"one row for every node id 0..{num_nodes - 1} (ids dense; {num_nodes:,} rows)",
+                f"{len(missing):,} id(s) without a row: {shown}{' …' if len(missing) > 10 else ''}",
+                "add the missing node rows, or remap ids to be dense with `asepr import edgelist`.",
+            )
+        )
+    del state.seen
+
+    # --- edges ----------------------------------------------------------------------
+    degree = np.zeros(num_nodes, dtype=np.int64)
+    self_loops = 0
+    dedup = (
+        EdgeDedup(num_nodes, num_edges, undirected=undirected, spill_dir=spill_dir)
+        if check_duplicates
+        else None
+    )
+    try:
+        position = 0
+        for shard, pf, columns in edge_files:
+            for row0, batch in _iter_batches(pf, shard, columns, batch_rows):
+                arrays = {}
+                for column in ("src", "dst"):
+                    _no_nulls(shard, column, row0, batch.column(column))
+                    ids = batch.column(column).to_numpy()
+                    bad = (ids < 0) | (ids >= num_nodes)
+                    if bad.any():
+                        raise _bad_values(
+                            shard, column, row0, ids, bad,
+                            f"node ids in [0, {num_nodes}) that have a row in the node table",
+                            "every edge endpoint needs a node row; add the node or drop the edge "
+                            "(ids must be dense 0..N-1).",
+                        )
+                    arrays[column] = ids
+                if "weight" in columns:
+                    weight = batch.column("weight")
+                    _no_nulls(shard, "weight", row0, weight)
+                    w = weight.to_numpy()
+                    if not np.isfinite(w).all():
+                        raise _bad_values(
+                            shard, "weight", row0, w, ~np.isfinite(w),
+                            "finite edge weights", "replace NaN or inf weights.",
+                        )
+                src, dst = arrays["src"], arrays["dst"]
+                self_loops += int(np.count_nonzero(src == dst))
+                degree += np.bincount(src, minlength=num_nodes)
+                degree += np.bincount(dst, minlength=num_nodes)
+                if dedup is not None:
+                    dedup.add(src, dst, np.arange(position, position + len(src), dtype=np.int64))
+                position += len(src)
+        duplicates = dedup.count() if dedup is not None else None
+    finally:
+        if dedup is not None:
+            dedup.close()
+
+    label_counts = state.label_counts
+    classes = num_classes if num_classes is not None else len(label_counts)
+    if len(label_counts) < classes:
+        label_counts = np.concatenate([label_counts, np.zeros(classes - len(label_counts), np.int64)])
+    empty_classes = [c for c in range(classes) if label_counts[c] == 0]
+    if empty_classes and state.labelled:
+        warnings.append(f"classes without any labelled node: {empty_classes[:10]}")
+    layout_kind = next(iter(layouts)) if len(layouts) == 1 else "+".join(sorted(layouts))
+    sc = state.split_counts
+    return ValidationReport(
+        input=base_url,
+        num_nodes=num_nodes,
+        num_edges=num_edges,
+        feat_dim=int(state.feat_dim or 0),
+        feature_layout=layout_kind,
+        num_classes=int(classes),
+        labelled_nodes=int(state.labelled),
+        label_counts=[int(c) for c in label_counts],
+        split_counts={"train": int(sc[1]), "val": int(sc[2]), "test": int(sc[3]), "none": int(sc[0])},
+        categorical_columns=categorical,
+        edge_columns=edge_columns,
+        undirected=bool(undirected),
+        self_loops=self_loops,
+        duplicate_edges=duplicates,
+        isolated_nodes=int(np.count_nonzero(degree == 0)),
+        max_degree=int(degree.max()) if num_nodes else 0,
+        edge_shards=edge_infos,
+        node_shards=node_infos,
+        warnings=warnings,
+    )
