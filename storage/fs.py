@@ -18,7 +18,7 @@ from fsspec.core import url_to_fs
 
 from storage.errors import InputError, InputNotFoundError, format_problem
 
-__all__ = ["Shard", "resolve", "join", "discover_shards", "fingerprint", "url_of"]
+__all__ = ["copy_file", "Shard", "resolve", "join", "discover_shards", "fingerprint", "url_of"]
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
@@ -174,3 +174,13 @@ def fingerprint(shard: Shard, chunk_bytes: int = 8 << 20) -> str:
             )
         ) from exc
     return digest.hexdigest()
+
+
+def copy_file(shard: Shard, fs_out, path_out: str, chunk_bytes: int = 8 << 20) -> None:
+    """Copy a shard to ``path_out`` on ``fs_out`` in bounded chunks."""
+    with shard.open("rb") as src, fs_out.open(path_out, "wb") as dst:
+        while True:
+            block = src.read(chunk_bytes)
+            if not block:
+                break
+            dst.write(block)

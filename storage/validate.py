@@ -162,9 +162,9 @@ def _bad_values(
     idx = np.flatnonzero(bad)
     first = int(idx[0])
     where = f"file {shard.url}, column '{column}', rows {row0}..{row0 + len(values) - 1}"
-    found = (
-        f"{len(idx):,} bad value(s) in this batch, the first {values[first]!r} at row {row0 + first}"
-    )
+    value = values[first]
+    value = value.item() if isinstance(value, np.generic) else value
+    found = f"{len(idx):,} bad value(s) in this batch, the first {value!r} at row {row0 + first}"
     return error(format_problem(where, expected, found, fix))
 
 

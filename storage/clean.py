@@ -1,0 +1,161 @@
+"""Dropping self-loops and duplicate edges from an input, on request.
+
+The validator only *counts* self-loops and duplicates: both are legal input, and
+whether they matter is the user's call. :func:`clean_input` writes a new input
+directory without them, preserving stream order (the first occurrence of a duplicated
+edge is kept), shard by shard with bounded memory. Node shards are copied unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage.atomic import staged_output
+from storage.dedup import EdgeDedup
+from storage.errors import InputError
+from storage.fs import copy_file, discover_shards, join, resolve, url_of
+from storage.schema import META_NAME, check_edge_schema, read_meta
+from storage.validate import input_paths, open_parquet, validate_input
+
+__all__ = ["clean_input"]
+
+log = logging.getLogger(__name__)
+
+
+def clean_input(
+    input_url: str | Path,
+    out: str | Path,
+    *,
+    drop_self_loops: bool = True,
+    drop_duplicates: bool = True,
+    undirected: bool | None = None,
+    overwrite: bool = False,
+    batch_rows: int = 1 << 20,
+    spill_dir: str | None = None,
+    storage_options: dict | None = None,
+) -> dict[str, Any]:
+    """Write a copy of ``input_url`` at ``out`` without self-loops and/or duplicates.
+
+    Parameters
+    ----------
+    input_url
+        A valid input directory (it is validated first).
+    out
+        The new input directory; it appears only when complete.
+    drop_self_loops, drop_duplicates
+        What to drop. For an undirected input, ``(v, u)`` duplicates ``(u, v)``.
+    undirected
+        Override ``meta.json``'s ``undirected``.
+
+    Returns
+    -------
+    dict
+        The new ``meta.json``, with ``clean`` counts of what was dropped.
+    """
+    if not (drop_self_loops or drop_duplicates):
+        raise InputError(
+            "asepr clean: nothing to do; pass --drop-self-loops and/or --drop-duplicates."
+        )
+    report = validate_input(
+        input_url, undirected=undirected, check_duplicates=False, storage_options=storage_options
+    )
+    undirected = report.undirected
+    meta = read_meta(input_url, storage_options) or {}
+    edges_url, nodes_url = input_paths(input_url)
+    edge_shards = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
+    node_shards = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
+    fs_in, in_path = resolve(input_url, storage_options)
+    fs_out, out_path = resolve(out, storage_options)
+
+    # Pass 1: locate duplicates (stream positions), bucketed back by shard.
+    offsets = np.cumsum([0] + [s.rows for s in report.edge_shards])
+    drops: list[list[np.ndarray]] = [[] for _ in edge_shards]
+    dedup = (
+        EdgeDedup(report.num_nodes, report.num_edges, undirected=undirected, spill_dir=spill_dir)
+        if drop_duplicates
+        else None
+    )
+    try:
+        if dedup is not None:
+            position = 0
+            for shard in edge_shards:
+                pf = open_parquet(shard)
+                for batch in pf.iter_batches(batch_size=batch_rows, columns=["src", "dst"]):
+                    src = batch.column("src").to_numpy()
+                    dst = batch.column("dst").to_numpy()
+                    dedup.add(src, dst, np.arange(position, position + len(src), dtype=np.int64))
+                    position += len(src)
+            for positions in dedup.duplicate_positions():
+                shard_of = np.searchsorted(offsets, positions, side="right") - 1
+                for s in np.unique(shard_of):
+                    drops[s].append(positions[shard_of == s] - offsets[s])
+    finally:
+        if dedup is not None:
+            dedup.close()
+
+    # Pass 2: rewrite edge shards in order, copy node shards.
+    dropped_loops = dropped_dups = 0
+    with staged_output(fs_out, out_path, overwrite=overwrite) as staging:
+        fs_out.makedirs(join(staging, "edges"), exist_ok=True)
+        fs_out.makedirs(join(staging, "nodes"), exist_ok=True)
+        for index, shard in enumerate(edge_shards):
+            pf = open_parquet(shard)
+            columns = check_edge_schema(pf.schema_arrow, shard.url)
+            drop_rows = np.sort(np.concatenate(drops[index] or [np.zeros(0, np.int64)]))
+            name = f"part-{index:05d}.parquet"
+            with fs_out.open(join(staging, "edges", name), "wb") as fh:
+                schema = pa.schema([pf.schema_arrow.field(c) for c in columns])
+                writer = pq.ParquetWriter(fh, schema, compression="zstd")
+                row0 = 0
+                for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+                    keep = np.ones(batch.num_rows, dtype=bool)
+                    lo, hi = np.searchsorted(drop_rows, [row0, row0 + batch.num_rows])
+                    keep[drop_rows[lo:hi] - row0] = False
+                    dropped_dups += int(hi - lo)
+                    if drop_self_loops:
+                        loops = batch.column("src").to_numpy() == batch.column("dst").to_numpy()
+                        dropped_loops += int(np.count_nonzero(loops & keep))
+                        keep &= ~loops
+                    writer.write_table(pa.Table.from_batches([batch.filter(pa.array(keep))]))
+                    row0 += batch.num_rows
+                writer.close()
+        for index, shard in enumerate(node_shards):
+            copy_file(shard, fs_out, join(staging, "nodes", f"part-{index:05d}.parquet"))
+        new_meta = {
+            **{k: v for k, v in meta.items() if k not in ("validation", "shards", "num_edges")},
+            "name": meta.get("name", Path(in_path).name),
+            "undirected": undirected,
+            "num_classes": meta.get("num_classes", report.num_classes),
+            "clean": {
+                "from": url_of(fs_in, in_path),
+                "self_loops_dropped": dropped_loops,
+                "duplicates_dropped": dropped_dups,
+            },
+        }
+        after = validate_input(
+            url_of(fs_out, staging),
+            undirected=undirected,
+            num_classes=new_meta["num_classes"],
+            storage_options=storage_options,
+        )
+        new_meta.update(
+            num_nodes=after.num_nodes,
+            num_edges=after.num_edges,
+            feat_dim=after.feat_dim,
+            validation={"self_loops": after.self_loops, "duplicate_edges": after.duplicate_edges},
+        )
+        with fs_out.open(join(staging, META_NAME), "w") as fh:
+            json.dump(new_meta, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+    log.info(
+        "cleaned %s -> %s: dropped %d self-loops, %d duplicates",
+        input_url, out, dropped_loops, dropped_dups,
+    )
+    return new_meta
