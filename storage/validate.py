@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from storage.dedup import EdgeDedup
 from storage.errors import AseprError, InputError, format_problem
 from storage.fs import Shard, discover_shards, fingerprint
+from storage.resources import stage
 from storage.schema import (
     FeatureLayout,
     check_edge_schema,
@@ -356,6 +357,19 @@ def validate_input(
     InputNotFoundError, SchemaError, InputError
         On the first problem found.
     """
+    with stage("validate", log) as info:
+        report = _validate_impl(
+            input_url, edges, nodes, undirected, num_classes, check_duplicates,
+            batch_rows, spill_dir, storage_options,
+        )
+        info.update(nodes=report.num_nodes, edges=report.num_edges)
+    return report
+
+
+def _validate_impl(
+    input_url, edges, nodes, undirected, num_classes, check_duplicates,
+    batch_rows, spill_dir, storage_options,
+) -> ValidationReport:
     if input_url is None and (edges is None or nodes is None):
         raise InputError("validate_input needs an input directory, or both edges= and nodes=.")
     meta = read_meta(input_url, storage_options) if input_url is not None else None

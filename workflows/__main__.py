@@ -1,0 +1,5 @@
+import sys
+
+from workflows.cli import main
+
+sys.exit(main())

@@ -1,0 +1,234 @@
+"""The ``asepr`` command line.
+
+Each subcommand parses its flags, sets up logging and calls one library function; no
+algorithm lives here. Errors from the asepr hierarchy print one clear message and
+exit with status 1 (2 for usage errors, as argparse does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from storage.errors import AseprError
+
+__all__ = ["main", "build_parser"]
+
+log = logging.getLogger("asepr")
+
+IMPORT_FORMATS = ("gnn-npz", "hetero-npz", "musae", "edgelist")
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, found {text}")
+    return value
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="asepr",
+        description="Attribute-driven streaming edge partitioning with reconciliations.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("import", help="convert a published dataset into the asepr input format")
+    _add_common(p)
+    p.add_argument("format", choices=IMPORT_FORMATS, help="source format")
+    p.add_argument("src", help="source file or directory")
+    p.add_argument("out", help="output input-directory (edges/, nodes/, meta.json)")
+    p.add_argument("--shard-rows", type=_positive_int, default=1_000_000, help="max rows per shard")
+    p.add_argument("--seed", type=int, default=0, help="seed of the stratified split when none is published")
+    p.add_argument("--split-index", type=int, help="hetero-npz: which published split (default 0)")
+    p.add_argument("--label-column", help="musae/edgelist: label column of the node table")
+    p.add_argument("--node-table", help="edgelist: csv or parquet node table (id, label, features)")
+    header = p.add_mutually_exclusive_group()
+    header.add_argument("--header", dest="header", action="store_true", default=None,
+                        help="edgelist: the first line is a header")
+    header.add_argument("--no-header", dest="header", action="store_false",
+                        help="edgelist: the first line is data")
+    p.add_argument("--undirected", action="store_true", default=None,
+                   help="edgelist: each edge is stored once for both directions")
+    p.add_argument("--drop-self-loops", action="store_true", help="drop self-loops")
+    p.add_argument("--drop-duplicates", action="store_true",
+                   help="drop duplicate edges (keeps the first occurrence)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+
+    p = sub.add_parser("synth", help="write a synthetic attributed graph, streaming")
+    _add_common(p)
+    p.add_argument("out")
+    p.add_argument("--nodes", type=_positive_int, required=True)
+    p.add_argument("--edges", type=_positive_int, required=True)
+    p.add_argument("--classes", type=_positive_int, default=8)
+    p.add_argument("--dim", type=_positive_int, default=32)
+    p.add_argument("--homophily", type=float, default=0.8, help="share of intra-class edges")
+    p.add_argument("--exponent", type=float, default=2.1, help="power-law degree exponent")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shard-rows", type=_positive_int, default=1_000_000)
+    p.add_argument("--overwrite", action="store_true")
+
+    p = sub.add_parser("validate", help="check an input directory, streaming; non-zero exit on a problem")
+    _add_common(p)
+    p.add_argument("input", nargs="?", help="input directory (edges/, nodes/)")
+    p.add_argument("--edges", help="edge shards: directory, glob or URL (overrides INPUT/edges)")
+    p.add_argument("--nodes", help="node shards: directory, glob or URL (overrides INPUT/nodes)")
+    direction = p.add_mutually_exclusive_group()
+    direction.add_argument("--undirected", dest="undirected", action="store_true", default=None)
+    direction.add_argument("--directed", dest="undirected", action="store_false")
+    p.add_argument("--num-classes", type=_positive_int, help="labels must lie in [-1, C)")
+    p.add_argument("--no-duplicate-check", action="store_true", help="skip the duplicate-edge count")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    p = sub.add_parser("clean", help="copy an input without self-loops and/or duplicate edges")
+    _add_common(p)
+    p.add_argument("input")
+    p.add_argument("out")
+    p.add_argument("--drop-self-loops", action="store_true")
+    p.add_argument("--drop-duplicates", action="store_true")
+    p.add_argument("--undirected", action="store_true", default=None,
+                   help="(v, u) duplicates (u, v) (default: from meta.json)")
+    p.add_argument("--overwrite", action="store_true")
+
+    p = sub.add_parser("demo", help="the whole flow on the bundled Cora graph")
+    _add_common(p)
+    p.add_argument("--workdir", help="keep the outputs here (default: a temporary directory)")
+    return parser
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    if args.quiet:
+        level = logging.WARNING
+    else:
+        level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from workflows.importing import run_import
+
+    meta = run_import(
+        args.format,
+        args.src,
+        args.out,
+        shard_rows=args.shard_rows,
+        seed=args.seed,
+        overwrite=args.overwrite,
+        drop_duplicates=args.drop_duplicates,
+        options={
+            "split_index": args.split_index,
+            "label_column": args.label_column,
+            "node_table": args.node_table,
+            "header": args.header,
+            "undirected": args.undirected,
+            "drop_self_loops": args.drop_self_loops or None,
+        },
+    )
+    print(
+        f"imported {meta.get('name')} into {args.out}: {meta['num_nodes']:,} nodes, "
+        f"{meta['num_edges']:,} edges, {meta['feat_dim']} features, "
+        f"{meta.get('num_classes')} classes"
+    )
+    return 0
+
+
+def _cmd_synth(args: argparse.Namespace) -> int:
+    from pipeline.synth import SynthConfig, generate
+
+    config = SynthConfig(
+        num_nodes=args.nodes,
+        num_edges=args.edges,
+        num_classes=args.classes,
+        dim=args.dim,
+        homophily=args.homophily,
+        exponent=args.exponent,
+        seed=args.seed,
+    )
+    meta = generate(args.out, config, shard_rows=args.shard_rows, overwrite=args.overwrite)
+    print(
+        f"wrote synthetic graph to {args.out}: {meta['num_nodes']:,} nodes, "
+        f"{meta['num_edges']:,} edges in {len(meta['shards']['edges'])} shard(s)"
+    )
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from storage.validate import validate_input
+
+    if args.input is None and (args.edges is None or args.nodes is None):
+        raise AseprError("asepr validate: give an INPUT directory, or both --edges and --nodes.")
+    report = validate_input(
+        args.input,
+        edges=args.edges,
+        nodes=args.nodes,
+        undirected=args.undirected,
+        num_classes=args.num_classes,
+        check_duplicates=not args.no_duplicate_check,
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.summary())
+        print("valid")
+    return 0
+
+
+def _cmd_clean(args: argparse.Namespace) -> int:
+    from storage.clean import clean_input
+
+    meta = clean_input(
+        args.input,
+        args.out,
+        drop_self_loops=args.drop_self_loops,
+        drop_duplicates=args.drop_duplicates,
+        undirected=args.undirected,
+        overwrite=args.overwrite,
+    )
+    c = meta["clean"]
+    print(
+        f"wrote {args.out}: {meta['num_edges']:,} edges; dropped {c['self_loops_dropped']:,} "
+        f"self-loops and {c['duplicates_dropped']:,} duplicates"
+    )
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from workflows.demo import run_demo
+
+    run_demo(args.workdir)
+    return 0
+
+
+_COMMANDS = {
+    "import": _cmd_import,
+    "synth": _cmd_synth,
+    "validate": _cmd_validate,
+    "clean": _cmd_clean,
+    "demo": _cmd_demo,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args)
+    try:
+        return _COMMANDS[args.command](args)
+    except AseprError as exc:
+        print(f"asepr {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"asepr {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
