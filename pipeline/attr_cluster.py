@@ -1,0 +1,994 @@
+"""Stage ③: attribute clustering, out of core, as Dask map-reduce passes (DESIGN.md §4.2).
+
+Every node gets an ``attr_cluster_id`` in ``0..C-1``, either from spherical k-means
+over its feature vector (:func:`attribute_clusters`) or from a categorical node column
+(:func:`column_clusters`).
+
+k-means, step by step
+---------------------
+0. **Scan** (one task per node shard): row count and feature width from the Parquet
+   footer (``list`` features: from the first row).
+1. **Embed and spill** (one task per shard): features are projected when
+   ``d > projection_threshold`` (a seeded Gaussian ``[d, d']`` matrix scaled by
+   ``1/sqrt(d')``), then L2-normalised (zero rows stay zero). Each task writes its
+   embedded rows and their ids to a private spill directory, so later passes neither
+   redo the projection nor hold ``N·d'`` floats in the client, and returns its share of a
+   uniform sample: the client draws ``sample_size`` global row numbers without
+   replacement from one seeded generator and hands each shard its own.
+2. **k-means++** on the sample, in the client (greedy D² sampling with
+   ``2 + ln C`` candidates per step and incremental min-distance updates).
+3. **Passes** (one task per shard, tree-summed): assign each embedded row to the centroid
+   of largest cosine (``argmax X·Cᵀ`` in row blocks), return per-cluster vector sums,
+   counts and the squared-distance inertia. A centroid becomes its normalised sum
+   (spherical k-means); an empty one is re-seeded from the sample point farthest from
+   its nearest centroid. Stop when no centroid moves by ``tol`` or more (Euclidean), or
+   after ``max_passes``. The inertia never increases from one pass to the next.
+4. **Labels** (one task per shard): the final assignment, scattered by ``global_nid``
+   into ``attr_cluster_id[N]`` by the client.
+
+Everything random comes from ``np.random.SeedSequence(seed)``, and every sum has a
+fixed tree shape, so a seed and a shard list give the same clusters under any scheduler
+and any number of workers. Embeddings and scores are computed in float64 and rounded
+once, so a row gets the same bits whatever batch it is read in (BLAS sums in an order
+that depends on the matrix shape and thread count). Mostly-zero rows (bag-of-words
+features) are projected by a numba kernel from their non-zeros only.
+
+Spill layout (a private directory under ``spill_dir``, removed at the end, on error
+too; it must be visible to every Dask worker, which a ``LocalCluster`` guarantees)::
+
+    asepr-attr-XXXXXXXX/
+      shard-00000.emb.npy   float32 [n_shard, d']   embedded features, in file order
+      shard-00000.ids.npy   int64   [n_shard]       global_nid of each row
+      ...
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import dask
+import numba
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.degrees import _compute, _task_prefix, _tree_reduce
+from storage.errors import AseprError, InputError, SchemaError, format_problem
+from storage.fs import Shard
+from storage.resources import stage
+from storage.schema import FeatureLayout, check_node_schema, feature_matrix
+from storage.validate import open_parquet
+
+if TYPE_CHECKING:
+    import distributed
+
+__all__ = ["AttrClusters", "AttrModel", "attribute_clusters", "column_clusters"]
+
+log = logging.getLogger(__name__)
+
+#: Rows per ``X @ C.T`` block: bounds the ``[rows, C]`` score matrix.
+_ASSIGN_ROWS = 8192
+#: Rows of a spilled shard read at once by a pass (a multiple of ``_ASSIGN_ROWS``).
+_STATS_ROWS = 8 * _ASSIGN_ROWS
+#: Rows with at most this share of non-zero features are projected sparsely.
+_SPARSE_DENSITY = 0.05
+#: Target uncompressed bytes per record batch when reading features.
+_BATCH_BYTES = 64 << 20
+
+
+# --- the model ---------------------------------------------------------------------
+
+
+def _embed(feat: np.ndarray, projection: np.ndarray | None) -> np.ndarray:
+    """Project (if any), then L2-normalise rows; zero rows stay zero. Returns a new array.
+
+    The arithmetic is float64 and rounded to float32 once at the end: BLAS sums in an
+    order that depends on the matrix shape and thread count, and float64 makes those
+    differences vanish in the rounding, so a row embeds to the same bits whether it is
+    read in a batch of 1 or 65,536 rows, on any worker.
+    """
+    if projection is None:
+        x = np.asarray(feat, dtype=np.float64)
+    else:
+        x = _project(feat, projection)
+    norm = np.sqrt(np.einsum("ij,ij->i", x, x))
+    scale = np.divide(1.0, norm, out=np.zeros_like(norm), where=norm > 0)
+    return (x * scale[:, None]).astype(np.float32)
+
+
+@numba.njit(cache=True, nogil=True)
+def _project_sparse_rows(feat, rows, projection, out):  # pragma: no cover - numba
+    """``out[r] = feat[rows[r]] @ projection``, skipping zeros, summed in column order."""
+    d = feat.shape[1]
+    width = projection.shape[1]
+    for r in range(rows.shape[0]):
+        i = rows[r]
+        for j in range(d):
+            v = feat[i, j]
+            if v != 0.0:
+                vv = np.float64(v)
+                for k in range(width):
+                    out[r, k] += vv * projection[j, k]
+
+
+def _project(feat: np.ndarray, projection: np.ndarray) -> np.ndarray:
+    """``feat @ projection`` in float64.
+
+    Rows that are mostly zeros (bag-of-words: Cora, Amazon, Coauthor, MUSAE) go through a
+    numba kernel that costs O(nnz·d') and never widens them to float64; the others
+    through one float64 BLAS product. The choice is per row, so a row's embedding does
+    not depend on the rows read with it.
+    """
+    n, d = feat.shape
+    out = np.zeros((n, projection.shape[1]), dtype=np.float64)
+    sparse = np.count_nonzero(feat, axis=1) <= _SPARSE_DENSITY * d
+    rows = np.flatnonzero(sparse)
+    if len(rows):
+        feat_c = np.ascontiguousarray(feat, dtype=np.float32)
+        proj64 = np.ascontiguousarray(projection, dtype=np.float64)
+        part = np.zeros((len(rows), projection.shape[1]), dtype=np.float64)
+        _project_sparse_rows(feat_c, rows.astype(np.int64), proj64, part)
+        out[rows] = part
+    dense = np.flatnonzero(~sparse)
+    if len(dense):
+        out[dense] = np.asarray(feat[dense], dtype=np.float64) @ projection.astype(np.float64)
+    return out
+
+
+def _assign(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest centroid (largest dot product) of each row, in row blocks.
+
+    Returns ``(labels int32, best dot float64)``; ties go to the lower cluster id. The
+    scores are float64 for the same reason as in :func:`_embed`.
+    """
+    n = len(x)
+    labels = np.empty(n, dtype=np.int32)
+    best = np.empty(n, dtype=np.float64)
+    c_t = np.ascontiguousarray(centroids.T, dtype=np.float64)
+    for a in range(0, n, _ASSIGN_ROWS):
+        scores = np.asarray(x[a : a + _ASSIGN_ROWS], dtype=np.float64) @ c_t
+        lab = scores.argmax(axis=1)
+        labels[a : a + _ASSIGN_ROWS] = lab
+        best[a : a + _ASSIGN_ROWS] = scores[np.arange(len(lab)), lab]
+    return labels, best
+
+
+@dataclass(frozen=True, eq=False)
+class AttrModel:
+    """Everything incremental ingest needs to place a new node in a cluster.
+
+    Attributes
+    ----------
+    centroids
+        ``float32 [C, d']``, unit-norm rows.
+    projection
+        ``float32 [d, d']`` seeded Gaussian random projection scaled by ``1/sqrt(d')``,
+        or None when the features are used as they are (``d' = d``).
+    feat_dim
+        ``d``, the width of the raw feature vectors.
+    """
+
+    centroids: np.ndarray
+    projection: np.ndarray | None
+    feat_dim: int
+
+    @property
+    def num_clusters(self) -> int:
+        return int(self.centroids.shape[0])
+
+    def _check(self, feat: np.ndarray) -> np.ndarray:
+        feat = np.asarray(feat, dtype=np.float32)
+        if feat.ndim != 2 or feat.shape[1] != self.feat_dim:
+            raise InputError(
+                format_problem(
+                    "AttrModel features",
+                    f"a [n, {self.feat_dim}] matrix (the width the model was fitted on)",
+                    f"shape {feat.shape}",
+                )
+            )
+        return feat
+
+    def embed(self, feat: np.ndarray) -> np.ndarray:
+        """``float32 [n, d']``: the projected (if any), L2-normalised rows of ``feat``."""
+        return _embed(self._check(feat), self.projection)
+
+    def predict(self, feat: np.ndarray) -> np.ndarray:
+        """``int32 [n]``: the nearest centroid (largest cosine) of each row of ``feat``."""
+        return _assign(self.embed(feat), self.centroids)[0]
+
+
+@dataclass(frozen=True, eq=False)
+class AttrClusters:
+    """The attribute cluster of every node.
+
+    Attributes
+    ----------
+    attr_cluster_id
+        ``int32 [N]`` indexed by ``global_nid``.
+    model
+        The fitted :class:`AttrModel`; None when a categorical column was used.
+    num_clusters
+        C actually used (k-means may clamp the requested C to N or to the number of
+        distinct embedded points).
+    passes
+        k-means update passes run (0 for a column).
+    inertia
+        Sum of squared distances between embedded rows and their centroids, under
+        the final assignment (0.0 for a column).
+    converged
+        Whether the centroids stopped moving (shift < ``tol``) within ``max_passes``.
+    source
+        ``"kmeans"`` or ``"column:<name>"``.
+    inertia_history
+        The inertia of every pass, then that of the final assignment.
+    """
+
+    attr_cluster_id: np.ndarray
+    model: AttrModel | None
+    num_clusters: int
+    passes: int
+    inertia: float
+    converged: bool
+    source: str
+    inertia_history: tuple[float, ...] = field(default=())
+
+
+# --- argument checks ---------------------------------------------------------------
+
+
+def _check_int(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise InputError(format_problem(f"argument {name}", f"an integer >= {low}", repr(value)))
+    return int(value)
+
+
+def _check_float(name: str, value: Any) -> float:
+    if not isinstance(value, (int, float, np.floating)) or not math.isfinite(value) or value < 0:
+        raise InputError(format_problem(f"argument {name}", "a finite number >= 0", repr(value)))
+    return float(value)
+
+
+# --- shard tasks -------------------------------------------------------------------
+
+
+def _rows_per_batch(feat_dim: int, batch_rows: int) -> int:
+    """``batch_rows`` capped so that one decoded batch holds about ``_BATCH_BYTES``.
+
+    The width, not the Parquet byte counts, sets the cap: sparse features compress
+    (and encode) to a fraction of their decoded size.
+    """
+    return max(1, min(batch_rows, _BATCH_BYTES // (8 + 4 * feat_dim)))
+
+
+def _scan_shard(shard: Shard) -> tuple[int, int | None]:
+    """``(rows, feature width)`` of a node shard; the width is None for an empty shard."""
+    pf = open_parquet(shard)
+    layout, _, _ = check_node_schema(pf.schema_arrow, shard.url)
+    rows = pf.metadata.num_rows
+    if layout.dim is not None:
+        return rows, layout.dim
+    for batch in pf.iter_batches(batch_size=1, columns=list(layout.columns)):
+        if batch.num_rows:
+            return rows, _features(batch, layout, shard, 0).shape[1]
+    return rows, None
+
+
+def _features(batch: pa.RecordBatch, layout: FeatureLayout, shard: Shard, row0: int) -> np.ndarray:
+    try:
+        return feature_matrix(batch, layout)
+    except ValueError as exc:
+        rows = f"rows {row0}..{row0 + batch.num_rows - 1}"
+        raise InputError(
+            format_problem(
+                f"file {shard.url}, column '{layout.columns[0]}', {rows}",
+                "one feature vector of the same width per node",
+                str(exc),
+                "run `asepr validate` on the input and fix what it reports.",
+            )
+        ) from exc
+
+
+def _captured(fn, *args):
+    """Run ``fn``; return ``(None, result)``, or ``(error, None)`` for an asepr error.
+
+    Scans run in parallel, so the first error to surface would depend on timing; the
+    client raises the error of the first shard in order instead.
+    """
+    try:
+        return None, fn(*args)
+    except AseprError as exc:
+        return exc, None
+
+
+def _first_error(results: list[tuple[AseprError | None, Any]]) -> list[Any]:
+    for error, _ in results:
+        if error is not None:
+            raise error
+    return [value for _, value in results]
+
+
+def _spill_paths(spill: str, index: int) -> tuple[str, str]:
+    base = os.path.join(spill, f"shard-{index:05d}")
+    return f"{base}.emb.npy", f"{base}.ids.npy"
+
+
+def _embed_shard(
+    shard: Shard,
+    index: int,
+    feat_dim: int,
+    projection: np.ndarray | None,
+    spill: str,
+    sample_rows: np.ndarray,
+    batch_rows: int,
+) -> tuple[int, np.ndarray]:
+    """Embed one node shard into the spill directory; return ``(rows, sample rows)``."""
+    pf = open_parquet(shard)
+    layout, _, _ = check_node_schema(pf.schema_arrow, shard.url)
+    n = pf.metadata.num_rows
+    width = projection.shape[1] if projection is not None else feat_dim
+    emb_path, ids_path = _spill_paths(spill, index)
+    if n == 0:
+        np.save(emb_path, np.zeros((0, width), dtype=np.float32))
+        np.save(ids_path, np.zeros(0, dtype=np.int64))
+        return 0, np.zeros((0, width), dtype=np.float32)
+    emb = np.lib.format.open_memmap(emb_path, mode="w+", dtype=np.float32, shape=(n, width))
+    ids = np.lib.format.open_memmap(ids_path, mode="w+", dtype=np.int64, shape=(n,))
+    row0 = 0
+    columns = ["id", *layout.columns]
+    try:
+        for batch in pf.iter_batches(
+            batch_size=_rows_per_batch(feat_dim, batch_rows), columns=columns
+        ):
+            b = batch.num_rows
+            where = f"file {shard.url}, rows {row0}..{row0 + b - 1}"
+            if row0 + b > n:
+                raise InputError(
+                    format_problem(where, f"{n} rows (the footer's count)", "more rows")
+                )
+            id_col = batch.column("id")
+            if id_col.null_count:
+                raise InputError(
+                    format_problem(
+                        f"{where}, column 'id'", "no null ids", f"{id_col.null_count} null(s)"
+                    )
+                )
+            feat = _features(batch, layout, shard, row0)
+            if feat.shape[1] != feat_dim:
+                raise InputError(
+                    format_problem(
+                        f"{where}, column '{layout.columns[0]}'",
+                        f"feature width {feat_dim} (as in the other node shards)",
+                        f"width {feat.shape[1]}",
+                        "every node shard must store vectors of the same width d.",
+                    )
+                )
+            x = _embed(feat, projection)
+            if not np.isfinite(x).all():
+                raise InputError(
+                    format_problem(
+                        f"{where}, column '{layout.columns[0]}'",
+                        "finite features",
+                        "NaN or inf values",
+                        "run `asepr validate` on the input and fix what it reports.",
+                    )
+                )
+            emb[row0 : row0 + b] = x
+            ids[row0 : row0 + b] = id_col.to_numpy()
+            row0 += b
+        if row0 != n:
+            raise InputError(
+                format_problem(f"file {shard.url}", f"{n} rows (the footer's count)", f"{row0}")
+            )
+        emb.flush()
+        ids.flush()
+        sample = np.array(emb[sample_rows], dtype=np.float32)
+    finally:
+        del emb, ids
+    return n, sample
+
+
+def _load_emb(spill: str, index: int) -> np.ndarray:
+    return np.load(_spill_paths(spill, index)[0], mmap_mode="r", allow_pickle=False)
+
+
+def _shard_stats(
+    spill: str, index: int, centroids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per-cluster float64 vector sums, counts and inertia of one spilled shard."""
+    num_clusters, width = centroids.shape
+    sums = np.zeros((num_clusters, width), dtype=np.float64)
+    counts = np.zeros(num_clusters, dtype=np.int64)
+    inertia = 0.0
+    c_sq = np.einsum("ij,ij->i", centroids, centroids, dtype=np.float64)
+    emb = _load_emb(spill, index)
+    for a in range(0, len(emb), _STATS_ROWS):
+        x = np.asarray(emb[a : a + _STATS_ROWS])
+        labels, best = _assign(x, centroids)
+        order = np.argsort(labels, kind="stable")
+        sorted_labels = labels[order]
+        starts = np.flatnonzero(np.r_[True, sorted_labels[1:] != sorted_labels[:-1]])
+        sums[sorted_labels[starts]] += np.add.reduceat(x[order].astype(np.float64), starts, axis=0)
+        counts += np.bincount(labels, minlength=num_clusters)
+        inertia += _inertia(x, labels, best, c_sq)
+    return sums, counts, inertia
+
+
+def _inertia(x: np.ndarray, labels: np.ndarray, best: np.ndarray, c_sq: np.ndarray) -> float:
+    x_sq = np.einsum("ij,ij->i", x, x, dtype=np.float64)
+    return float(np.sum(x_sq + c_sq[labels] - 2.0 * best))
+
+
+def _shard_labels(
+    spill: str, index: int, centroids: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """``(global_nid, attr_cluster_id, inertia)`` of one spilled shard."""
+    emb = _load_emb(spill, index)
+    ids = np.load(_spill_paths(spill, index)[1], allow_pickle=False)
+    labels = np.empty(len(emb), dtype=np.int32)
+    inertia = 0.0
+    c_sq = np.einsum("ij,ij->i", centroids, centroids, dtype=np.float64)
+    for a in range(0, len(emb), _STATS_ROWS):
+        x = np.asarray(emb[a : a + _STATS_ROWS])
+        lab, best = _assign(x, centroids)
+        labels[a : a + len(x)] = lab
+        inertia += _inertia(x, lab, best, c_sq)
+    return ids, labels, inertia
+
+
+def _add_stats(a, b):
+    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+
+
+# --- client-side steps ---------------------------------------------------------------
+
+
+def _sq_dist(points: np.ndarray, p_sq: np.ndarray, centers: np.ndarray) -> np.ndarray:
+    """``float64 [len(centers), len(points)]`` squared Euclidean distances, clipped at 0."""
+    c_sq = np.einsum("ij,ij->i", centers, centers, dtype=np.float64)
+    d2 = p_sq[None, :] + c_sq[:, None] - 2.0 * (centers @ points.T).astype(np.float64)
+    return np.maximum(d2, 0.0)
+
+
+def _kmeans_pp(points: np.ndarray, num_clusters: int, rng: np.random.Generator) -> np.ndarray:
+    """Greedy k-means++ seeding (D² sampling, ``2 + ln C`` candidates per step)."""
+    n = len(points)
+    p_sq = np.einsum("ij,ij->i", points, points, dtype=np.float64)
+    chosen = [int(rng.integers(n))]
+    closest = _sq_dist(points, p_sq, points[chosen])[0]
+    trials = 2 + int(math.log(num_clusters))
+    for _ in range(1, num_clusters):
+        cum = np.cumsum(closest)
+        total = cum[-1]
+        if total <= 0:
+            # Every point coincides with a centre: duplicates are unavoidable.
+            chosen.append(int(rng.integers(n)))
+            continue
+        cand = np.minimum(np.searchsorted(cum, rng.random(trials) * total, side="right"), n - 1)
+        d2 = np.minimum(closest[None, :], _sq_dist(points, p_sq, points[cand]))
+        best = int(np.argmin(d2.sum(axis=1)))
+        chosen.append(int(cand[best]))
+        closest = d2[best]
+    return np.array(points[chosen], dtype=np.float32)
+
+
+def _update(
+    sums: np.ndarray, counts: np.ndarray, old: np.ndarray, sample: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """New unit centroids from the cluster sums; returns ``(centroids, re-seeded)``."""
+    norm = np.sqrt(np.einsum("ij,ij->i", sums, sums))
+    ok = (counts > 0) & (norm > 0)
+    new = old.copy()
+    new[ok] = (sums[ok] / norm[ok, None]).astype(np.float32)
+    empty = np.flatnonzero(~ok)
+    reseeded = 0
+    if len(empty) and len(sample):
+        p_sq = np.einsum("ij,ij->i", sample, sample, dtype=np.float64)
+        others = np.flatnonzero(ok)
+        closest = (
+            _sq_dist(sample, p_sq, new[others]).min(axis=0)
+            if len(others)
+            else np.full(len(sample), np.inf)
+        )
+        for j in empty:
+            far = int(np.argmax(closest))
+            if not closest[far] > 0:
+                break
+            new[j] = sample[far]
+            closest = np.minimum(closest, _sq_dist(sample, p_sq, new[j : j + 1])[0])
+            reseeded += 1
+    return new, reseeded
+
+
+def _share(value: Any, client: distributed.Client | None, name: str) -> Any:
+    """One graph node (or one scattered future) for a value every task reads."""
+    if client is not None:
+        return client.scatter(value, broadcast=True, hash=False)
+    return dask.delayed(value, name=name)
+
+
+def _scatter_labels(
+    parts: list[tuple[np.ndarray, np.ndarray]], shards: list[Shard], num_nodes: int, what: str
+) -> np.ndarray:
+    """Place per-shard ``(global_nid, cluster id)`` into one ``int32 [N]`` array."""
+    attr_cluster_id = np.full(num_nodes, -1, dtype=np.int32)
+    seen = np.zeros(num_nodes, dtype=bool)
+    for shard, (ids, labels) in zip(shards, parts):
+        bad = (ids < 0) | (ids >= num_nodes)
+        if bad.any():
+            raise InputError(
+                format_problem(
+                    f"file {shard.url}, column 'id'",
+                    f"node ids in [0, {num_nodes})",
+                    f"{int(bad.sum()):,} id(s) outside, e.g. {int(ids[bad][0])}",
+                    "run `asepr validate` on the input and fix what it reports.",
+                )
+            )
+        if seen[ids].any() or len(np.unique(ids)) != len(ids):
+            raise InputError(
+                format_problem(
+                    f"file {shard.url}, column 'id'",
+                    "each node id exactly once across all node shards",
+                    "a repeated id",
+                    "run `asepr validate` on the input and fix what it reports.",
+                )
+            )
+        seen[ids] = True
+        attr_cluster_id[ids] = labels
+    if not seen.all():
+        missing = np.flatnonzero(~seen)
+        raise InputError(
+            format_problem(
+                f"node shards ({what})",
+                f"one row for every node id in [0, {num_nodes})",
+                f"{len(missing):,} id(s) without a row, e.g. {int(missing[0])}",
+                "run `asepr validate` on the input and fix what it reports.",
+            )
+        )
+    return attr_cluster_id
+
+
+# --- k-means -------------------------------------------------------------------------
+
+
+class _Clock:
+    """Debug-logs the seconds each step of a stage took."""
+
+    def __init__(self) -> None:
+        self.last = time.perf_counter()
+
+    def lap(self, what: str) -> None:
+        now = time.perf_counter()
+        log.debug("attribute clusters: %s took %.2f s", what, now - self.last)
+        self.last = now
+
+
+def attribute_clusters(
+    node_shards: list[Shard],
+    num_nodes: int,
+    num_clusters: int,
+    *,
+    seed: int = 0,
+    max_passes: int = 10,
+    tol: float = 1e-4,
+    sample_size: int = 20_000,
+    projection_dim: int = 64,
+    projection_threshold: int = 128,
+    client: distributed.Client | None = None,
+    batch_rows: int = 65_536,
+    spill_dir: str | None = None,
+) -> AttrClusters:
+    """Spherical k-means over the node features, out of core (see the module docstring).
+
+    Parameters
+    ----------
+    node_shards
+        The node shards (validated input), in a fixed order.
+    num_nodes
+        N; the shards must hold exactly one row per id in ``[0, N)``.
+    num_clusters
+        C (>= 1). Clamped to N, and to the number of distinct embedded points when the
+        sample covers every node.
+    seed
+        Seeds the projection, the sample and k-means++.
+    max_passes
+        Maximum k-means update passes (0: k-means++ centroids only).
+    tol
+        Stop when no centroid moves by ``tol`` or more (Euclidean, on the unit sphere).
+    sample_size
+        Rows drawn uniformly (without replacement) for k-means++ and re-seeding.
+    projection_dim, projection_threshold
+        Features wider than ``projection_threshold`` are projected to ``projection_dim``.
+    client
+        A ``distributed.Client``; None runs on the local thread pool.
+    batch_rows
+        Maximum rows per record batch (also capped at about 64 MiB per batch).
+    spill_dir
+        Where the private spill directory goes (default: the system temp dir). It must
+        be visible to every worker.
+
+    Returns
+    -------
+    AttrClusters
+
+    Raises
+    ------
+    InputError
+        A bad argument, or input that is not valid (run ``asepr validate``).
+    SchemaError
+        A node shard lacks the ``id`` or feature columns.
+    """
+    num_nodes = _check_int("num_nodes", num_nodes, 1)
+    num_clusters = _check_int("num_clusters", num_clusters, 1)
+    seed = _check_int("seed", seed, 0)
+    max_passes = _check_int("max_passes", max_passes, 0)
+    sample_size = _check_int("sample_size", sample_size, 1)
+    projection_dim = _check_int("projection_dim", projection_dim, 1)
+    projection_threshold = _check_int("projection_threshold", projection_threshold, 0)
+    batch_rows = _check_int("batch_rows", batch_rows, 1)
+    tol = _check_float("tol", tol)
+    if not node_shards:
+        raise InputError(
+            format_problem("attribute_clusters(node_shards=...)", "at least one node shard", "none")
+        )
+    with stage("attr_cluster", log) as info:
+        spill = tempfile.mkdtemp(prefix="asepr-attr-", dir=spill_dir)
+        try:
+            result = _kmeans_impl(
+                node_shards,
+                num_nodes,
+                num_clusters,
+                seed,
+                max_passes,
+                tol,
+                sample_size,
+                projection_dim,
+                projection_threshold,
+                client,
+                batch_rows,
+                spill,
+            )
+        finally:
+            shutil.rmtree(spill, ignore_errors=True)
+        info.update(
+            nodes=num_nodes,
+            clusters=result.num_clusters,
+            passes=result.passes,
+            converged=result.converged,
+            inertia=f"{result.inertia:.6g}",
+        )
+    return result
+
+
+def _kmeans_impl(
+    shards,
+    num_nodes,
+    num_clusters,
+    seed,
+    max_passes,
+    tol,
+    sample_size,
+    projection_dim,
+    projection_threshold,
+    client,
+    batch_rows,
+    spill,
+) -> AttrClusters:
+    prefix = _task_prefix("attr")
+    seq_projection, seq_sample, seq_init = np.random.SeedSequence(seed).spawn(3)
+
+    clock = _Clock()
+    # 0. scan: rows and feature width per shard
+    scans = _first_error(
+        _compute(
+            [
+                dask.delayed(_captured)(_scan_shard, s, dask_key_name=f"{prefix}-scan-{i}")
+                for i, s in enumerate(shards)
+            ],
+            client,
+        )
+    )
+    rows = np.array([r for r, _ in scans], dtype=np.int64)
+    dims = {d for _, d in scans if d is not None}
+    if len(dims) > 1:
+        found = ", ".join(f"{s.url}: {d}" for s, (_, d) in zip(shards, scans) if d is not None)
+        raise InputError(
+            format_problem(
+                "node shards, feature width",
+                "one width d in every shard",
+                found,
+                "every node shard must store vectors of the same width d.",
+            )
+        )
+    feat_dim = dims.pop() if dims else 0
+    if feat_dim < 1:
+        raise InputError(
+            format_problem(
+                "node shards, features", "feature vectors of width >= 1", f"width {feat_dim}"
+            )
+        )
+    total = int(rows.sum())
+    if total != num_nodes:
+        raise InputError(
+            format_problem(
+                f"node shards ({len(shards)} file(s))",
+                f"{num_nodes:,} rows (one per node)",
+                f"{total:,} rows",
+                "run `asepr validate` on the input and fix what it reports.",
+            )
+        )
+    if num_clusters > num_nodes:
+        log.info("attribute clusters: C = %d clamped to N = %d", num_clusters, num_nodes)
+        num_clusters = num_nodes
+
+    projection = None
+    if feat_dim > projection_threshold:
+        rng = np.random.default_rng(seq_projection)
+        projection = (
+            rng.standard_normal((feat_dim, projection_dim)) / math.sqrt(projection_dim)
+        ).astype(np.float32)
+
+    clock.lap("scan")
+    # 1. embed, spill, sample
+    n_sample = min(total, max(sample_size, num_clusters))
+    picks = np.sort(np.random.default_rng(seq_sample).choice(total, size=n_sample, replace=False))
+    offsets = np.r_[0, np.cumsum(rows)]
+    proj_node = (
+        _share(projection, client, f"{prefix}-projection") if projection is not None else None
+    )
+    tasks = []
+    for i, shard in enumerate(shards):
+        local = picks[(picks >= offsets[i]) & (picks < offsets[i + 1])] - offsets[i]
+        tasks.append(
+            dask.delayed(_embed_shard)(
+                shard,
+                i,
+                feat_dim,
+                proj_node,
+                spill,
+                local,
+                batch_rows,
+                dask_key_name=f"{prefix}-embed-{i}",
+            )
+        )
+    embedded = _compute(tasks, client)
+    sample = np.concatenate([s for _, s in embedded])
+    sample = sample[np.einsum("ij,ij->i", sample, sample) > 0]  # zero rows cannot be centroids
+    if n_sample == total:
+        distinct = len(np.unique(sample, axis=0))
+        if 0 < distinct < num_clusters:
+            log.info(
+                "attribute clusters: C = %d clamped to %d distinct embedded points",
+                num_clusters,
+                distinct,
+            )
+            num_clusters = distinct
+
+    clock.lap("embed+spill")
+    # 2. k-means++ on the sample
+    if len(sample):
+        centroids = _kmeans_pp(sample, num_clusters, np.random.default_rng(seq_init))
+    else:  # every feature vector is zero: any unit centroids do
+        width = projection_dim if projection is not None else feat_dim
+        centroids = np.zeros((num_clusters, width), dtype=np.float32)
+        centroids[np.arange(num_clusters), np.arange(num_clusters) % width] = 1.0
+
+    clock.lap("k-means++")
+    # 3. passes
+    history: list[float] = []
+    converged = False
+    passes = 0
+    for passes in range(1, max_passes + 1):
+        cent_node = _share(centroids, client, f"{prefix}-centroids-{passes}")
+        parts = [
+            dask.delayed(_shard_stats)(
+                spill, i, cent_node, dask_key_name=f"{prefix}-stats-{passes}-{i}"
+            )
+            for i in range(len(shards))
+        ]
+        sums, counts, inertia = _compute(
+            _tree_reduce(parts, _add_stats, f"{prefix}-stats-{passes}"), client
+        )
+        history.append(float(inertia))
+        new, reseeded = _update(sums, counts, centroids, sample)
+        shift = float(np.sqrt(np.einsum("ij,ij->i", new - centroids, new - centroids)).max())
+        log.debug(
+            "attribute clusters: pass %d, inertia %.6g, shift %.3g, %d re-seeded",
+            passes,
+            inertia,
+            shift,
+            reseeded,
+        )
+        centroids = new
+        if shift < tol:
+            converged = True
+            break
+
+    clock.lap(f"{passes} pass(es)")
+    # 4. final labels
+    cent_node = _share(centroids, client, f"{prefix}-centroids-final")
+    labelled = _compute(
+        [
+            dask.delayed(_shard_labels)(spill, i, cent_node, dask_key_name=f"{prefix}-labels-{i}")
+            for i in range(len(shards))
+        ],
+        client,
+    )
+    attr_cluster_id = _scatter_labels(
+        [(ids, lab) for ids, lab, _ in labelled], shards, num_nodes, "k-means"
+    )
+    final_inertia = float(sum(x for _, _, x in labelled))
+    clock.lap("labels")
+    history.append(final_inertia)
+    return AttrClusters(
+        attr_cluster_id=attr_cluster_id,
+        model=AttrModel(centroids=centroids, projection=projection, feat_dim=feat_dim),
+        num_clusters=num_clusters,
+        passes=passes,
+        inertia=final_inertia,
+        converged=converged,
+        source="kmeans",
+        inertia_history=tuple(history),
+    )
+
+
+# --- a categorical column ------------------------------------------------------------
+
+
+def _categorical(array: pa.Array | pa.ChunkedArray, shard: Shard, column: str) -> pa.Array:
+    """The column decoded (dictionary) and widened to one type per kind (int64, string)."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    t = array.type
+    if pa.types.is_integer(t):
+        return array.cast(pa.int64())
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return array.cast(pa.large_string())
+    if pa.types.is_boolean(t):
+        return array
+    raise SchemaError(
+        format_problem(
+            f"file {shard.url}, column '{column}'",
+            "a categorical column: integers, strings, booleans or a dictionary of them",
+            f"dtype {t}",
+            "pick another column, or cast it to int64 or string.",
+        )
+    )
+
+
+def _read_column(shard: Shard, column: str) -> tuple[np.ndarray, pa.Array]:
+    """``(global_nid, categorical values)`` of one node shard."""
+    pf = open_parquet(shard)
+    names = list(pf.schema_arrow.names)
+    for name in ("id", column):
+        if name not in names:
+            raise SchemaError(
+                format_problem(
+                    f"file {shard.url}, column '{name}'",
+                    f"a column named '{name}'",
+                    f"only the columns {names}",
+                    "pick one of those columns, or add it to every node shard."
+                    if name == column
+                    else "add an int64 'id' column (dense 0..N-1).",
+                )
+            )
+    table = pf.read(columns=["id", column] if column != "id" else ["id"])
+    ids_arr = table.column("id")
+    if ids_arr.null_count:
+        raise InputError(
+            format_problem(
+                f"file {shard.url}, column 'id'", "no null ids", f"{ids_arr.null_count} null(s)"
+            )
+        )
+    ids = ids_arr.to_numpy().astype(np.int64, copy=False)
+    return ids, _categorical(table.column(column), shard, column)
+
+
+def _column_uniques(shard: Shard, column: str) -> tuple[str, pa.Array, int]:
+    _, values = _read_column(shard, column)
+    return str(values.type), pc.unique(values.drop_null()), values.null_count
+
+
+def _column_codes(
+    shard: Shard, column: str, value_set: pa.Array, null_code: int
+) -> tuple[np.ndarray, np.ndarray]:
+    ids, values = _read_column(shard, column)
+    codes = pc.index_in(values, value_set=value_set).fill_null(null_code)
+    return ids, codes.to_numpy(zero_copy_only=False).astype(np.int32)
+
+
+def column_clusters(
+    node_shards: list[Shard],
+    num_nodes: int,
+    column: str,
+    *,
+    client: distributed.Client | None = None,
+) -> AttrClusters:
+    """Attribute clusters from a categorical node column.
+
+    The sorted distinct non-null values become clusters ``0..C-1`` (integers
+    numerically, strings by their UTF-8 bytes, False before True); null values, if any,
+    form one more cluster, the last.
+
+    Parameters
+    ----------
+    node_shards
+        The node shards (validated input).
+    num_nodes
+        N; the shards must hold exactly one row per id in ``[0, N)``.
+    column
+        The column: integers, strings, booleans or a dictionary of them.
+    client
+        A ``distributed.Client``; None runs on the local thread pool.
+
+    Raises
+    ------
+    SchemaError
+        A shard lacks the column (the message lists the columns found), or the column
+        is not categorical, or its type differs between shards.
+    InputError
+        Ids are null, out of range, repeated or missing.
+    """
+    num_nodes = _check_int("num_nodes", num_nodes, 1)
+    if not node_shards:
+        raise InputError(
+            format_problem("column_clusters(node_shards=...)", "at least one node shard", "none")
+        )
+    with stage("attr_cluster", log) as info:
+        prefix = _task_prefix("attr-column")
+        found = _first_error(
+            _compute(
+                [
+                    dask.delayed(_captured)(
+                        _column_uniques, s, column, dask_key_name=f"{prefix}-unique-{i}"
+                    )
+                    for i, s in enumerate(node_shards)
+                ],
+                client,
+            )
+        )
+        types = {t for t, _, _ in found}
+        if len(types) > 1:
+            raise SchemaError(
+                format_problem(
+                    f"column '{column}' of the node shards",
+                    "one type in every shard",
+                    ", ".join(f"{s.url}: {t}" for s, (t, _, _) in zip(node_shards, found)),
+                    "cast the column to one type (int64 or string) in every shard.",
+                )
+            )
+        uniques = pc.unique(pa.chunked_array([u for _, u, _ in found], type=found[0][1].type))
+        if isinstance(uniques, pa.ChunkedArray):
+            uniques = uniques.combine_chunks()
+        value_set = uniques.take(pc.sort_indices(uniques))
+        has_null = any(nulls for _, _, nulls in found)
+        num_clusters = len(value_set) + int(has_null)
+        vs_node = _share(value_set, client, f"{prefix}-values")
+        parts = _compute(
+            [
+                dask.delayed(_column_codes)(
+                    s, column, vs_node, len(value_set), dask_key_name=f"{prefix}-codes-{i}"
+                )
+                for i, s in enumerate(node_shards)
+            ],
+            client,
+        )
+        attr_cluster_id = _scatter_labels(parts, node_shards, num_nodes, f"column '{column}'")
+        info.update(nodes=num_nodes, clusters=num_clusters, column=column)
+    return AttrClusters(
+        attr_cluster_id=attr_cluster_id,
+        model=None,
+        num_clusters=num_clusters,
+        passes=0,
+        inertia=0.0,
+        converged=True,
+        source=f"column:{column}",
+    )
