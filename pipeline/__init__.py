@@ -1,3 +1,51 @@
-"""Partitioning algorithms and their Dask stages (see DESIGN.md section 4)."""
+"""Partitioning algorithms and their stages (DESIGN.md section 4).
 
-__all__: list[str] = []
+``pipeline.partition(input, k, algo=...)`` runs a whole partitioning and returns an
+:class:`Assignment`; the stage functions are exported for reuse (incremental ingest,
+benchmarks).
+"""
+
+from pipeline.assign import MODES, AssignState, assign_batch, replica_sets
+from pipeline.attr_cluster import AttrClusters, AttrModel, attribute_clusters, column_clusters
+from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
+from pipeline.degrees import Degrees, compute_degrees
+from pipeline.mapping import CommunityMapping, map_communities
+from pipeline.masters import choose_masters, count_edges_per_replica, replica_offsets
+from pipeline.metrics import partition_metrics
+from pipeline.partition import Assignment, edge_cap, partition
+from pipeline.shuffle import shuffle_edges
+from pipeline.stream import EdgeBatch, iter_edge_batches
+from pipeline.struct_cluster import Communities, structural_clusters
+from pipeline.synth import SynthConfig, generate
+
+__all__ = [
+    "ALGORITHMS",
+    "Assignment",
+    "AssignState",
+    "AttrClusters",
+    "AttrModel",
+    "Communities",
+    "CommunityMapping",
+    "Degrees",
+    "EdgeBatch",
+    "MODES",
+    "PartitionConfig",
+    "SCORINGS",
+    "SynthConfig",
+    "assign_batch",
+    "attribute_clusters",
+    "choose_masters",
+    "column_clusters",
+    "compute_degrees",
+    "count_edges_per_replica",
+    "edge_cap",
+    "generate",
+    "iter_edge_batches",
+    "map_communities",
+    "partition",
+    "partition_metrics",
+    "replica_offsets",
+    "replica_sets",
+    "shuffle_edges",
+    "structural_clusters",
+]

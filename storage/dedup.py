@@ -60,7 +60,7 @@ class EdgeDedup:
         num_edges: int,
         *,
         undirected: bool,
-        bucket_rows: int = 1 << 22,
+        bucket_rows: int = 1 << 21,
         spill_dir: str | None = None,
     ):
         if num_nodes > _MAX_NODES:

@@ -47,6 +47,7 @@ __all__ = ["ShardInfo", "ValidationReport", "validate_input", "open_parquet", "i
 log = logging.getLogger(__name__)
 
 _VALID_SPLITS = np.array([-1, 0, 1, 2], dtype=np.int8)
+_NODE_BATCH_BYTES = 16 << 20
 
 
 @dataclass
@@ -435,7 +436,9 @@ def _validate_impl(
     state = _NodeState(num_nodes, num_classes)
     for shard, pf, layout, present in node_files:
         columns = ["id", *layout.columns, *present]
-        for row0, batch in _iter_batches(pf, shard, columns, batch_rows):
+        # Bound a node batch by its feature bytes too: 8,000-wide rows add up fast.
+        node_rows = max(1024, min(batch_rows, _NODE_BATCH_BYTES // (4 * (layout.dim or 256))))
+        for row0, batch in _iter_batches(pf, shard, columns, node_rows):
             _validate_node_batch(state, shard, row0, batch, layout, present)
         log.debug("validated node shard %s", shard.url)
     missing = np.flatnonzero(~state.seen)

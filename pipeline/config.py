@@ -1,0 +1,122 @@
+"""The partitioner's configuration: one frozen dataclass, validated at the door."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from storage.errors import InputError
+
+__all__ = ["ALGORITHMS", "SCORINGS", "PartitionConfig"]
+
+ALGORITHMS = ("asep", "2ps-l", "2ps-hdrf", "hdrf", "dbh", "greedy", "hash", "metis")
+SCORINGS = ("candidates", "hdrf")
+
+
+def _choices(values) -> str:
+    return ", ".join(f'"{v}"' for v in values)
+
+
+@dataclass(frozen=True)
+class PartitionConfig:
+    """How to partition.
+
+    Attributes
+    ----------
+    num_parts
+        k, the number of partitions.
+    algo
+        ``asep`` (default) or a baseline: ``2ps-l``, ``2ps-hdrf``, ``hdrf``, ``dbh``,
+        ``greedy``, ``hash``, ``metis`` (in memory, small graphs only).
+    scoring
+        ASEP only: ``candidates`` scores the two community partitions (O(1) per edge,
+        as 2PS-L); ``hdrf`` scores all k partitions with an added HDRF balance term.
+    alpha
+        Attribute weight of structural clustering: a move into a community of a
+        different attribute cluster is allowed only while the target community's
+        volume stays under ``(1 - alpha) * cap``. 0 is 2PS-L; 1 forbids every such move.
+    beta
+        Weight of the attribute-home term of the edge score.
+    num_attr_clusters
+        C; default ``16 * k``.
+    attr_column
+        Use this categorical node column as the attribute clusters instead of k-means.
+    epsilon
+        Balance slack: the cap is ``ceil((1 + epsilon) * |E| / k)`` edges.
+    hdrf_lambda
+        Weight of HDRF's balance term.
+    seed
+        Seeds k-means, the projection and the hash baselines.
+    undirected
+        Whether each edge row stands for both directions (default: the input's meta).
+    """
+
+    num_parts: int
+    algo: str = "asep"
+    scoring: str = "candidates"
+    alpha: float = 0.5
+    beta: float = 1.0
+    num_attr_clusters: int | None = None
+    attr_column: str | None = None
+    epsilon: float = 0.05
+    hdrf_lambda: float = 1.0
+    seed: int = 0
+    kmeans_max_passes: int = 10
+    kmeans_tol: float = 1e-4
+    kmeans_sample: int = 20_000
+    projection_dim: int = 64
+    projection_threshold: int = 128
+    batch_rows: int = 1 << 20
+    undirected: bool | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.algo not in ALGORITHMS:
+            raise InputError(
+                f'Unsupported algorithm "{self.algo}". Valid choices are {_choices(ALGORITHMS)}.'
+            )
+        if self.scoring not in SCORINGS:
+            raise InputError(
+                f'Unsupported scoring "{self.scoring}". Valid choices are {_choices(SCORINGS)}.'
+            )
+        if not isinstance(self.num_parts, int) or self.num_parts < 1:
+            raise InputError(f"-k: expected a positive number of partitions, found {self.num_parts!r}.")
+        if self.num_parts > 32767:
+            raise InputError(f"-k: at most 32767 partitions are supported, found {self.num_parts}.")
+        if not 0.0 <= self.alpha <= 1.0:
+            raise InputError(f"--alpha: expected a value in [0, 1], found {self.alpha}.")
+        if self.beta < 0:
+            raise InputError(f"--beta: expected a value >= 0, found {self.beta}.")
+        if self.epsilon < 0:
+            raise InputError(f"--epsilon: expected a value >= 0, found {self.epsilon}.")
+        if self.num_attr_clusters is not None and self.num_attr_clusters < 1:
+            raise InputError(
+                f"--attr-clusters: expected a positive count, found {self.num_attr_clusters}."
+            )
+        if self.batch_rows < 1:
+            raise InputError(f"--batch-rows: expected a positive count, found {self.batch_rows}.")
+
+    @property
+    def attr_clusters(self) -> int:
+        return self.num_attr_clusters or 16 * self.num_parts
+
+    @property
+    def uses_communities(self) -> bool:
+        return self.algo in ("asep", "2ps-l", "2ps-hdrf")
+
+    @property
+    def uses_attributes(self) -> bool:
+        return self.algo == "asep"
+
+    def effective(self) -> "PartitionConfig":
+        """The configuration the kernels actually run: baselines pin alpha/beta/scoring."""
+        if self.algo == "2ps-l":
+            return replace(self, alpha=0.0, beta=0.0, scoring="candidates")
+        if self.algo == "2ps-hdrf":
+            return replace(self, alpha=0.0, beta=0.0, scoring="hdrf")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["num_attr_clusters"] = self.attr_clusters
+        return out

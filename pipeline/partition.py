@@ -1,0 +1,311 @@
+"""``pipeline.partition``: the whole ASEP (or baseline) run, stage by stage.
+
+Stages (DESIGN §1): validate → ② degrees (Dask) → ③ attribute clusters (Dask) →
+④ structural clusters (stream) → ⑤ community → partition map → ⑥ edge assignment
+(stream) → masters (stream) → metrics (stream). Nothing holds all edges: the
+streaming stages keep O(N) state and the edge → partition result goes to disk, one
+``int16`` array per input edge shard, aligned with the shard's rows.
+
+The Dask stages run on ``client`` when given and on dask's threaded scheduler
+otherwise; setting up a cluster (``LocalCluster``, a scheduler address) is the
+caller's business (``workflows``).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.assign import MODES, AssignState, assign_batch
+from pipeline.attr_cluster import AttrClusters, attribute_clusters, column_clusters
+from pipeline.config import PartitionConfig
+from pipeline.degrees import Degrees, compute_degrees
+from pipeline.mapping import CommunityMapping, map_communities
+from pipeline.masters import choose_masters, count_edges_per_replica, replica_offsets
+from pipeline.metrics import locality_batch, partition_metrics
+from pipeline.stream import iter_edge_batches
+from pipeline.struct_cluster import Communities, structural_clusters
+from storage.fs import Shard, discover_shards
+from storage.reader import read_node_column
+from storage.resources import peak_rss_bytes, stage
+from storage.schema import read_meta
+from storage.validate import ValidationReport, input_paths, open_parquet, validate_input
+
+__all__ = ["Assignment", "partition", "edge_cap"]
+
+log = logging.getLogger(__name__)
+
+
+def edge_cap(num_edges: int, num_parts: int, epsilon: float) -> int:
+    """The hard per-partition edge cap ``ceil((1 + epsilon) |E| / k)``."""
+    return int(np.ceil((1.0 + epsilon) * num_edges / num_parts))
+
+
+@dataclass
+class Assignment:
+    """The result of a partitioning run: edge → partition (on disk), vertex state, metrics."""
+
+    config: PartitionConfig
+    num_nodes: int
+    num_edges: int
+    edge_shards: list[Shard]
+    node_shards: list[Shard]
+    workdir: str
+    degree: np.ndarray
+    replicas: np.ndarray
+    loads: np.ndarray
+    master: np.ndarray
+    attr: AttrClusters
+    communities: Communities | None
+    mapping: CommunityMapping | None
+    metrics: dict[str, Any]
+    timings: dict[str, float] = field(default_factory=dict)
+    owns_workdir: bool = False
+
+    def edge_parts(self, shard_index: int) -> np.ndarray:
+        """Partition id of every row of edge shard ``shard_index`` (memory-mapped)."""
+        return np.load(Path(self.workdir) / f"edge-parts-{shard_index:05d}.npy", mmap_mode="r")
+
+    def iter_assigned(self, batch_rows: int = 1 << 20):
+        """Yield ``(src, dst, part)`` batches in stream order."""
+        for batch in iter_edge_batches(self.edge_shards, batch_rows):
+            parts = self.edge_parts(batch.shard_index)
+            yield batch.src, batch.dst, np.asarray(parts[batch.row0 : batch.row0 + len(batch.src)])
+
+    def close(self) -> None:
+        if self.owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> "Assignment":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _metis_membership(edge_shards: list[Shard], degree: np.ndarray, num_parts: int, seed: int, batch_rows: int) -> np.ndarray:
+    import pymetis
+
+    n = len(degree)
+    # In-memory CSR of the symmetrised graph: metis is a small-graph reference only.
+    srcs, dsts = [], []
+    for batch in iter_edge_batches(edge_shards, batch_rows):
+        keep = batch.src != batch.dst
+        srcs.append(batch.src[keep])
+        dsts.append(batch.dst[keep])
+    src = np.concatenate(srcs + [np.zeros(0, np.int64)])
+    dst = np.concatenate(dsts + [np.zeros(0, np.int64)])
+    a = np.concatenate([src, dst])
+    b = np.concatenate([dst, src])
+    key = np.unique(a * n + b)
+    a, b = key // n, key % n
+    xadj = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(a, minlength=n), out=xadj[1:])
+    if num_parts == 1:
+        return np.zeros(n, dtype=np.int32)
+    opts = pymetis.Options(seed=seed)
+    _, membership = pymetis.part_graph(num_parts, xadj=xadj, adjncy=b, options=opts)
+    return np.asarray(membership, dtype=np.int32)
+
+
+def _resolve_inputs(input_url, storage_options):
+    edges_url, nodes_url = input_paths(input_url)
+    edge_shards = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
+    node_shards = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
+    return edge_shards, node_shards
+
+
+def partition(
+    input_url: str | Path,
+    num_parts: int | None = None,
+    *,
+    algo: str | None = None,
+    config: PartitionConfig | None = None,
+    client=None,
+    workdir: str | Path | None = None,
+    attr: AttrClusters | None = None,
+    degrees: Degrees | None = None,
+    validate: bool = True,
+    storage_options: dict | None = None,
+) -> Assignment:
+    """Partition the input at ``input_url`` into k parts.
+
+    Parameters
+    ----------
+    input_url
+        An input directory (``edges/``, ``nodes/``, optional ``meta.json``).
+    num_parts, algo
+        Shorthands for ``config.num_parts`` and ``config.algo``.
+    config
+        The full configuration (:class:`PartitionConfig`).
+    client
+        A ``distributed.Client`` for the Dask stages; None uses the threaded scheduler.
+    workdir
+        Where the edge → partition arrays go (a temporary directory, removed by
+        ``Assignment.close()``, when None).
+    attr, degrees
+        Precomputed attribute clusters and degrees to reuse (benchmarks run many
+        algorithms on one input).
+    validate
+        Run the streaming validator first (bad input fails before any work).
+
+    Returns
+    -------
+    Assignment
+    """
+    if config is None:
+        if num_parts is None:
+            raise ValueError("partition() needs num_parts or config")
+        config = PartitionConfig(num_parts=num_parts, algo=algo or "asep")
+    elif num_parts is not None or algo is not None:
+        config = replace(config, num_parts=num_parts or config.num_parts, algo=algo or config.algo)
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def tick(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[name] = timings.get(name, 0.0) + now - clock
+        clock = now
+
+    meta = read_meta(input_url, storage_options) or {}
+    if config.undirected is None:
+        config = replace(config, undirected=bool(meta.get("undirected", False)))
+    report: ValidationReport | None = None
+    if validate:
+        report = validate_input(
+            input_url, undirected=config.undirected, check_duplicates=False,
+            storage_options=storage_options,
+        )
+    tick("validate")
+    edge_shards, node_shards = _resolve_inputs(input_url, storage_options)
+    num_nodes = report.num_nodes if report else int(meta["num_nodes"])
+    k = config.num_parts
+    run = config.effective()
+
+    if degrees is None:
+        degrees = compute_degrees(edge_shards, num_nodes, client=client, batch_rows=run.batch_rows)
+    degree = degrees.degree
+    num_edges = degrees.num_edges
+    tick("degrees")
+
+    if attr is None:
+        if run.attr_column:
+            attr = column_clusters(node_shards, num_nodes, run.attr_column, client=client)
+        else:
+            attr = attribute_clusters(
+                node_shards, num_nodes, run.attr_clusters, seed=run.seed,
+                max_passes=run.kmeans_max_passes, tol=run.kmeans_tol,
+                sample_size=run.kmeans_sample, projection_dim=run.projection_dim,
+                projection_threshold=run.projection_threshold, client=client,
+            )
+    attr_ids = np.ascontiguousarray(attr.attr_cluster_id, dtype=np.int32)
+    tick("attribute clustering")
+
+    communities = mapping = None
+    community = np.zeros(1, dtype=np.int64)
+    comm_part = np.zeros(1, dtype=np.int32)
+    comm_vol = np.zeros(1, dtype=np.int64)
+    attr_home = np.zeros(max(1, int(attr_ids.max()) + 1 if num_nodes else 1), dtype=np.int32)
+    if run.uses_communities:
+        struct_attr = attr_ids if run.uses_attributes else np.zeros(num_nodes, dtype=np.int32)
+        communities = structural_clusters(
+            edge_shards, degree, struct_attr, k, run.alpha, batch_rows=run.batch_rows
+        )
+        tick("structural clustering")
+        mapping = map_communities(
+            communities.volume, attr_ids, k, epsilon=run.epsilon,
+            keep_attr_together=run.uses_attributes,
+        )
+        community, comm_part, comm_vol = communities.community_id, mapping.community_part, communities.volume
+        if run.uses_attributes:
+            attr_home = mapping.attr_home
+        tick("mapping")
+    elif run.algo == "metis":
+        community = np.arange(num_nodes, dtype=np.int64)
+        comm_part = _metis_membership(edge_shards, degree, k, run.seed, run.batch_rows)
+        comm_vol = degree
+        tick("metis")
+
+    if run.algo in ("asep", "2ps-l", "2ps-hdrf", "metis"):
+        mode = MODES["all"] if run.scoring == "hdrf" else MODES["candidates"]
+    elif run.algo == "hdrf":
+        mode = MODES["all"]
+    else:
+        mode = MODES[run.algo]
+    use_partial = run.algo == "hdrf"
+    use_comm = run.algo in ("asep", "2ps-l", "2ps-hdrf", "metis")
+    beta = run.beta if run.uses_attributes else 0.0
+    cap = edge_cap(num_edges, k, run.epsilon)
+
+    owns = workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="asepr-assign-") if owns else workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    state = AssignState(num_nodes, k)
+    try:
+        shard_rows = [open_parquet(s).metadata.num_rows for s in edge_shards]
+        part_files = [
+            np.lib.format.open_memmap(workdir / f"edge-parts-{i:05d}.npy", mode="w+",
+                                      dtype=np.int16, shape=(rows,))
+            for i, rows in enumerate(shard_rows)
+        ]
+        with stage("assignment", log) as info:
+            kernel_seconds = 0.0
+            for batch in iter_edge_batches(edge_shards, run.batch_rows):
+                out = np.empty(len(batch.src), dtype=np.int16)
+                t0 = time.perf_counter()
+                assign_batch(
+                    batch.src, batch.dst, out, mode, state.replicas, state.loads, degree,
+                    state.pdeg, use_partial, community, comm_part, comm_vol, use_comm,
+                    attr_ids, attr_home, beta, run.hdrf_lambda, cap, run.seed,
+                )
+                kernel_seconds += time.perf_counter() - t0
+                part_files[batch.shard_index][batch.row0 : batch.row0 + len(out)] = out
+            for f in part_files:
+                f.flush()
+            del part_files
+            info.update(edges=num_edges, kernel_edges_per_s=int(num_edges / max(kernel_seconds, 1e-9)))
+        timings["assignment kernel"] = kernel_seconds
+        tick("assignment")
+
+        result = Assignment(
+            config=run, num_nodes=num_nodes, num_edges=num_edges, edge_shards=edge_shards,
+            node_shards=node_shards, workdir=str(workdir), degree=degree,
+            replicas=state.replicas, loads=state.loads, master=np.zeros(num_nodes, np.int32),
+            attr=attr, communities=communities, mapping=mapping, metrics={},
+            timings=timings, owns_workdir=owns,
+        )
+        offsets = replica_offsets(state.replicas)
+        counts = np.zeros(offsets[-1], dtype=np.int64)
+        for src, dst, part in result.iter_assigned(run.batch_rows):
+            count_edges_per_replica(src, dst, part, state.replicas, offsets, counts)
+        result.master = choose_masters(state.replicas, offsets, counts, k)
+        del counts, offsets
+        tick("masters")
+
+        with stage("metrics", log):
+            local = total = 0
+            for batch in iter_edge_batches(edge_shards, run.batch_rows):
+                a, b = locality_batch(batch.src, batch.dst, state.replicas, result.master)
+                local += a
+                total += b
+            labels = read_node_column(node_shards, num_nodes, "label")
+            result.metrics = partition_metrics(
+                state.replicas, state.loads, result.master, attr_ids, labels, (local, total)
+            )
+        result.metrics["cap"] = cap
+        tick("metrics")
+        result.metrics["peak_rss_bytes"] = peak_rss_bytes()
+        return result
+    except BaseException:
+        if owns:
+            shutil.rmtree(workdir, ignore_errors=True)
+        raise
+

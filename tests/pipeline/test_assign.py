@@ -1,0 +1,215 @@
+"""The assignment kernel family, structural clustering and mapping, at kernel level."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.assign import MODES, AssignState, assign_batch, replica_sets
+from pipeline.mapping import map_communities
+from pipeline.masters import choose_masters, count_edges_per_replica, popcounts, replica_offsets
+from pipeline.struct_cluster import cluster_batch
+
+ALGOS = ["hash", "dbh", "greedy", "hdrf", "2ps-l", "2ps-hdrf", "asep", "asep-hdrf"]
+
+
+def run_kernel(algo, src, dst, num_nodes, k, *, attr=None, alpha=0.5, beta=1.0, epsilon=0.05,
+               seed=0, batch=7):
+    """Drive the kernels the way pipeline.partition does, on in-memory edges."""
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    degree = np.bincount(src, minlength=num_nodes) + np.bincount(dst, minlength=num_nodes)
+    attr = np.zeros(num_nodes, np.int32) if attr is None else np.asarray(attr, np.int32)
+    uses_comm = algo in ("2ps-l", "2ps-hdrf", "asep", "asep-hdrf")
+    uses_attr = algo.startswith("asep")
+    community = np.arange(num_nodes, dtype=np.int64)
+    volume = degree.astype(np.int64)
+    comm_part = np.zeros(num_nodes, np.int32)
+    attr_home = np.zeros(int(attr.max()) + 1 if num_nodes else 1, np.int32)
+    if uses_comm:
+        cap_vol = degree.sum() / k
+        run_alpha = alpha if uses_attr else 0.0
+        struct_attr = attr if uses_attr else np.zeros(num_nodes, np.int32)
+        for lo in range(0, len(src), batch):
+            cluster_batch(src[lo:lo + batch], dst[lo:lo + batch], degree, community, volume,
+                          struct_attr, cap_vol, (1 - run_alpha) * cap_vol)
+        mapping = map_communities(volume, attr, k, epsilon=epsilon, keep_attr_together=uses_attr)
+        comm_part = mapping.community_part
+        if uses_attr:
+            attr_home = mapping.attr_home
+    mode = {"hash": "hash", "dbh": "dbh", "greedy": "greedy", "hdrf": "all", "2ps-l": "candidates",
+            "2ps-hdrf": "all", "asep": "candidates", "asep-hdrf": "all"}[algo]
+    cap = math.ceil((1 + epsilon) * len(src) / k)
+    state = AssignState(num_nodes, k)
+    out = np.empty(len(src), dtype=np.int16)
+    for lo in range(0, len(src), batch):
+        assign_batch(src[lo:lo + batch], dst[lo:lo + batch], out[lo:lo + batch], MODES[mode],
+                     state.replicas, state.loads, degree, state.pdeg, algo == "hdrf",
+                     community, comm_part, volume, uses_comm, attr, attr_home,
+                     beta if uses_attr else 0.0, 1.0, cap, seed)
+    return out, state, cap, degree
+
+
+graphs = st.integers(2, 25).flatmap(
+    lambda n: st.tuples(
+        st.just(n),
+        st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), min_size=1, max_size=120),
+        st.integers(1, 9),
+        st.lists(st.integers(0, 3), min_size=n, max_size=n),
+    )
+)
+
+
+@settings(deadline=None, max_examples=40)
+@given(graph=graphs, algo=st.sampled_from(ALGOS), seed=st.integers(0, 3))
+def test_kernel_invariants(graph, algo, seed):
+    n, edges, k, attr = graph
+    src = [e[0] for e in edges]
+    dst = [e[1] for e in edges]
+    out, state, cap, degree = run_kernel(algo, src, dst, n, k, attr=attr, seed=seed)
+    # Every edge gets exactly one partition in [0, k), and the loads respect the cap.
+    assert out.min() >= 0 and out.max() < k
+    assert np.bincount(out, minlength=k).tolist() == state.loads.tolist()
+    assert state.loads.max() <= cap
+    # Replica bitsets equal the partitions that hold the vertex's edges.
+    expected = [set() for _ in range(n)]
+    for u, v, p in zip(src, dst, out.tolist()):
+        expected[u].add(p)
+        expected[v].add(p)
+    assert [set(replica_sets(state.replicas, v)) for v in range(n)] == expected
+    # Masters lie in the replica set (isolated vertices get one anyway).
+    offsets = replica_offsets(state.replicas)
+    counts = np.zeros(offsets[-1], np.int64)
+    count_edges_per_replica(np.array(src), np.array(dst), out, state.replicas, offsets, counts)
+    master = choose_masters(state.replicas, offsets, counts, k)
+    for v in range(n):
+        if expected[v]:
+            assert master[v] in expected[v]
+            # It holds the most of v's edges.
+            per_part = np.zeros(k, int)
+            for u, w, p in zip(src, dst, out.tolist()):
+                if u == v or w == v:
+                    per_part[p] += 1
+            assert per_part[master[v]] == per_part.max()
+        else:
+            assert 0 <= master[v] < k
+    # RF computed from the bitsets equals the naive count.
+    non_isolated = sum(1 for s in expected if s)
+    assert popcounts(state.replicas).sum() / non_isolated == pytest.approx(
+        sum(len(s) for s in expected) / non_isolated
+    )
+    # Deterministic: the same input and seed give the same assignment.
+    again, _, _, _ = run_kernel(algo, src, dst, n, k, attr=attr, seed=seed, batch=3)
+    assert again.tolist() == out.tolist()
+
+
+def test_2ps_l_on_a_hand_checked_graph():
+    # Two triangles joined by the edge (2, 3); see the derivation in the comments.
+    src = [0, 1, 0, 3, 4, 3, 2]
+    dst = [1, 2, 2, 4, 5, 5, 3]
+    # Clustering (cap 14/2 = 7): 0 joins 1 (vol 4), 2 joins {0,1} (vol 7), 4 joins 3
+    # (vol 5), 5 joins {3,4} (vol 7); (2,3) sees two full communities. Mapping:
+    # {0,1,2} -> p0, {3,4,5} -> p1. Assignment (cap 4): both triangles stay home;
+    # (2,3) scores 1.5 + 0.5 on both sides, and the tie goes to p(c(2)) = p0.
+    out, state, cap, _ = run_kernel("2ps-l", src, dst, 6, 2, batch=100)
+    assert cap == 4
+    assert out.tolist() == [0, 0, 0, 1, 1, 1, 0]
+    assert [replica_sets(state.replicas, v) for v in range(6)] == [[0], [0], [0], [0, 1], [1], [1]]
+    # alpha = 0, beta = 0 ASEP is 2PS-L whatever the attributes are.
+    asep, _, _, _ = run_kernel("asep", src, dst, 6, 2, attr=[0, 1, 2, 3, 0, 1], alpha=0.0,
+                               beta=0.0, batch=100)
+    assert asep.tolist() == out.tolist()
+
+
+def hdrf_reference(src, dst, num_nodes, k, lam=1.0, epsilon=0.05):
+    """The published HDRF (Petroni et al. 2015), written plainly, with our hard cap.
+
+    Operations follow the kernel's order so float rounding (and so ties) agree.
+    """
+    cap = math.ceil((1 + epsilon) * len(src) / k)
+    replicas = [set() for _ in range(num_nodes)]
+    pdeg = [0] * num_nodes
+    loads = [0] * k
+    out = []
+    for u, v in zip(src, dst):
+        pdeg[u] += 1
+        if v != u:
+            pdeg[v] += 1
+        du, dv = float(pdeg[u]), float(pdeg[v])
+        theta_u, theta_v = du / (du + dv), dv / (du + dv)
+        gu, gv = 1.0 + (1.0 - theta_u), 1.0 + (1.0 - theta_v)
+        max_load, min_load = max(loads), min(loads)
+        scale = lam / (1.0 + (max_load - min_load))
+        best, best_score = -1, -1.0
+        for p in range(k):
+            if loads[p] >= cap:
+                continue
+            score = scale * float(max_load - loads[p])
+            score += gu * (1.0 if p in replicas[u] else 0.0)
+            score += gv * (1.0 if p in replicas[v] else 0.0)
+            if score > best_score:
+                best, best_score = p, score
+        if best < 0:
+            best = loads.index(min(loads))
+        out.append(best)
+        loads[best] += 1
+        replicas[u].add(best)
+        replicas[v].add(best)
+    return out
+
+
+@pytest.mark.parametrize("k", [2, 3, 8, 70])
+def test_hdrf_matches_reference_edge_for_edge(k):
+    rng = np.random.default_rng(k)
+    n = 60
+    # A skewed graph, so that degrees differ and the replication term matters.
+    src = (rng.pareto(1.5, 800) * 3).astype(np.int64) % n
+    dst = rng.integers(0, n, 800)
+    out, _, _, _ = run_kernel("hdrf", src, dst, n, k, batch=64)
+    assert out.tolist() == hdrf_reference(src.tolist(), dst.tolist(), n, k)
+
+
+def test_alpha_one_keeps_communities_inside_attribute_clusters():
+    rng = np.random.default_rng(3)
+    n = 300
+    src = rng.integers(0, n, 3000)
+    dst = rng.integers(0, n, 3000)
+    attr = rng.integers(0, 4, n).astype(np.int32)
+    degree = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
+    community = np.arange(n, dtype=np.int64)
+    volume = degree.astype(np.int64)
+    cap = degree.sum() / 4
+    moves = cluster_batch(src, dst, degree, community, volume, attr, cap, 0.0)
+    assert moves > 0
+    assert all(attr[community[v]] == attr[v] for v in range(n))
+    # Volumes stay consistent with membership, and within the cap.
+    assert np.array_equal(np.bincount(community, weights=degree, minlength=n).astype(np.int64), volume)
+    assert volume.max() <= cap
+
+
+def test_mapping_keeps_attribute_clusters_together_and_balances():
+    volume = np.array([5, 5, 5, 5, 4, 4, 4, 4], dtype=np.int64)
+    attr = np.array([0, 0, 1, 1, 2, 2, 3, 3], dtype=np.int32)
+    mapping = map_communities(volume, attr, 4, epsilon=0.2, keep_attr_together=True)
+    parts = mapping.community_part
+    for a in range(4):
+        members = np.flatnonzero(attr == a)
+        assert len(set(parts[members].tolist())) == 1
+    assert sorted(mapping.part_volume.tolist()) == [8, 8, 10, 10]
+    assert [mapping.attr_home[a] == parts[np.flatnonzero(attr == a)[0]] for a in range(4)] == [True] * 4
+
+
+def test_mapping_splits_an_attribute_cluster_only_past_the_cap():
+    volume = np.array([6, 6, 6, 1, 1], dtype=np.int64)
+    attr = np.array([0, 0, 0, 1, 1], dtype=np.int32)
+    # cap = 1.05 * 20 / 2 = 10.5: cluster 0 (18) cannot fit in one partition.
+    mapping = map_communities(volume, attr, 2, epsilon=0.05, keep_attr_together=True)
+    parts = mapping.community_part
+    assert len(set(parts[:3].tolist())) == 2
+    assert mapping.part_volume.max() <= 12
+    plain = map_communities(volume, attr, 2, epsilon=0.05, keep_attr_together=False)
+    assert sorted(plain.part_volume.tolist()) == [8, 12]
