@@ -1,0 +1,183 @@
+"""Importer for the gnn-benchmark ``.npz`` format (Cora, Amazon, Coauthor, ...).
+
+The file (shchur/gnn-benchmark) holds a CSR adjacency (``adj_data``, ``adj_indices``,
+``adj_indptr``, ``adj_shape``), a CSR feature matrix (``attr_*``) and ``labels``. Other
+keys, among them object arrays that would need pickle (``class_names``), are never read.
+
+Written (see :mod:`storage.input_writer` for the shard layout)::
+
+    OUT/
+      edges/part-*.parquet   src < dst: each undirected edge once, no self-loops, sorted
+      nodes/part-*.parquet   id 0..N-1, feat = dense float32 rows of the CSR matrix,
+                             label int64, split int8 (seeded stratified 60/20/20)
+      meta.json              undirected: true, split {kind: stratified, seed}, counts
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from storage.errors import InputError, SchemaError, format_problem
+from storage.importers import _common
+from storage.input_writer import InputWriter
+from storage.resources import stage
+
+__all__ = ["import_gnn_npz"]
+
+log = logging.getLogger(__name__)
+
+FORMAT = "gnn-npz"
+
+
+def _csr(npz, prefix: str, url: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, int]]:
+    """Read and check one CSR matrix ``prefix_{data,indices,indptr,shape}``."""
+    shape = _common.npz_array(npz, f"{prefix}_shape", url, ndim=1, kind="iu")
+    if len(shape) != 2 or (shape < 0).any():
+        raise SchemaError(
+            format_problem(
+                f"file {url}, array '{prefix}_shape'", "two non-negative sizes (rows, columns)",
+                f"{shape.tolist()}", "the file is corrupt; download it again.",
+            )
+        )
+    rows, cols = int(shape[0]), int(shape[1])
+    indptr = _common.npz_array(npz, f"{prefix}_indptr", url, ndim=1, kind="iu").astype(np.int64)
+    indices = _common.npz_array(npz, f"{prefix}_indices", url, ndim=1, kind="iu").astype(np.int64)
+    data = _common.npz_array(npz, f"{prefix}_data", url, ndim=1, kind="iufb")
+    problem = None
+    if len(indptr) != rows + 1:
+        problem = f"'{prefix}_indptr' of length {len(indptr)} for {rows} rows (expected {rows + 1})"
+    elif indptr[0] != 0 or (np.diff(indptr) < 0).any():
+        problem = f"'{prefix}_indptr' that does not start at 0 and never decrease"
+    elif indptr[-1] != len(indices) or len(data) != len(indices):
+        problem = (
+            f"'{prefix}_indptr' ending at {int(indptr[-1])} with {len(indices)} indices "
+            f"and {len(data)} values"
+        )
+    elif len(indices) and (indices.min() < 0 or indices.max() >= cols):
+        problem = f"'{prefix}_indices' outside [0, {cols})"
+    if problem:
+        raise SchemaError(
+            format_problem(
+                f"file {url}, CSR matrix '{prefix}_*'", "a consistent CSR matrix", problem,
+                "the file is corrupt or truncated; download it again.",
+            )
+        )
+    return indptr, indices, data, (rows, cols)
+
+
+def import_gnn_npz(
+    src: str | Path,
+    out: str | Path,
+    *,
+    shard_rows: int = 1_000_000,
+    seed: int = 0,
+    overwrite: bool = False,
+    storage_options: dict | None = None,
+    name: str | None = None,
+    undirected: bool | None = None,
+    drop_self_loops: bool | None = None,
+) -> dict[str, Any]:
+    """Import a gnn-benchmark ``.npz`` (or a directory holding exactly one).
+
+    Parameters
+    ----------
+    src
+        The ``.npz`` file, or a directory with one ``.npz`` in it.
+    out
+        The input directory to write (must not exist unless ``overwrite``).
+    shard_rows, overwrite, storage_options
+        Passed to :class:`~storage.input_writer.InputWriter`.
+    seed
+        Seed of the stratified 60/20/20 split (the format ships no split).
+    name
+        Dataset name for ``meta.json``; default the file stem.
+    undirected, drop_self_loops
+        Accepted for a uniform CLI; only True is legal (the graph is always symmetrised,
+        self-loops are always dropped).
+
+    Returns
+    -------
+    dict
+        The committed ``meta.json``.
+    """
+    _common.fixed_option(undirected, "undirected", True, FORMAT, "the graph is symmetrised")
+    _common.fixed_option(drop_self_loops, "drop_self_loops", True, FORMAT, "self-loops are always dropped")
+    fs, path, url = _common.resolve_src(src, storage_options, "gnn-benchmark npz")
+    dataset = _common.dataset_name(path, name)
+    path, url = _common.single_file(fs, path, url, ".npz", "gnn-benchmark npz")
+    _common.check_out(out, storage_options, overwrite)
+
+    with stage(f"import {FORMAT} {url}", log) as info, _common.open_npz(fs, path, url) as npz:
+        adj_indptr, adj_indices, _, (n, n_cols) = _csr(npz, "adj", url)
+        if n != n_cols:
+            raise SchemaError(
+                format_problem(
+                    f"file {url}, array 'adj_shape'", "a square adjacency matrix",
+                    f"shape ({n}, {n_cols})", "the file is not a gnn-benchmark graph.",
+                )
+            )
+        labels = _common.npz_array(npz, "labels", url, ndim=1, kind="iu").astype(np.int64)
+        if len(labels) != n:
+            raise SchemaError(
+                format_problem(
+                    f"file {url}, array 'labels'", f"one label per node ({n})",
+                    f"{len(labels)} labels", "the file is corrupt; download it again.",
+                )
+            )
+        if (labels < -1).any():
+            raise InputError(
+                format_problem(
+                    f"file {url}, array 'labels'", "class ids >= 0 (or -1 for unknown)",
+                    f"the value {int(labels.min())}", "recode the labels.",
+                )
+            )
+        attr_indptr, attr_indices, attr_data, (attr_rows, feat_dim) = _csr(npz, "attr", url)
+        if attr_rows != n:
+            raise SchemaError(
+                format_problem(
+                    f"file {url}, array 'attr_shape'", f"{n} rows (one per node)",
+                    f"{attr_rows} rows", "the file is corrupt; download it again.",
+                )
+            )
+
+        if not np.isfinite(attr_data).all():
+            raise InputError(
+                format_problem(
+                    f"file {url}, array 'attr_data'", "finite feature values",
+                    f"{int((~np.isfinite(attr_data)).sum()):,} NaN or inf value(s)",
+                    "the file is corrupt; download it again.",
+                )
+            )
+
+        row_nid = np.repeat(np.arange(n, dtype=np.int64), np.diff(adj_indptr))
+        src_nid, dst_nid, counts = _common.canonical_undirected(row_nid, adj_indices, n)
+        del row_nid, adj_indices
+        counts["stored_symmetric"] = counts["reverse_pairs"] * 2 == (
+            counts["raw_entries"] - counts["self_loops_dropped"] - counts["exact_duplicates"]
+        )
+        split = _common.stratified_split(labels, seed)
+
+        with InputWriter(
+            out, feat_dim=feat_dim, shard_rows=shard_rows, overwrite=overwrite,
+            storage_options=storage_options,
+        ) as writer:
+            writer.write_edges(src_nid, dst_nid)
+            _common.write_csr_nodes(
+                writer, attr_indptr, attr_indices, attr_data.astype(np.float64), labels, split
+            )
+            meta = writer.commit(
+                {
+                    "name": dataset,
+                    "undirected": True,
+                    "num_classes": _common.num_classes_of(labels),
+                    "source": {"format": FORMAT, "path": str(src), "file": url},
+                    "split": _common.stratified_split_meta(seed, labels),
+                    "counts": counts,
+                }
+            )
+        info.update(nodes=meta["num_nodes"], edges=meta["num_edges"])
+    return meta
