@@ -111,7 +111,11 @@ def _metis_membership(edge_shards: list[Shard], degree: np.ndarray, num_parts: i
     if num_parts == 1:
         return np.zeros(n, dtype=np.int32)
     opts = pymetis.Options(seed=seed)
-    _, membership = pymetis.part_graph(num_parts, xadj=xadj, adjncy=b, options=opts)
+    adjacency = pymetis.CSRAdjacency(xadj, b) if hasattr(pymetis, "CSRAdjacency") else None
+    if adjacency is not None:
+        _, membership = pymetis.part_graph(num_parts, adjacency, options=opts)
+    else:
+        _, membership = pymetis.part_graph(num_parts, xadj=xadj, adjncy=b, options=opts)
     return np.asarray(membership, dtype=np.int32)
 
 

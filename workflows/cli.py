@@ -101,7 +101,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the whole flow on the bundled Cora graph")
     _add_common(p)
     p.add_argument("--workdir", help="keep the outputs here (default: a temporary directory)")
+
+    # Commands that live in their own modules register themselves: each module has
+    # ``register(subparsers, add_common)`` that adds parsers with a ``handler`` default.
+    for module in _command_modules():
+        module.register(sub, _add_common)
     return parser
+
+
+def _command_modules():
+    import importlib
+
+    names = ["workflows.commands_partition", "workflows.commands_bench"]
+    modules = []
+    for name in names:
+        try:
+            modules.append(importlib.import_module(name))
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    return modules
 
 
 def _setup_logging(args: argparse.Namespace) -> None:
@@ -220,8 +239,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args)
+    handler = getattr(args, "handler", None) or _COMMANDS[args.command]
     try:
-        return _COMMANDS[args.command](args)
+        return handler(args)
     except AseprError as exc:
         print(f"asepr {args.command}: error: {exc}", file=sys.stderr)
         return 1

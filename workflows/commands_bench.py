@@ -1,0 +1,48 @@
+"""`asepr bench ...` subcommands."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["register"]
+
+DEFAULT_DATASETS = ["amazon-computers", "coauthor-physics", "tolokers", "facebook-pagepage"]
+DEFAULT_ALGOS = ["asep", "2ps-l", "2ps-hdrf", "hdrf", "dbh", "greedy", "hash"]
+
+
+def _bench_partition(args: argparse.Namespace) -> int:
+    from pipeline.config import PartitionConfig
+    from workflows.bench import bench_partition
+
+    base = PartitionConfig(
+        num_parts=2,
+        **{k: v for k, v in (("alpha", args.alpha), ("beta", args.beta), ("scoring", args.scoring),
+                             ("num_attr_clusters", args.attr_clusters)) if v is not None},
+    )
+    bench_partition(
+        args.datasets, args.k, args.algos, Path(args.out), orders=tuple(args.orders),
+        cache=Path(args.cache) if args.cache else None, seed=args.seed, base=base,
+    )
+    print(f"wrote {args.out}/partition.md and partition.parquet")
+    return 0
+
+
+def register(sub, add_common) -> None:
+    p = sub.add_parser("bench", help="side-by-side benchmarks that write tables")
+    bench_sub = p.add_subparsers(dest="bench_command", required=True, metavar="BENCH")
+    q = bench_sub.add_parser("partition", help="algorithms x datasets x k: RF, balance, homogeneity, speed")
+    add_common(q)
+    q.add_argument("--datasets", nargs="+", default=DEFAULT_DATASETS,
+                   help="shared dataset names or input directories")
+    q.add_argument("-k", nargs="+", type=int, default=[4, 8, 16, 32])
+    q.add_argument("--algos", nargs="+", default=DEFAULT_ALGOS)
+    q.add_argument("--orders", nargs="+", choices=["shuffled", "natural"], default=["shuffled", "natural"])
+    q.add_argument("--out", default="report")
+    q.add_argument("--cache", help="where imported/shuffled inputs are kept (default OUT/inputs)")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--alpha", type=float)
+    q.add_argument("--beta", type=float)
+    q.add_argument("--scoring", choices=["candidates", "hdrf"])
+    q.add_argument("--attr-clusters", type=int)
+    q.set_defaults(handler=_bench_partition, command="bench")
