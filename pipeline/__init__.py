@@ -6,7 +6,8 @@ benchmarks).
 """
 
 from pipeline.assign import MODES, AssignState, assign_batch, replica_sets
-from pipeline.attr_cluster import AttrClusters, AttrModel, attribute_clusters, column_clusters
+from pipeline.attr_cluster import AttrClusters, AttrModel, attribute_clusters
+from pipeline.attr_column import column_clusters
 from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
 from pipeline.degrees import Degrees, compute_degrees
 from pipeline.mapping import CommunityMapping, map_communities

@@ -1,8 +1,8 @@
 """Stage ③: attribute clustering, out of core, as Dask map-reduce passes (DESIGN.md §4.2).
 
 Every node gets an ``attr_cluster_id`` in ``0..C-1``, either from spherical k-means
-over its feature vector (:func:`attribute_clusters`) or from a categorical node column
-(:func:`column_clusters`).
+over its feature vector (:func:`attribute_clusters`, here) or from a categorical node
+column (:func:`pipeline.attr_column.column_clusters`).
 
 k-means, step by step
 ---------------------
@@ -57,10 +57,16 @@ import dask
 import numba
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from pipeline.degrees import _compute, _task_prefix, _tree_reduce
-from storage.errors import AseprError, InputError, SchemaError, format_problem
+from pipeline.dask_ops import (
+    captured,
+    compute,
+    first_error,
+    share,
+    task_prefix,
+    tree_reduce,
+)
+from storage.errors import InputError, format_problem
 from storage.fs import Shard
 from storage.resources import stage
 from storage.schema import FeatureLayout, check_node_schema, feature_matrix
@@ -69,7 +75,7 @@ from storage.validate import open_parquet
 if TYPE_CHECKING:
     import distributed
 
-__all__ = ["AttrClusters", "AttrModel", "attribute_clusters", "column_clusters"]
+__all__ = ["AttrClusters", "AttrModel", "attribute_clusters", "scatter_labels"]
 
 log = logging.getLogger(__name__)
 
@@ -295,25 +301,6 @@ def _features(batch: pa.RecordBatch, layout: FeatureLayout, shard: Shard, row0: 
         ) from exc
 
 
-def _captured(fn, *args):
-    """Run ``fn``; return ``(None, result)``, or ``(error, None)`` for an asepr error.
-
-    Scans run in parallel, so the first error to surface would depend on timing; the
-    client raises the error of the first shard in order instead.
-    """
-    try:
-        return None, fn(*args)
-    except AseprError as exc:
-        return exc, None
-
-
-def _first_error(results: list[tuple[AseprError | None, Any]]) -> list[Any]:
-    for error, _ in results:
-        if error is not None:
-            raise error
-    return [value for _, value in results]
-
-
 def _spill_paths(spill: str, index: int) -> tuple[str, str]:
     base = os.path.join(spill, f"shard-{index:05d}")
     return f"{base}.emb.npy", f"{base}.ids.npy"
@@ -506,14 +493,7 @@ def _update(
     return new, reseeded
 
 
-def _share(value: Any, client: distributed.Client | None, name: str) -> Any:
-    """One graph node (or one scattered future) for a value every task reads."""
-    if client is not None:
-        return client.scatter(value, broadcast=True, hash=False)
-    return dask.delayed(value, name=name)
-
-
-def _scatter_labels(
+def scatter_labels(
     parts: list[tuple[np.ndarray, np.ndarray]], shards: list[Shard], num_nodes: int, what: str
 ) -> np.ndarray:
     """Place per-shard ``(global_nid, cluster id)`` into one ``int32 [N]`` array."""
@@ -680,15 +660,15 @@ def _kmeans_impl(
     batch_rows,
     spill,
 ) -> AttrClusters:
-    prefix = _task_prefix("attr")
+    prefix = task_prefix("attr")
     seq_projection, seq_sample, seq_init = np.random.SeedSequence(seed).spawn(3)
 
     clock = _Clock()
     # 0. scan: rows and feature width per shard
-    scans = _first_error(
-        _compute(
+    scans = first_error(
+        compute(
             [
-                dask.delayed(_captured)(_scan_shard, s, dask_key_name=f"{prefix}-scan-{i}")
+                dask.delayed(captured)(_scan_shard, s, dask_key_name=f"{prefix}-scan-{i}")
                 for i, s in enumerate(shards)
             ],
             client,
@@ -740,7 +720,7 @@ def _kmeans_impl(
     picks = np.sort(np.random.default_rng(seq_sample).choice(total, size=n_sample, replace=False))
     offsets = np.r_[0, np.cumsum(rows)]
     proj_node = (
-        _share(projection, client, f"{prefix}-projection") if projection is not None else None
+        share(projection, client, f"{prefix}-projection") if projection is not None else None
     )
     tasks = []
     for i, shard in enumerate(shards):
@@ -757,7 +737,7 @@ def _kmeans_impl(
                 dask_key_name=f"{prefix}-embed-{i}",
             )
         )
-    embedded = _compute(tasks, client)
+    embedded = compute(tasks, client)
     sample = np.concatenate([s for _, s in embedded])
     sample = sample[np.einsum("ij,ij->i", sample, sample) > 0]  # zero rows cannot be centroids
     if n_sample == total:
@@ -785,15 +765,15 @@ def _kmeans_impl(
     converged = False
     passes = 0
     for passes in range(1, max_passes + 1):
-        cent_node = _share(centroids, client, f"{prefix}-centroids-{passes}")
+        cent_node = share(centroids, client, f"{prefix}-centroids-{passes}")
         parts = [
             dask.delayed(_shard_stats)(
                 spill, i, cent_node, dask_key_name=f"{prefix}-stats-{passes}-{i}"
             )
             for i in range(len(shards))
         ]
-        sums, counts, inertia = _compute(
-            _tree_reduce(parts, _add_stats, f"{prefix}-stats-{passes}"), client
+        sums, counts, inertia = compute(
+            tree_reduce(parts, _add_stats, f"{prefix}-stats-{passes}"), client
         )
         history.append(float(inertia))
         new, reseeded = _update(sums, counts, centroids, sample)
@@ -812,15 +792,15 @@ def _kmeans_impl(
 
     clock.lap(f"{passes} pass(es)")
     # 4. final labels
-    cent_node = _share(centroids, client, f"{prefix}-centroids-final")
-    labelled = _compute(
+    cent_node = share(centroids, client, f"{prefix}-centroids-final")
+    labelled = compute(
         [
             dask.delayed(_shard_labels)(spill, i, cent_node, dask_key_name=f"{prefix}-labels-{i}")
             for i in range(len(shards))
         ],
         client,
     )
-    attr_cluster_id = _scatter_labels(
+    attr_cluster_id = scatter_labels(
         [(ids, lab) for ids, lab, _ in labelled], shards, num_nodes, "k-means"
     )
     final_inertia = float(sum(x for _, _, x in labelled))
@@ -837,158 +817,3 @@ def _kmeans_impl(
         inertia_history=tuple(history),
     )
 
-
-# --- a categorical column ------------------------------------------------------------
-
-
-def _categorical(array: pa.Array | pa.ChunkedArray, shard: Shard, column: str) -> pa.Array:
-    """The column decoded (dictionary) and widened to one type per kind (int64, string)."""
-    if isinstance(array, pa.ChunkedArray):
-        array = array.combine_chunks()
-    if pa.types.is_dictionary(array.type):
-        array = array.dictionary_decode()
-    t = array.type
-    if pa.types.is_integer(t):
-        return array.cast(pa.int64())
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return array.cast(pa.large_string())
-    if pa.types.is_boolean(t):
-        return array
-    raise SchemaError(
-        format_problem(
-            f"file {shard.url}, column '{column}'",
-            "a categorical column: integers, strings, booleans or a dictionary of them",
-            f"dtype {t}",
-            "pick another column, or cast it to int64 or string.",
-        )
-    )
-
-
-def _read_column(shard: Shard, column: str) -> tuple[np.ndarray, pa.Array]:
-    """``(global_nid, categorical values)`` of one node shard."""
-    pf = open_parquet(shard)
-    names = list(pf.schema_arrow.names)
-    for name in ("id", column):
-        if name not in names:
-            raise SchemaError(
-                format_problem(
-                    f"file {shard.url}, column '{name}'",
-                    f"a column named '{name}'",
-                    f"only the columns {names}",
-                    "pick one of those columns, or add it to every node shard."
-                    if name == column
-                    else "add an int64 'id' column (dense 0..N-1).",
-                )
-            )
-    table = pf.read(columns=["id", column] if column != "id" else ["id"])
-    ids_arr = table.column("id")
-    if ids_arr.null_count:
-        raise InputError(
-            format_problem(
-                f"file {shard.url}, column 'id'", "no null ids", f"{ids_arr.null_count} null(s)"
-            )
-        )
-    ids = ids_arr.to_numpy().astype(np.int64, copy=False)
-    return ids, _categorical(table.column(column), shard, column)
-
-
-def _column_uniques(shard: Shard, column: str) -> tuple[str, pa.Array, int]:
-    _, values = _read_column(shard, column)
-    return str(values.type), pc.unique(values.drop_null()), values.null_count
-
-
-def _column_codes(
-    shard: Shard, column: str, value_set: pa.Array, null_code: int
-) -> tuple[np.ndarray, np.ndarray]:
-    ids, values = _read_column(shard, column)
-    codes = pc.index_in(values, value_set=value_set).fill_null(null_code)
-    return ids, codes.to_numpy(zero_copy_only=False).astype(np.int32)
-
-
-def column_clusters(
-    node_shards: list[Shard],
-    num_nodes: int,
-    column: str,
-    *,
-    client: distributed.Client | None = None,
-) -> AttrClusters:
-    """Attribute clusters from a categorical node column.
-
-    The sorted distinct non-null values become clusters ``0..C-1`` (integers
-    numerically, strings by their UTF-8 bytes, False before True); null values, if any,
-    form one more cluster, the last.
-
-    Parameters
-    ----------
-    node_shards
-        The node shards (validated input).
-    num_nodes
-        N; the shards must hold exactly one row per id in ``[0, N)``.
-    column
-        The column: integers, strings, booleans or a dictionary of them.
-    client
-        A ``distributed.Client``; None runs on the local thread pool.
-
-    Raises
-    ------
-    SchemaError
-        A shard lacks the column (the message lists the columns found), or the column
-        is not categorical, or its type differs between shards.
-    InputError
-        Ids are null, out of range, repeated or missing.
-    """
-    num_nodes = _check_int("num_nodes", num_nodes, 1)
-    if not node_shards:
-        raise InputError(
-            format_problem("column_clusters(node_shards=...)", "at least one node shard", "none")
-        )
-    with stage("attr_cluster", log) as info:
-        prefix = _task_prefix("attr-column")
-        found = _first_error(
-            _compute(
-                [
-                    dask.delayed(_captured)(
-                        _column_uniques, s, column, dask_key_name=f"{prefix}-unique-{i}"
-                    )
-                    for i, s in enumerate(node_shards)
-                ],
-                client,
-            )
-        )
-        types = {t for t, _, _ in found}
-        if len(types) > 1:
-            raise SchemaError(
-                format_problem(
-                    f"column '{column}' of the node shards",
-                    "one type in every shard",
-                    ", ".join(f"{s.url}: {t}" for s, (t, _, _) in zip(node_shards, found)),
-                    "cast the column to one type (int64 or string) in every shard.",
-                )
-            )
-        uniques = pc.unique(pa.chunked_array([u for _, u, _ in found], type=found[0][1].type))
-        if isinstance(uniques, pa.ChunkedArray):
-            uniques = uniques.combine_chunks()
-        value_set = uniques.take(pc.sort_indices(uniques))
-        has_null = any(nulls for _, _, nulls in found)
-        num_clusters = len(value_set) + int(has_null)
-        vs_node = _share(value_set, client, f"{prefix}-values")
-        parts = _compute(
-            [
-                dask.delayed(_column_codes)(
-                    s, column, vs_node, len(value_set), dask_key_name=f"{prefix}-codes-{i}"
-                )
-                for i, s in enumerate(node_shards)
-            ],
-            client,
-        )
-        attr_cluster_id = _scatter_labels(parts, node_shards, num_nodes, f"column '{column}'")
-        info.update(nodes=num_nodes, clusters=num_clusters, column=column)
-    return AttrClusters(
-        attr_cluster_id=attr_cluster_id,
-        model=None,
-        num_clusters=num_clusters,
-        passes=0,
-        inertia=0.0,
-        converged=True,
-        source=f"column:{column}",
-    )

@@ -10,22 +10,20 @@ order for a given shard list whatever the scheduler.
 ``v`` as its destination; a self-loop therefore counts 2. Edges are counted as stored:
 for an undirected input (each edge stored once) this is the undirected degree.
 
-The helpers :func:`_tree_reduce` and :func:`_compute` are shared with
-:mod:`pipeline.attr_cluster`.
+The Dask plumbing (tree sums, compute) lives in :mod:`pipeline.dask_ops`.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import dask
 import numpy as np
 import pyarrow as pa
 
+from pipeline.dask_ops import compute, task_prefix, tree_reduce
 from storage.errors import InputError, format_problem
 from storage.fs import Shard
 from storage.resources import stage
@@ -57,47 +55,6 @@ class Degrees:
     degree: np.ndarray
     num_nodes: int
     num_edges: int
-
-
-# --- Dask helpers shared by the pipeline stages --------------------------------------
-
-
-def _task_prefix(stage_name: str) -> str:
-    """A readable, unique key prefix for one run of a stage (``degrees-1a2b3c4d``)."""
-    return f"{stage_name}-{uuid.uuid4().hex[:12]}"
-
-
-def _tree_reduce(parts: Sequence[Any], combine: Callable[[Any, Any], Any], prefix: str) -> Any:
-    """Combine delayed ``parts`` pairwise, level by level, into one delayed value.
-
-    The shape of the tree depends only on ``len(parts)``, so floating-point sums come
-    out bit-identical under any scheduler and any number of workers. ``prefix`` (from
-    :func:`_task_prefix`) names the keys.
-    """
-    if not parts:
-        raise ValueError("_tree_reduce needs at least one part")
-    level = list(parts)
-    depth = 0
-    while len(level) > 1:
-        nxt = [
-            dask.delayed(combine)(
-                level[i], level[i + 1], dask_key_name=f"{prefix}-sum-{depth}-{i // 2}"
-            )
-            for i in range(0, len(level) - 1, 2)
-        ]
-        if len(level) % 2:
-            nxt.append(level[-1])
-        level = nxt
-        depth += 1
-    return level[0]
-
-
-def _compute(value: Any, client: distributed.Client | None) -> Any:
-    """Compute a delayed value (or a list of them) on ``client``, or on local threads."""
-    if client is not None:
-        return client.gather(client.compute(value))
-    (result,) = dask.compute(value, scheduler="threads")
-    return result
 
 
 # --- the stage ------------------------------------------------------------------------
@@ -219,14 +176,14 @@ def compute_degrees(
     num_nodes, batch_rows = int(num_nodes), int(batch_rows)
     with stage("degrees", log) as info:
         if edge_shards:
-            prefix = _task_prefix("degrees")
+            prefix = task_prefix("degrees")
             parts = [
                 dask.delayed(_shard_degrees)(
                     shard, num_nodes, batch_rows, dask_key_name=f"{prefix}-shard-{i}"
                 )
                 for i, shard in enumerate(edge_shards)
             ]
-            degree, num_edges = _compute(_tree_reduce(parts, _add_pair, prefix), client)
+            degree, num_edges = compute(tree_reduce(parts, _add_pair, prefix), client)
         else:
             degree, num_edges = np.zeros(num_nodes, dtype=np.int64), 0
         info.update(shards=len(edge_shards), nodes=num_nodes, edges=num_edges)

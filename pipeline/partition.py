@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from pipeline.assign import MODES, AssignState, assign_batch
-from pipeline.attr_cluster import AttrClusters, attribute_clusters, column_clusters
+from pipeline.attr_cluster import AttrClusters, attribute_clusters
+from pipeline.attr_column import column_clusters
 from pipeline.config import PartitionConfig
 from pipeline.degrees import Degrees, compute_degrees
 from pipeline.mapping import CommunityMapping, map_communities

@@ -18,8 +18,8 @@ from pipeline.attr_cluster import (
     AttrModel,
     _kmeans_pp,
     attribute_clusters,
-    column_clusters,
 )
+from pipeline.attr_column import column_clusters
 from storage.errors import InputError, SchemaError
 from storage.fs import discover_shards
 from tests.storage.helpers import node_table

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.degrees import Degrees, _tree_reduce, compute_degrees
+from pipeline.dask_ops import tree_reduce
+from pipeline.degrees import Degrees, compute_degrees
 from storage.errors import InputError
 from storage.fs import discover_shards
 from tests.storage.helpers import edge_table, write_input
@@ -103,7 +104,7 @@ def test_tree_reduce_is_pairwise_and_ordered():
         return a + b
 
     parts = [dask.delayed(x) for x in ["a", "b", "c", "d", "e"]]
-    (result,) = dask.compute(_tree_reduce(parts, combine, "t"), scheduler="sync")
+    (result,) = dask.compute(tree_reduce(parts, combine, "t"), scheduler="sync")
     assert result == "abcde"
     assert max(len(a) + len(b) for a, b in calls) == 5
     assert len(calls) == 4
