@@ -41,6 +41,11 @@ class PartitionConfig:
         C; default ``16 * k``.
     attr_column
         Use this categorical node column as the attribute clusters instead of k-means.
+    cluster_passes
+        Streaming passes of structural clustering (2PS-L uses 1; more re-stream).
+    keep_attr_together
+        ASEP's community mapping keeps an attribute cluster's communities on one
+        partition (True) or packs by volume alone like 2PS-L (False).
     epsilon
         Balance slack: the cap is ``ceil((1 + epsilon) * |E| / k)`` edges.
     hdrf_lambda
@@ -58,6 +63,8 @@ class PartitionConfig:
     beta: float = 1.0
     num_attr_clusters: int | None = None
     attr_column: str | None = None
+    cluster_passes: int = 1
+    keep_attr_together: bool = True
     epsilon: float = 0.05
     hdrf_lambda: float = 1.0
     seed: int = 0
@@ -93,6 +100,8 @@ class PartitionConfig:
             raise InputError(
                 f"--attr-clusters: expected a positive count, found {self.num_attr_clusters}."
             )
+        if self.cluster_passes < 1:
+            raise InputError(f"--cluster-passes: expected >= 1, found {self.cluster_passes}.")
         if self.batch_rows < 1:
             raise InputError(f"--batch-rows: expected a positive count, found {self.batch_rows}.")
 
@@ -111,9 +120,9 @@ class PartitionConfig:
     def effective(self) -> "PartitionConfig":
         """The configuration the kernels actually run: baselines pin alpha/beta/scoring."""
         if self.algo == "2ps-l":
-            return replace(self, alpha=0.0, beta=0.0, scoring="candidates")
+            return replace(self, alpha=0.0, beta=0.0, scoring="candidates", cluster_passes=1)
         if self.algo == "2ps-hdrf":
-            return replace(self, alpha=0.0, beta=0.0, scoring="hdrf")
+            return replace(self, alpha=0.0, beta=0.0, scoring="hdrf", cluster_passes=1)
         return self
 
     def to_dict(self) -> dict[str, Any]:

@@ -222,12 +222,14 @@ def partition(
     if run.uses_communities:
         struct_attr = attr_ids if run.uses_attributes else np.zeros(num_nodes, dtype=np.int32)
         communities = structural_clusters(
-            edge_shards, degree, struct_attr, k, run.alpha, batch_rows=run.batch_rows
+            edge_shards, degree, struct_attr, k, run.alpha,
+            passes=run.cluster_passes, batch_rows=run.batch_rows,
         )
+        timings["clustering kernel"] = communities.kernel_seconds
         tick("structural clustering")
         mapping = map_communities(
             communities.volume, attr_ids, k, epsilon=run.epsilon,
-            keep_attr_together=run.uses_attributes,
+            keep_attr_together=run.uses_attributes and run.keep_attr_together,
         )
         community, comm_part, comm_vol = communities.community_id, mapping.community_part, communities.volume
         if run.uses_attributes:

@@ -11,7 +11,12 @@ from hypothesis import strategies as st
 
 from pipeline.assign import MODES, AssignState, assign_batch, replica_sets
 from pipeline.mapping import map_communities
-from pipeline.masters import choose_masters, count_edges_per_replica, popcounts, replica_offsets
+from pipeline.masters import (
+    choose_masters,
+    count_edges_per_replica,
+    popcounts,
+    replica_offsets,
+)
 from pipeline.struct_cluster import cluster_batch
 
 ALGOS = ["hash", "dbh", "greedy", "hdrf", "2ps-l", "2ps-hdrf", "asep", "asep-hdrf"]

@@ -10,7 +10,13 @@ import fsspec
 import numpy as np
 import pytest
 
-from storage import InputNotFoundError, InputWriter, StoreError, discover_shards, read_meta
+from storage import (
+    InputNotFoundError,
+    InputWriter,
+    StoreError,
+    discover_shards,
+    read_meta,
+)
 from storage.atomic import staged_output
 
 

@@ -11,7 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage import AseprError, InputError, InputNotFoundError, SchemaError, validate_input
+from storage import (
+    AseprError,
+    InputError,
+    InputNotFoundError,
+    SchemaError,
+    validate_input,
+)
 from tests.storage.helpers import edge_table, node_table, write_input
 from workflows.cli import main
 
