@@ -264,6 +264,13 @@ def partition(
             for i, rows in enumerate(shard_rows)
         ]
         with stage("assignment", log) as info:
+            # Compile (or load from numba's cache) outside the timed loop.
+            empty = np.zeros(0, dtype=np.int64)
+            assign_batch(
+                empty, empty, np.zeros(0, np.int16), mode, state.replicas, state.loads, degree,
+                state.pdeg, use_partial, community, comm_part, comm_vol, use_comm,
+                attr_ids, attr_home, beta, run.hdrf_lambda, cap, run.seed,
+            )
             kernel_seconds = 0.0
             for batch in iter_edge_batches(edge_shards, run.batch_rows):
                 out = np.empty(len(batch.src), dtype=np.int16)

@@ -108,6 +108,8 @@ def structural_clusters(
     attr = np.ascontiguousarray(attr_cluster_id, dtype=np.int32)
     moves = 0
     with stage("structural clustering", log) as info:
+        empty = np.zeros(0, dtype=np.int64)
+        cluster_batch(empty, empty, degree, community, volume, attr, cap, cross_cap)  # JIT
         kernel_seconds = 0.0
         for _ in range(passes):
             for batch in iter_edge_batches(edge_shards, batch_rows):
