@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.atomic import staged_output
-from storage.errors import InputError, format_problem
+from storage.errors import AseprError, InputError, format_problem
 from storage.fs import join, resolve, url_of
 from storage.schema import FORMAT_VERSION, META_NAME, node_schema
 from storage.validate import validate_input
@@ -261,13 +261,19 @@ class InputWriter:
             "shards": {"edges": self._edges.files, "nodes": self._nodes.files},
         }
         if validate:
-            report = validate_input(
-                url_of(self.fs, self.staging),
-                undirected=bool(meta.get("undirected", False)),
-                num_classes=meta.get("num_classes"),
-                check_duplicates=check_duplicates,
-                storage_options=self.fs.storage_options,
-            )
+            staged_url = url_of(self.fs, self.staging)
+            try:
+                report = validate_input(
+                    staged_url,
+                    undirected=bool(meta.get("undirected", False)),
+                    num_classes=meta.get("num_classes"),
+                    check_duplicates=check_duplicates,
+                    storage_options=self.fs.storage_options,
+                )
+            except AseprError as exc:
+                # Name the output the user asked for, not the hidden staging directory.
+                message = str(exc).replace(staged_url, self.url)
+                raise type(exc)(f"{message} (the output was not written)") from exc
             full["validation"] = {
                 "self_loops": report.self_loops,
                 "duplicate_edges": report.duplicate_edges,

@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-index", type=int, help="hetero-npz: which published split (default 0)")
     p.add_argument("--label-column", help="musae/edgelist: label column of the node table")
     p.add_argument("--node-table", help="edgelist: csv or parquet node table (id, label, features)")
+    p.add_argument("--delimiter", help="edgelist: field delimiter (default: sniffed)")
+    p.add_argument("--name", help="dataset name recorded in meta.json (default: from SRC)")
     header = p.add_mutually_exclusive_group()
     header.add_argument("--header", dest="header", action="store_true", default=None,
                         help="edgelist: the first line is a header")
@@ -72,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dim", type=_positive_int, default=32)
     p.add_argument("--homophily", type=float, default=0.8, help="share of intra-class edges")
     p.add_argument("--exponent", type=float, default=2.1, help="power-law degree exponent")
+    p.add_argument("--noise", type=float, default=1.0,
+                   help="std of the feature noise around the class centroid")
+    p.add_argument("--category-purity", type=float, default=0.8,
+                   help="probability that the 'category' column equals the class")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shard-rows", type=_positive_int, default=1_000_000)
     p.add_argument("--overwrite", action="store_true")
@@ -147,6 +153,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
             "label_column": args.label_column,
             "node_table": args.node_table,
             "header": args.header,
+            "delimiter": args.delimiter,
+            "name": args.name,
             "undirected": args.undirected,
             "drop_self_loops": args.drop_self_loops or None,
         },
@@ -169,6 +177,8 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         dim=args.dim,
         homophily=args.homophily,
         exponent=args.exponent,
+        noise=args.noise,
+        category_purity=args.category_purity,
         seed=args.seed,
     )
     meta = generate(args.out, config, shard_rows=args.shard_rows, overwrite=args.overwrite)

@@ -1,0 +1,114 @@
+"""The `asepr` command line as a user runs it: demo, import, synth, validate, clean."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from workflows.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _asepr(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(
+        [sys.executable, "-m", "workflows.cli", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def test_demo_runs_from_any_directory(tmp_path):
+    result = _asepr("demo", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "2,708" in result.stdout and "5,278" in result.stdout
+    assert list(tmp_path.iterdir()) == []  # nothing left behind in the working directory
+
+
+def test_import_then_validate_then_clean(tmp_path, datasets_dir, capsys):
+    out = tmp_path / "cora"
+    assert main(["import", "gnn-npz", str(datasets_dir / "cora"), str(out), "--shard-rows", "1000"]) == 0
+    assert "2,708 nodes, 5,278 edges" in capsys.readouterr().out
+    assert len(list((out / "edges").glob("*.parquet"))) == 6
+    assert main(["validate", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["num_nodes"] == 2708 and report["duplicate_edges"] == 0
+    # Importing over an existing output needs --overwrite.
+    assert main(["import", "gnn-npz", str(datasets_dir / "cora"), str(out)]) == 1
+    assert "--overwrite" in capsys.readouterr().err
+
+
+def test_edgelist_import_drops_on_request(tmp_path, capsys):
+    src = tmp_path / "g.tsv"
+    src.write_text("# a comment\na\tb\nb\tc\na\tb\nc\tc\n")
+    # String ids look like a header line, so say there is none.
+    assert main(["import", "edgelist", str(src), str(tmp_path / "raw"), "--no-header"]) == 0
+    assert main(["validate", str(tmp_path / "raw")]) == 0
+    text = capsys.readouterr().out
+    assert "self-loops   1" in text and "duplicates   1" in text
+    assert main(["import", "edgelist", str(src), str(tmp_path / "clean"), "--no-header",
+                 "--drop-self-loops", "--drop-duplicates"]) == 0
+    table = pq.read_table(tmp_path / "clean" / "edges")
+    assert table.num_rows == 2
+    ids = pq.read_table(tmp_path / "clean" / "id_map.parquet")
+    assert sorted(ids["original_id"].to_pylist()) == ["a", "b", "c"]
+
+
+def test_import_of_bad_input_leaves_nothing(tmp_path, capsys):
+    src = tmp_path / "g.csv"
+    src.write_text("src,dst\n0,1\n1,2\n")
+    table = tmp_path / "nodes.csv"
+    table.write_text("id,label,f0\n0,1,0.5\n1,0,nan\n2,1,1.0\n")
+    code = main(["import", "edgelist", str(src), str(tmp_path / "out"), "--node-table", str(table)])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "nodes.csv" in err or "out" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.csv", "nodes.csv"]
+
+
+def test_synth_cli_is_reproducible(tmp_path, capsys):
+    args = ["--nodes", "500", "--edges", "4000", "--classes", "4", "--dim", "6", "--seed", "3"]
+    assert main(["synth", str(tmp_path / "a"), *args]) == 0
+    assert main(["synth", str(tmp_path / "b"), *args]) == 0
+    for sub in ("edges", "nodes"):
+        for f in sorted((tmp_path / "a" / sub).iterdir()):
+            assert f.read_bytes() == (tmp_path / "b" / sub / f.name).read_bytes()
+    assert main(["synth", str(tmp_path / "c"), *args, "--homophily", "1.5"]) == 1
+    assert "--homophily" in capsys.readouterr().err
+
+
+def test_killed_synth_leaves_no_output_and_a_rerun_completes(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    out = tmp_path / "big"
+    cmd = [sys.executable, "-m", "workflows.cli", "synth", str(out), "--nodes", "200000",
+           "--edges", "20000000", "--dim", "4", "--shard-rows", "200000"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        # Wait until edge shards are being written inside the hidden staging directory.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            staged = list(tmp_path.glob(".big.partial-*/edges/part-00002.parquet"))
+            if staged or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the generator finished before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not out.exists()
+    assert [p.name.startswith(".big.partial-") for p in tmp_path.iterdir()] == [True]
+    # A rerun (smaller, to stay quick) sweeps the dead run's staging directory.
+    assert main(["synth", str(out), "--nodes", "300", "--edges", "2000", "--dim", "4"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big"]
+    assert json.loads((out / "meta.json").read_text())["num_edges"] == 2000
