@@ -104,6 +104,17 @@ def assign_batch(
 ):
     """Assign ``src[i], dst[i]`` to ``out[i]`` in order, updating the state in place."""
     k = loads.shape[0]
+    # Loads only grow: track the max directly and the min with the count of partitions
+    # at it, recomputing only when the last one leaves the min (amortised O(1)).
+    max_load = loads[0]
+    min_load = loads[0]
+    for q in range(1, k):
+        max_load = max(max_load, loads[q])
+        min_load = min(min_load, loads[q])
+    at_min = 0
+    for q in range(k):
+        if loads[q] == min_load:
+            at_min += 1
     for i in range(src.shape[0]):
         u = src[i]
         v = dst[i]
@@ -185,13 +196,6 @@ def assign_batch(
                         best_score = s
                         p = q
             else:
-                max_load = loads[0]
-                min_load = loads[0]
-                for q in range(1, k):
-                    if loads[q] > max_load:
-                        max_load = loads[q]
-                    if loads[q] < min_load:
-                        min_load = loads[q]
                 scale = lam / (1.0 + np.float64(max_load - min_load))
                 for w in range(replicas.shape[1]):
                     word_u = replicas[u, w]
@@ -220,7 +224,20 @@ def assign_batch(
         if p < 0 or loads[p] >= cap:
             p = _least_loaded(loads)
         out[i] = p
+        if loads[p] == min_load:
+            at_min -= 1
+            if at_min == 0:
+                min_load = loads[p] + 1
+                for q in range(k):
+                    if q != p and loads[q] < min_load:
+                        min_load = loads[q]
+                for q in range(k):
+                    load_q = loads[q] + 1 if q == p else loads[q]
+                    if load_q == min_load:
+                        at_min += 1
         loads[p] += 1
+        if loads[p] > max_load:
+            max_load = loads[p]
         word = p >> 6
         bit = np.uint64(1) << np.uint64(p & 63)
         replicas[u, word] |= bit
