@@ -1,0 +1,282 @@
+"""Stage ⑦ (and the first half of ⑨): route edge rows and node rows to partitions.
+
+Each Dask task reads one input shard and writes **one** spill file, so every spill
+file has exactly one writer. A spill file is a sequence of *segments*: the records of
+one record batch that go to one partition, appended as raw bytes. Its index
+(``*.idx.npy``: ``part_id, kind, offset, count`` per segment, ``kind`` 0 for an
+assigned edge and 1 for a halo copy) is written last, atomically, and doubles as the
+task's done marker: a rerun skips the shards whose index exists. A finaliser then
+reads, for its partition, the matching segments of every spill file.
+
+Spill layout (inside the run's staging directory)::
+
+    route/edges-SSSSS.bin       records (src int64, dst int64), grouped per batch and partition
+    route/edges-SSSSS.idx.npy   int64 [segments, 4]: part_id, kind, offset, count
+    gather/nodes-SSSSS.bin      records (part_local_nid int64, y int64, split int8, x float32[d])
+    gather/nodes-SSSSS.idx.npy  as above (kind 0)
+
+Memory per task: one record batch plus its per-partition slices, never a shard.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from storage.errors import StoreError, format_problem
+from storage.fs import Shard
+from storage.schema import check_node_schema, feature_matrix
+from storage.validate import open_parquet
+
+__all__ = [
+    "EDGE_RECORD",
+    "node_record",
+    "SegmentWriter",
+    "read_segments",
+    "route_edge_shard",
+    "gather_node_shard",
+    "pause_point",
+    "edge_spill_paths",
+    "node_spill_paths",
+]
+
+log = logging.getLogger(__name__)
+
+EDGE_RECORD = np.dtype([("src", "<i8"), ("dst", "<i8")])
+KIND_ASSIGNED, KIND_HALO = 0, 1
+_NODE_BATCH_BYTES = 16 << 20
+
+
+def node_record(feat_dim: int) -> np.dtype:
+    """The spill record of one gathered node row."""
+    return np.dtype([("local", "<i8"), ("y", "<i8"), ("split", "i1"), ("x", "<f4", (feat_dim,))])
+
+
+def pause_point(stage: str) -> None:
+    """Test hook: with ``ASEPR_TEST_PAUSE_AT`` naming ``stage``, announce and wait forever.
+
+    The crash-safety tests set ``ASEPR_TEST_PAUSE_AT=<stage>[,<stage>...]`` and
+    ``ASEPR_TEST_PAUSE_MARKER=<file>``; the writer creates the marker file when it
+    reaches the stage and then sleeps, so the test can SIGKILL it at a known point
+    instead of guessing with timers. Without the variable this is a no-op.
+    """
+    wanted = os.environ.get("ASEPR_TEST_PAUSE_AT")
+    if not wanted or stage not in wanted.split(","):
+        return
+    marker = os.environ.get("ASEPR_TEST_PAUSE_MARKER")
+    log.warning("test hook: pausing at stage %r (pid %d)", stage, os.getpid())
+    if marker:
+        tmp = f"{marker}.{os.getpid()}.tmp"
+        Path(tmp).write_text(f"{stage} {os.getpid()}\n")
+        os.replace(tmp, marker)
+    while True:
+        time.sleep(0.05)
+
+
+def edge_spill_paths(route_dir: str | Path, shard_index: int) -> tuple[Path, Path]:
+    base = Path(route_dir) / f"edges-{shard_index:05d}"
+    return base.with_suffix(".bin"), Path(f"{base}.idx.npy")
+
+
+def node_spill_paths(gather_dir: str | Path, shard_index: int) -> tuple[Path, Path]:
+    base = Path(gather_dir) / f"nodes-{shard_index:05d}"
+    return base.with_suffix(".bin"), Path(f"{base}.idx.npy")
+
+
+class SegmentWriter:
+    """Appends record segments to one spill file; :meth:`close` writes the index."""
+
+    def __init__(self, bin_path: Path, idx_path: Path):
+        self.bin_path, self.idx_path = Path(bin_path), Path(idx_path)
+        self.idx_path.unlink(missing_ok=True)
+        self._fh = open(self.bin_path, "wb")
+        self._offset = 0
+        self._segments: list[tuple[int, int, int, int]] = []
+
+    def write(self, part_id: int, kind: int, records: np.ndarray) -> None:
+        if len(records) == 0:
+            return
+        records.tofile(self._fh)
+        self._segments.append((int(part_id), int(kind), self._offset, len(records)))
+        self._offset += len(records)
+
+    def close(self) -> None:
+        self._fh.close()
+        index = np.array(self._segments, dtype=np.int64).reshape(-1, 4)
+        tmp = self.idx_path.with_name(self.idx_path.name + ".tmp.npy")
+        np.save(tmp, index)
+        os.replace(tmp, self.idx_path)
+
+    def abort(self) -> None:
+        self._fh.close()
+
+
+def read_segments(
+    spills: list[tuple[Path, Path]], part_id: int, dtype: np.dtype
+) -> dict[int, np.ndarray]:
+    """All records of ``part_id`` from the spill files, per kind, in spill order."""
+    pieces: dict[int, list[np.ndarray]] = {}
+    for bin_path, idx_path in spills:
+        index = np.load(idx_path)
+        mine = index[index[:, 0] == part_id]
+        if not len(mine):
+            continue
+        with open(bin_path, "rb") as fh:
+            for _, kind, offset, count in mine:
+                fh.seek(int(offset) * dtype.itemsize)
+                block = np.fromfile(fh, dtype=dtype, count=int(count))
+                if len(block) != count:
+                    raise StoreError(
+                        format_problem(
+                            f"spill file {bin_path}",
+                            f"{count} records at record {offset}",
+                            f"{len(block)}",
+                            "the staging directory is damaged; rerun with --overwrite to start clean.",
+                        )
+                    )
+                pieces.setdefault(int(kind), []).append(block)
+    return {kind: np.concatenate(blocks) for kind, blocks in pieces.items()}
+
+
+def _group_by(part: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(num_parts + 1))
+    return order, bounds
+
+
+def route_edge_shard(
+    shard: Shard,
+    shard_index: int,
+    parts_path: str,
+    route_dir: str,
+    *,
+    num_parts: int,
+    halo: int = 0,
+    undirected: bool = False,
+    master_path: str | None = None,
+    batch_rows: int = 1 << 20,
+) -> list[list[int]]:
+    """Route the rows of one edge shard to per-partition segments of one spill file.
+
+    Parameters
+    ----------
+    shard, shard_index
+        The edge shard and its position in stream order.
+    parts_path
+        The ``.npy`` with the partition id of every row of the shard.
+    route_dir
+        Where the spill file goes.
+    halo, undirected, master_path
+        With ``halo`` 1, an edge also goes (as a halo copy) to the master partition
+        of its destination, and for an undirected input to that of its source, when
+        that is not the partition it was assigned to; ``master_path`` is the
+        ``int32 [N]`` master array (``.npy``, memory-mapped).
+
+    Returns
+    -------
+    list of [assigned, halo] counts per partition.
+    """
+    parts = np.load(parts_path, mmap_mode="r")
+    master = np.load(master_path, mmap_mode="r") if halo else None
+    counts = np.zeros((num_parts, 2), dtype=np.int64)
+    bin_path, idx_path = edge_spill_paths(route_dir, shard_index)
+    writer = SegmentWriter(bin_path, idx_path)
+    try:
+        pf = open_parquet(shard)
+        if pf.metadata.num_rows != len(parts):
+            raise StoreError(
+                format_problem(
+                    f"edge shard {shard.url}",
+                    f"{len(parts):,} rows (as when it was partitioned)",
+                    f"{pf.metadata.num_rows:,} rows",
+                    "the input changed during the run; rerun `asepr partition` with --overwrite.",
+                )
+            )
+        row0 = 0
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=["src", "dst"]):
+            n = batch.num_rows
+            records = np.empty(n, dtype=EDGE_RECORD)
+            records["src"] = batch.column("src").to_numpy()
+            records["dst"] = batch.column("dst").to_numpy()
+            part = np.asarray(parts[row0 : row0 + n]).astype(np.int64)
+            _write_grouped(writer, records, part, num_parts, KIND_ASSIGNED, counts)
+            if halo:
+                to_dst = np.asarray(master[records["dst"]]).astype(np.int64)
+                copy = to_dst != part
+                _write_grouped(writer, records[copy], to_dst[copy], num_parts, KIND_HALO, counts)
+                if undirected:
+                    to_src = np.asarray(master[records["src"]]).astype(np.int64)
+                    copy = (to_src != part) & (to_src != to_dst)
+                    _write_grouped(writer, records[copy], to_src[copy], num_parts, KIND_HALO, counts)
+            row0 += n
+            pause_point("route")
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return counts.tolist()
+
+
+def _write_grouped(writer, records, part, num_parts, kind, counts) -> None:
+    if not len(records):
+        return
+    order, bounds = _group_by(part, num_parts)
+    records = records[order]
+    for p in np.flatnonzero(np.diff(bounds)):
+        writer.write(int(p), kind, records[bounds[p] : bounds[p + 1]])
+        counts[p, kind] += bounds[p + 1] - bounds[p]
+
+
+def gather_node_shard(
+    shard: Shard,
+    shard_index: int,
+    gids_paths: dict[int, str],
+    gather_dir: str,
+    *,
+    feat_dim: int,
+) -> int:
+    """Send every row of one node shard to each partition that holds the node.
+
+    ``gids_paths[p]`` is the sorted ``global_nid`` array (``.npy``) of partition ``p``;
+    only the partitions listed are served. Returns the number of rows read.
+    """
+    gids = {p: np.load(path, mmap_mode="r") for p, path in gids_paths.items()}
+    dtype = node_record(feat_dim)
+    bin_path, idx_path = node_spill_paths(gather_dir, shard_index)
+    writer = SegmentWriter(bin_path, idx_path)
+    rows = 0
+    try:
+        pf = open_parquet(shard)
+        layout, present, _ = check_node_schema(pf.schema_arrow, shard.url)
+        columns = ["id", *layout.columns, *present]
+        batch_rows = max(1024, min(1 << 20, _NODE_BATCH_BYTES // max(1, 4 * feat_dim)))
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+            ids = batch.column("id").to_numpy()
+            n = len(ids)
+            feat = feature_matrix(batch, layout) if n else np.zeros((0, feat_dim), np.float32)
+            label = batch.column("label").to_numpy() if "label" in present else np.full(n, -1, np.int64)
+            split = batch.column("split").to_numpy() if "split" in present else np.full(n, -1, np.int8)
+            for p, g in gids.items():
+                if not len(g):
+                    continue
+                pos = np.searchsorted(g, ids)
+                hit = np.flatnonzero(pos < len(g))
+                hit = hit[np.asarray(g[pos[hit]]) == ids[hit]]
+                if not len(hit):
+                    continue
+                records = np.empty(len(hit), dtype=dtype)
+                records["local"] = pos[hit]
+                records["y"] = label[hit]
+                records["split"] = split[hit]
+                records["x"] = feat[hit]
+                writer.write(p, KIND_ASSIGNED, records)
+            rows += n
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    return rows

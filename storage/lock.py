@@ -1,0 +1,149 @@
+"""One writer per output directory: a lock file that names its owner.
+
+``OUT/.asepr.lock`` is created atomically (written under a private name, then
+hard-linked into place, which fails if the lock exists) and holds the owner's pid,
+host, process start time and command line. A second writer is refused with a message
+naming that pid and host. A lock whose owner is gone (same host, and the pid is dead
+or now belongs to a younger process) is stale: it is taken over with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from storage.errors import StoreError, format_problem
+from storage.manifest import LOCK_NAME
+
+__all__ = ["OutputLock"]
+
+log = logging.getLogger(__name__)
+
+
+def _process_start(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return None
+    except psutil.AccessDenied:
+        return -1.0
+
+
+class OutputLock:
+    """An exclusive, stale-aware lock on an output directory (a context manager).
+
+    Parameters
+    ----------
+    directory
+        The (local) output directory; it must exist.
+    """
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        self.path = self.directory / LOCK_NAME
+        self.token = secrets.token_hex(8)
+        self.held = False
+
+    def _owner_record(self) -> dict:
+        return {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": _process_start(os.getpid()),
+            "acquired": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": " ".join(sys.argv),
+            "token": self.token,
+        }
+
+    def _read(self) -> dict | None:
+        try:
+            return json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return {}
+
+    def _is_stale(self, owner: dict) -> bool:
+        if owner.get("host") != socket.gethostname():
+            return False
+        pid = owner.get("pid")
+        if not isinstance(pid, int):
+            return False
+        started = _process_start(pid)
+        if started is None:
+            return True
+        recorded = owner.get("started")
+        # The pid was reused by a process that started after the owner.
+        return isinstance(recorded, (int, float)) and started > 0 and abs(started - recorded) > 1.0
+
+    def acquire(self) -> "OutputLock":
+        record = json.dumps(self._owner_record(), indent=2).encode()
+        private = self.directory / f"{LOCK_NAME}.{self.token}"
+        try:
+            private.write_bytes(record)
+        except OSError as exc:
+            raise StoreError(
+                format_problem(
+                    f"output directory {self.directory}",
+                    "a writable directory",
+                    f"{exc.strerror or exc}",
+                    "choose an output path you can write to, or fix its permissions.",
+                )
+            ) from exc
+        try:
+            for _ in range(3):
+                try:
+                    os.link(private, self.path)
+                    self.held = True
+                    return self
+                except FileExistsError:
+                    owner = self._read()
+                    if owner is None:
+                        continue  # released between our attempt and the read
+                    if owner and self._is_stale(owner):
+                        log.warning(
+                            "taking over the stale lock %s of pid %s on host %s (that process is gone)",
+                            self.path, owner.get("pid"), owner.get("host"),
+                        )
+                        try:
+                            os.rename(self.path, self.directory / f"{LOCK_NAME}.stale-{self.token}")
+                            os.unlink(self.directory / f"{LOCK_NAME}.stale-{self.token}")
+                        except FileNotFoundError:
+                            pass  # another writer took it over first; retry
+                        continue
+                    raise StoreError(self._held_message(owner))
+            raise StoreError(self._held_message(self._read() or {}))
+        finally:
+            private.unlink(missing_ok=True)
+
+    def _held_message(self, owner: dict) -> str:
+        pid, host = owner.get("pid", "?"), owner.get("host", "?")
+        since = owner.get("acquired", "an unknown time")
+        return format_problem(
+            f"output {self.directory}",
+            "no other writer",
+            f"a lock held by pid {pid} on host {host} since {since} ({self.path})",
+            "wait for that run to finish; if it is no longer running (e.g. on another host), "
+            f"delete {self.path} and rerun.",
+        )
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        owner = self._read()
+        if owner and owner.get("token") == self.token:
+            self.path.unlink(missing_ok=True)
+        self.held = False
+
+    def __enter__(self) -> "OutputLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

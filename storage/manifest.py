@@ -1,0 +1,194 @@
+"""``manifest.json``: what a partition output holds, written last and atomically.
+
+An output directory is trusted only through its manifest: a reader opens the stores
+the manifest lists and nothing else, and a store whose ``generation`` attribute
+differs from the manifest's is not part of that generation. The manifest is replaced
+in one rename (:func:`write_manifest`), so a reader sees the previous generation or
+the next one, never a mix.
+
+Document shape (``format_version`` 1)::
+
+    {
+      "format": "asepr-partitions",
+      "format_version": 1,
+      "generation": 3,                  # 1 for the first run, +1 per committed run
+      "created": "2026-01-31T12:00:00+00:00",
+      "num_parts": 4, "num_nodes": 2708, "num_edges": 5278, "feat_dim": 1433,
+      "undirected": true, "halo": 0,
+      "algorithm": "asep",
+      "config": {...},                  # PartitionConfig.to_dict() as it ran
+      "input": {"url": "...", "edges": [{"url", "rows", "sha256"}], "nodes": [...]},
+      "metrics": {...}, "timings": {...},
+      "node_map": {"path": "node_map.parquet", "sha256": "..."},
+      "partitions": [{"part_id": 0, "path": "part-00000.zarr", "generation": 3,
+                      "checksum": "sha256:...", "counts": {...}, "bytes": 123}, ...],
+      "run_key": "..."                  # hash of format, config and input fingerprints
+    }
+
+Names of the other bookkeeping entries of an output directory (the lock file, the
+staging directory of a run in progress) live here too, so that readers and the
+writer agree on them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from storage.atomic import write_bytes_atomic
+from storage.errors import StoreError, format_problem
+from storage.fs import join, resolve, url_of
+
+__all__ = [
+    "MANIFEST_FORMAT",
+    "MANIFEST_NAME",
+    "MANIFEST_VERSION",
+    "LOCK_NAME",
+    "NODE_MAP_NAME",
+    "STAGING_NAME",
+    "OLD_DIR",
+    "JOURNAL_NAME",
+    "part_name",
+    "read_manifest",
+    "write_manifest",
+    "dumps_json",
+]
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "asepr-partitions"
+MANIFEST_VERSION = 1
+NODE_MAP_NAME = "node_map.parquet"
+#: The lock file of the (single) writer.
+LOCK_NAME = ".asepr.lock"
+#: Everything a run in progress writes lives below this hidden directory.
+STAGING_NAME = ".asepr-staging"
+#: During a commit, the previous generation's stores wait here until the new manifest lands.
+OLD_DIR = "old"
+#: The commit journal: the manifest about to be written, present only while swapping.
+JOURNAL_NAME = "commit.json"
+
+_REQUIRED = ("format", "format_version", "generation", "num_parts", "partitions")
+
+
+def part_name(part_id: int) -> str:
+    """The directory name of partition ``part_id`` (``part-00007.zarr``)."""
+    return f"part-{int(part_id):05d}.zarr"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def dumps_json(obj: Any) -> bytes:
+    """Canonical JSON bytes (sorted keys, numpy scalars as Python numbers)."""
+    return (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
+
+
+def read_manifest(
+    out: str | Path, *, storage_options: dict | None = None, missing_ok: bool = False
+) -> dict[str, Any] | None:
+    """Read and check the manifest of the output directory ``out``.
+
+    Parameters
+    ----------
+    out
+        The output directory (path or fsspec URL).
+    missing_ok
+        Return None instead of raising when there is no manifest.
+
+    Raises
+    ------
+    StoreError
+        No manifest (unless ``missing_ok``), unreadable JSON, or a manifest of another
+        format or a newer format version.
+    """
+    fs, path = resolve(out, storage_options)
+    mpath = join(path, MANIFEST_NAME)
+    url = url_of(fs, mpath)
+    if not fs.exists(mpath):
+        if missing_ok:
+            return None
+        staging = fs.exists(join(path, STAGING_NAME))
+        raise StoreError(
+            format_problem(
+                f"output {url_of(fs, path)}",
+                f"a committed partition output with a {MANIFEST_NAME}",
+                "no manifest" + (" (a run was interrupted before its first commit)" if staging else ""),
+                "run `asepr partition INPUT OUT -k K` (it resumes an interrupted run).",
+            )
+        )
+    try:
+        with fs.open(mpath, "rb") as fh:
+            manifest = json.loads(fh.read())
+    except (OSError, ValueError) as exc:
+        raise StoreError(
+            format_problem(
+                f"file {url}",
+                "a JSON manifest",
+                f"unreadable content ({exc})",
+                "re-run `asepr partition ... --overwrite` to rewrite the output.",
+            )
+        ) from exc
+    if not isinstance(manifest, dict) or any(k not in manifest for k in _REQUIRED):
+        found = sorted(manifest) if isinstance(manifest, dict) else type(manifest).__name__
+        raise StoreError(
+            format_problem(
+                f"file {url}",
+                f"a JSON object with the keys {list(_REQUIRED)}",
+                f"{found}",
+                "this is not an asepr partition manifest; point at the output of `asepr partition`.",
+            )
+        )
+    if manifest["format"] != MANIFEST_FORMAT:
+        raise StoreError(
+            format_problem(
+                f"file {url}, key 'format'", f'"{MANIFEST_FORMAT}"', repr(manifest["format"]),
+                "point at the output directory of `asepr partition`.",
+            )
+        )
+    if int(manifest["format_version"]) > MANIFEST_VERSION:
+        raise StoreError(
+            format_problem(
+                f"file {url}, key 'format_version'",
+                f"a version <= {MANIFEST_VERSION}",
+                str(manifest["format_version"]),
+                "upgrade asepr to read this output.",
+            )
+        )
+    return manifest
+
+
+def write_manifest(out: str | Path, manifest: dict[str, Any], *, storage_options: dict | None = None) -> None:
+    """Replace ``out/manifest.json`` atomically (temporary file, fsync, rename)."""
+    fs, path = resolve(out, storage_options)
+    data = dumps_json(manifest)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        _write_local_durable(join(path, MANIFEST_NAME), data)
+    else:
+        write_bytes_atomic(fs, join(path, MANIFEST_NAME), data)
+
+
+def _write_local_durable(path: str, data: bytes) -> None:
+    # fsync before the rename so a power cut cannot leave an empty manifest behind.
+    tmp = f"{path}.partial-{os.getpid()}"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

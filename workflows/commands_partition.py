@@ -1,0 +1,275 @@
+"""``asepr partition``, ``asepr inspect`` and ``asepr verify``.
+
+``partition`` validates the input, partitions it and commits one Zarr store per
+partition plus ``manifest.json`` (:func:`pipeline.write.partition_to_store`);
+``inspect`` prints what an output holds; ``verify`` checks every invariant
+(:func:`pipeline.verify.verify_output`) and exits 1 on any violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
+from storage.errors import AseprError, InputError, format_problem
+from workflows.dask_client import add_dask_arguments, client_from_args
+
+__all__ = ["register", "config_from_args", "metrics_table", "partition_table", "inspect_text"]
+
+# CLI flag (argparse dest) → PartitionConfig field.
+_CONFIG_FLAGS = {
+    "algo": "algo",
+    "scoring": "scoring",
+    "alpha": "alpha",
+    "beta": "beta",
+    "attr_clusters": "num_attr_clusters",
+    "attr_column": "attr_column",
+    "epsilon": "epsilon",
+    "seed": "seed",
+    "batch_rows": "batch_rows",
+}
+
+
+def register(subparsers, add_common) -> None:
+    """Add the three commands to the ``asepr`` parser."""
+    p = subparsers.add_parser("partition", help="partition an input into K Zarr stores (+ manifest.json)")
+    add_common(p)
+    p.add_argument("input", help="input directory (edges/, nodes/, meta.json)")
+    p.add_argument("out", help="output directory (local)")
+    p.add_argument("-k", "--num-parts", type=int, help="number of partitions K")
+    p.add_argument("--algo", choices=ALGORITHMS, help="algorithm (default asep)")
+    p.add_argument("--config", help="TOML file with PartitionConfig fields (and halo); flags override it")
+    p.add_argument("--scoring", choices=SCORINGS, help="asep: score the 2 community candidates or all K")
+    p.add_argument("--alpha", type=float, help="attribute weight of structural clustering, in [0, 1]")
+    p.add_argument("--beta", type=float, help="weight of the attribute-home term of the edge score")
+    p.add_argument("--attr-clusters", type=int, help="C, attribute clusters (default 16 K)")
+    p.add_argument("--attr-column", help="use this categorical node column as the attribute clusters")
+    p.add_argument("--epsilon", type=float, help="balance slack: cap = (1 + epsilon) |E| / K")
+    p.add_argument("--seed", type=int, help="seed (k-means, projections, hash baselines)")
+    p.add_argument("--batch-rows", type=int, help="edge rows per streamed batch")
+    p.add_argument("--halo", type=int, choices=(0, 1), default=None,
+                   help="1: copy each master's 1-hop in-neighbourhood into its partition")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a committed output (the old generation stays readable until the new commit)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_dask_arguments(p)
+    p.set_defaults(handler=_cmd_partition)
+
+    p = subparsers.add_parser("inspect", help="print an output's manifest, metrics and partitions")
+    add_common(p)
+    p.add_argument("out")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.set_defaults(handler=_cmd_inspect)
+
+    p = subparsers.add_parser("verify", help="check every invariant of an output; exit 1 on a violation")
+    add_common(p)
+    p.add_argument("out")
+    p.add_argument("--input", help="the input directory (default: the one in the manifest)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=_cmd_verify)
+
+
+# --- partition ---------------------------------------------------------------------------
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[PartitionConfig, int]:
+    """The PartitionConfig and halo from ``--config`` (TOML) overlaid with the flags."""
+    values: dict[str, Any] = {}
+    halo = 0
+    if args.config:
+        try:
+            with open(args.config, "rb") as fh:
+                raw = tomllib.load(fh)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise InputError(
+                format_problem(f"config file {args.config}", "a readable TOML file", str(exc))
+            ) from exc
+        section = raw.get("partition", raw)
+        known = {f.name for f in fields(PartitionConfig)} | {"halo", "k", "attr_clusters"}
+        for key, value in section.items():
+            name = key.replace("-", "_")
+            if name not in known:
+                raise InputError(
+                    format_problem(
+                        f"config file {args.config}, key '{key}'",
+                        f"one of {sorted(known)}",
+                        f"'{key}'",
+                        "fix the spelling or remove the key.",
+                    )
+                )
+            if name == "halo":
+                halo = int(value)
+            else:
+                values[{"k": "num_parts", "attr_clusters": "num_attr_clusters"}.get(name, name)] = value
+    for flag, name in _CONFIG_FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            values[name] = value
+    if args.num_parts is not None:
+        values["num_parts"] = args.num_parts
+    if args.halo is not None:
+        halo = args.halo
+    if "num_parts" not in values:
+        raise InputError("asepr partition: give the number of partitions with -k K (or k in --config).")
+    return PartitionConfig(**values), halo
+
+
+def _progress_factory(args: argparse.Namespace):
+    if args.quiet or args.no_progress or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    def bar(name: str, total: int):
+        return tqdm(total=total, desc=f"{name:15s}", unit="task", leave=False, dynamic_ncols=True)
+
+    return bar
+
+
+def _cmd_partition(args: argparse.Namespace) -> int:
+    from pipeline.write import partition_to_store
+
+    config, halo = config_from_args(args)
+    with client_from_args(args) as client:
+        manifest = partition_to_store(
+            args.input, args.out, config, halo=halo, client=client,
+            overwrite=args.overwrite, progress=_progress_factory(args),
+        )
+    if not args.quiet:
+        print(
+            f"committed generation {manifest['generation']} of {args.out}: "
+            f"{manifest['num_parts']} partitions of {manifest['num_nodes']:,} nodes and "
+            f"{manifest['num_edges']:,} edges ({manifest['algorithm']})"
+        )
+        resumed = manifest.get("run", {}).get("resumed_partitions") or []
+        if resumed:
+            print(f"resumed {len(resumed)} finished partition(s) of an interrupted run")
+        print(metrics_table(manifest))
+        print(partition_table(manifest))
+    return 0
+
+
+# --- reports ------------------------------------------------------------------------------
+
+_METRICS = (
+    ("replication_factor", "replication factor", "{:.3f}"),
+    ("edge_balance", "edge balance (max/mean)", "{:.3f}"),
+    ("vertex_balance", "vertex balance (max/mean)", "{:.3f}"),
+    ("attribute_homogeneity", "attribute homogeneity", "{:.3f}"),
+    ("label_entropy_mean", "label entropy (bits, mean)", "{:.3f}"),
+    ("one_hop_locality", "1-hop locality", "{:.3f}"),
+)
+
+
+def metrics_table(manifest: dict[str, Any]) -> str:
+    """The quality metrics of a manifest as an aligned two-column table."""
+    metrics = manifest.get("metrics", {})
+    lines = [f"metrics ({manifest.get('algorithm')}, k={manifest.get('num_parts')})"]
+    for key, label, fmt in _METRICS:
+        if key in metrics:
+            lines.append(f"  {label:28s} {fmt.format(metrics[key])}")
+    return "\n".join(lines)
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def partition_table(manifest: dict[str, Any], sizes: dict[int, int] | None = None) -> str:
+    """One row per partition: nodes, masters, edges, halo edges, bytes."""
+    header = f"  {'part':>5} {'nodes':>12} {'masters':>12} {'edges':>13} {'halo edges':>11} {'bytes':>11}"
+    lines = ["partitions", header]
+    total = {"nodes": 0, "masters": 0, "edges": 0, "halo_edges": 0, "bytes": 0}
+    for entry in sorted(manifest["partitions"], key=lambda e: e["part_id"]):
+        c = entry.get("counts", {})
+        size = (sizes or {}).get(entry["part_id"], entry.get("bytes", 0))
+        lines.append(
+            f"  {entry['part_id']:>5} {c.get('nodes', 0):>12,} {c.get('masters', 0):>12,} "
+            f"{c.get('edges', 0):>13,} {c.get('halo_edges', 0):>11,} {_human_bytes(size):>11}"
+        )
+        for key in ("nodes", "masters", "edges", "halo_edges"):
+            total[key] += c.get(key, 0)
+        total["bytes"] += size
+    lines.append(
+        f"  {'total':>5} {total['nodes']:>12,} {total['masters']:>12,} {total['edges']:>13,} "
+        f"{total['halo_edges']:>11,} {_human_bytes(total['bytes']):>11}"
+    )
+    return "\n".join(lines)
+
+
+_STAGE_ORDER = (
+    "validate", "degrees", "attribute clustering", "structural clustering", "mapping", "metis",
+    "assignment", "masters", "metrics", "route", "finalize edges", "gather nodes",
+    "finalize nodes", "node map", "commit",
+)
+
+
+def inspect_text(out: str | Path, manifest: dict[str, Any]) -> str:
+    """Everything ``asepr inspect`` prints."""
+    from storage.partition_store import resolve_store_url, store_bytes
+
+    inp = manifest.get("input", {})
+    lines = [
+        f"output       {out}",
+        f"generation   {manifest['generation']} (created {manifest.get('created')}, "
+        f"format version {manifest['format_version']})",
+        f"algorithm    {manifest.get('algorithm')} with k={manifest['num_parts']}, halo {manifest.get('halo', 0)}",
+        f"input        {inp.get('url')}: {manifest.get('num_nodes', 0):,} nodes, "
+        f"{manifest.get('num_edges', 0):,} edges ({'undirected' if manifest.get('undirected') else 'directed'}), "
+        f"{manifest.get('feat_dim')} features; {len(inp.get('edges', []))} edge and "
+        f"{len(inp.get('nodes', []))} node shard(s)",
+        "config       " + ", ".join(f"{k}={v}" for k, v in sorted(manifest.get("config", {}).items())
+                                    if k != "extra"),
+        metrics_table(manifest),
+    ]
+    timings = manifest.get("timings", {})
+    if timings:
+        # "... kernel" entries are parts of their stage, not stages of their own.
+        order = {name: i for i, name in enumerate(_STAGE_ORDER)}
+        top = {k: timings[k] for k in sorted(timings, key=lambda k: (order.get(k, len(order)), k))
+               if "kernel" not in k}
+        total = sum(top.values()) or 1.0
+        lines.append(f"timings (total {total:.1f} s)")
+        lines += [f"  {k:28s} {v:8.2f} s {100 * v / total:5.1f} %" for k, v in top.items()]
+    sizes = {}
+    for entry in manifest["partitions"]:
+        try:
+            url = resolve_store_url(out, manifest, entry)
+            sizes[entry["part_id"]] = store_bytes(url)
+        except AseprError:
+            pass
+    lines.append(partition_table(manifest, sizes))
+    return "\n".join(lines)
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from storage.manifest import read_manifest
+
+    manifest = read_manifest(args.out)
+    if args.json:
+        print(json.dumps(manifest, indent=2, sort_keys=True))
+    else:
+        print(inspect_text(args.out, manifest))
+    return 0
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from pipeline.verify import verify_output
+
+    report = verify_output(args.out, input_url=args.input)
+    if args.json:
+        print(json.dumps({"ok": report.ok, "generation": report.generation, "num_parts": report.num_parts,
+                          "checks": report.checks, "problems": [str(p) for p in report.problems]}, indent=2))
+    else:
+        stream = sys.stdout if report.ok else sys.stderr
+        print(report.summary(), file=stream)
+    return 0 if report.ok else 1
