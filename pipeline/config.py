@@ -41,6 +41,9 @@ class PartitionConfig:
         C; default ``16 * k``.
     attr_column
         Use this categorical node column as the attribute clusters instead of k-means.
+    lift_reference
+        Scale alpha and beta by ``min(1, lift / lift_reference)``, where ``lift`` is
+        the measured attribute lift (:mod:`pipeline.attr_lift`); 0 disables scaling.
     cluster_passes
         Streaming passes of structural clustering (2PS-L uses 1; more re-stream).
     keep_attr_together
@@ -63,6 +66,7 @@ class PartitionConfig:
     beta: float = 1.0
     num_attr_clusters: int | None = None
     attr_column: str | None = None
+    lift_reference: float = 0.0
     cluster_passes: int = 1
     keep_attr_together: bool = True
     epsilon: float = 0.05

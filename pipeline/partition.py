@@ -26,6 +26,7 @@ import numpy as np
 from pipeline.assign import MODES, AssignState, assign_batch
 from pipeline.attr_cluster import AttrClusters, attribute_clusters
 from pipeline.attr_column import column_clusters
+from pipeline.attr_lift import attribute_lift
 from pipeline.config import PartitionConfig
 from pipeline.degrees import Degrees, compute_degrees
 from pipeline.mapping import CommunityMapping, map_communities
@@ -219,17 +220,28 @@ def partition(
     comm_part = np.zeros(1, dtype=np.int32)
     comm_vol = np.zeros(1, dtype=np.int64)
     attr_home = np.zeros(max(1, int(attr_ids.max()) + 1 if num_nodes else 1), dtype=np.int32)
+    alpha, beta, keep_together = run.alpha, run.beta, run.keep_attr_together
+    lift = None
+    if run.uses_attributes and run.lift_reference > 0:
+        lift = attribute_lift(edge_shards, degree, attr_ids, batch_rows=run.batch_rows)
+        factor = lift.scale(run.lift_reference)
+        alpha, beta = alpha * factor, beta * factor
+        keep_together = keep_together and factor > 0
+        log.info(
+            "attribute lift %.3f (homophily %.3f, chance %.3f): alpha %.3f, beta %.3f",
+            lift.lift, lift.homophily, lift.chance, alpha, beta,
+        )
     if run.uses_communities:
         struct_attr = attr_ids if run.uses_attributes else np.zeros(num_nodes, dtype=np.int32)
         communities = structural_clusters(
-            edge_shards, degree, struct_attr, k, run.alpha,
+            edge_shards, degree, struct_attr, k, alpha,
             passes=run.cluster_passes, batch_rows=run.batch_rows,
         )
         timings["clustering kernel"] = communities.kernel_seconds
         tick("structural clustering")
         mapping = map_communities(
             communities.volume, attr_ids, k, epsilon=run.epsilon,
-            keep_attr_together=run.uses_attributes and run.keep_attr_together,
+            keep_attr_together=run.uses_attributes and keep_together,
         )
         community, comm_part, comm_vol = communities.community_id, mapping.community_part, communities.volume
         if run.uses_attributes:
@@ -249,7 +261,7 @@ def partition(
         mode = MODES[run.algo]
     use_partial = run.algo == "hdrf"
     use_comm = run.algo in ("asep", "2ps-l", "2ps-hdrf", "metis")
-    beta = run.beta if run.uses_attributes else 0.0
+    beta = beta if run.uses_attributes else 0.0
     cap = edge_cap(num_edges, k, run.epsilon)
 
     owns = workdir is None
@@ -315,6 +327,11 @@ def partition(
                 state.replicas, state.loads, result.master, attr_ids, labels, (local, total)
             )
         result.metrics["cap"] = cap
+        if lift is not None:
+            result.metrics["attribute_lift"] = {
+                "lift": lift.lift, "homophily": lift.homophily, "chance": lift.chance,
+                "alpha_effective": alpha, "beta_effective": beta,
+            }
         tick("metrics")
         result.metrics["peak_rss_bytes"] = peak_rss_bytes()
         return result
