@@ -29,8 +29,9 @@ class PartitionConfig:
         ``asep`` (default) or a baseline: ``2ps-l``, ``2ps-hdrf``, ``hdrf``, ``dbh``,
         ``greedy``, ``hash``, ``metis`` (in memory, small graphs only).
     scoring
-        ASEP only: ``candidates`` scores the two community partitions (O(1) per edge,
-        as 2PS-L); ``hdrf`` scores all k partitions with an added HDRF balance term.
+        ASEP only: ``hdrf`` (default) scores all k partitions with an added HDRF
+        balance term; ``candidates`` scores only the two community partitions (O(1)
+        per edge, as 2PS-L).
     alpha
         Attribute weight of structural clustering: a move into a community of a
         different attribute cluster is allowed only while the target community's
@@ -38,7 +39,8 @@ class PartitionConfig:
     beta
         Weight of the attribute-home term of the edge score.
     num_attr_clusters
-        C; default ``16 * k``.
+        C; default ``k`` (measured: with ``C = 16k`` the replication factor and the
+        attribute homogeneity were both worse on the shared datasets; see the README).
     attr_column
         Use this categorical node column as the attribute clusters instead of k-means.
     lift_reference
@@ -61,12 +63,12 @@ class PartitionConfig:
 
     num_parts: int
     algo: str = "asep"
-    scoring: str = "candidates"
+    scoring: str = "hdrf"
     alpha: float = 0.5
-    beta: float = 1.0
+    beta: float = 0.5
     num_attr_clusters: int | None = None
     attr_column: str | None = None
-    lift_reference: float = 0.0
+    lift_reference: float = 0.3
     cluster_passes: int = 1
     keep_attr_together: bool = True
     epsilon: float = 0.05
@@ -111,7 +113,7 @@ class PartitionConfig:
 
     @property
     def attr_clusters(self) -> int:
-        return self.num_attr_clusters or 16 * self.num_parts
+        return self.num_attr_clusters or self.num_parts
 
     @property
     def uses_communities(self) -> bool:

@@ -1,0 +1,126 @@
+"""pipeline.partition end to end: invariants for every algorithm, shard and worker counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import ALGORITHMS, PartitionConfig, partition, replica_sets
+from pipeline.synth import SynthConfig, generate
+from storage import InputError
+
+N, M = 400, 3000
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """The same synthetic graph with 1 and with 8 edge shards (identical stream order)."""
+    root = tmp_path_factory.mktemp("partition-inputs")
+    config = SynthConfig(num_nodes=N, num_edges=M, num_classes=4, dim=8, homophily=0.8, seed=7)
+    out = {}
+    for shards in (1, 8):
+        out[shards] = root / f"s{shards}"
+        generate(out[shards], config, shard_rows=-(-M // shards))
+    return out
+
+
+def _edges(path):
+    table = pq.read_table(path / "edges")
+    return table["src"].to_numpy(), table["dst"].to_numpy()
+
+
+def _check_invariants(assignment, src, dst):
+    k = assignment.config.num_parts
+    parts = np.concatenate([np.asarray(assignment.edge_parts(i)) for i in range(len(assignment.edge_shards))])
+    assert len(parts) == len(src) == assignment.num_edges
+    assert parts.min() >= 0 and parts.max() < k
+    loads = np.bincount(parts, minlength=k)
+    assert loads.tolist() == assignment.loads.tolist()
+    assert loads.max() <= assignment.metrics["cap"]
+    holders = [set() for _ in range(assignment.num_nodes)]
+    for u, v, p in zip(src.tolist(), dst.tolist(), parts.tolist()):
+        holders[u].add(p)
+        holders[v].add(p)
+    for v in range(assignment.num_nodes):
+        assert set(replica_sets(assignment.replicas, v)) == holders[v]
+        if holders[v]:
+            assert assignment.master[v] in holders[v]
+    non_isolated = sum(1 for h in holders if h)
+    rf = sum(len(h) for h in holders) / non_isolated
+    assert assignment.metrics["replication_factor"] == pytest.approx(rf)
+    assert assignment.metrics["edge_balance"] == pytest.approx(loads.max() / loads.mean())
+    assert sum(assignment.metrics["masters"]) == assignment.num_nodes
+    return parts
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS)
+@pytest.mark.parametrize("k", [1, 4])
+def test_every_algorithm_keeps_the_invariants(inputs, algo, k):
+    src, dst = _edges(inputs[1])
+    config = PartitionConfig(num_parts=k, algo=algo, num_attr_clusters=8)
+    with partition(inputs[1], config=config) as a:
+        parts = _check_invariants(a, src, dst)
+    with partition(inputs[8], config=config) as b:
+        again = _check_invariants(b, src, dst)
+    # 8 shards stream the same order as 1 shard: the same assignment.
+    assert again.tolist() == parts.tolist()
+
+
+def test_same_assignment_with_1_and_4_dask_workers(inputs):
+    distributed = pytest.importorskip("distributed")
+    config = PartitionConfig(num_parts=4, algo="asep", num_attr_clusters=8)
+    results = []
+    for workers in (1, 4):
+        with distributed.LocalCluster(
+            n_workers=workers, threads_per_worker=1, processes=False, dashboard_address=None
+        ) as cluster, distributed.Client(cluster) as client:
+            with partition(inputs[8], config=config, client=client) as a:
+                results.append(
+                    (np.concatenate([np.asarray(a.edge_parts(i)) for i in range(8)]), a.master.copy())
+                )
+    with partition(inputs[8], config=config) as a:
+        default = np.concatenate([np.asarray(a.edge_parts(i)) for i in range(8)])
+    assert results[0][0].tolist() == results[1][0].tolist() == default.tolist()
+    assert results[0][1].tolist() == results[1][1].tolist()
+
+
+def test_asep_places_attribute_clusters_together(inputs):
+    # On a homophilous graph whose features follow the class, ASEP's partitions are
+    # more attribute-homogeneous than hash's and replicate less than hash and 2PS-L.
+    attr = None
+    metrics = {}
+    for algo in ("asep", "hash", "2ps-l"):
+        with partition(inputs[1], 4, algo=algo, attr=attr) as a:
+            attr = a.attr
+            metrics[algo] = a.metrics
+    assert metrics["asep"]["attribute_lift"]["lift"] > 0.3
+    assert metrics["asep"]["attribute_homogeneity"] > 1.3 * metrics["hash"]["attribute_homogeneity"]
+    assert metrics["asep"]["replication_factor"] < metrics["2ps-l"]["replication_factor"]
+    assert metrics["asep"]["replication_factor"] < metrics["hash"]["replication_factor"]
+
+
+def test_workdir_is_removed_on_close(inputs):
+    a = partition(inputs[1], 2, algo="hash")
+    workdir = a.workdir
+    a.close()
+    import os
+
+    assert not os.path.exists(workdir)
+
+
+def test_bad_config_names_the_choices():
+    with pytest.raises(InputError, match='Unsupported algorithm "x". Valid choices are "asep"'):
+        PartitionConfig(num_parts=2, algo="x")
+    with pytest.raises(InputError, match="--alpha"):
+        PartitionConfig(num_parts=2, alpha=2.0)
+
+
+def test_bad_input_fails_before_any_work(tmp_path):
+    from tests.storage.helpers import write_input
+
+    write_input(tmp_path / "in")
+    (tmp_path / "in" / "edges" / "part-00001.parquet").write_bytes(b"garbage")
+    with pytest.raises(InputError, match="part-00001.parquet"):
+        partition(tmp_path / "in", 2, workdir=tmp_path / "work")
+    assert not (tmp_path / "work").exists()
