@@ -146,7 +146,10 @@ def bench_partition(
     text = [
         "# asepr bench partition",
         "",
-        f"Run {started}; seed {seed}; defaults: {json.dumps(base.to_dict(), default=str)}.",
+        f"Run {started}; seed {seed}; command: `asepr bench partition` "
+        f"({', '.join(datasets)}; k = {', '.join(map(str, ks))}; orders {', '.join(orders)}).",
+        f"Configuration (k varies; C = {base.num_attr_clusters or 'k'}): "
+        f"{json.dumps({k: v for k, v in base.to_dict().items() if k not in ('num_parts', 'num_attr_clusters', 'extra')}, default=str)}.",
         f"Machine: {json.dumps(info)}.",
         "`kernel_edges_per_s` is the assignment kernel alone and `streaming_edges_per_s` "
         "clustering plus assignment kernels (Parquet decoding excluded, JIT warm). "
