@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 import zarr
 
-from pipeline.route import EDGE_RECORD, KIND_ASSIGNED, KIND_HALO, node_record, pause_point, read_segments
+from pipeline.route import (
+    EDGE_RECORD,
+    KIND_ASSIGNED,
+    KIND_HALO,
+    node_record,
+    pause_point,
+    read_segments,
+)
 from storage.errors import StoreError, format_problem
 from storage.partition_store import (
     STORE_FORMAT,
@@ -114,7 +121,7 @@ def finalize_edges(
     counts = {
         "nodes": int(n),
         "masters": int(is_master.sum()),
-        "edges": int(len(indices)),
+        "edges": len(indices),
         "halo_edges": int(len(indices) - num_owned),
     }
     return {"part_id": int(part_id), "digests": digests, "counts": counts,

@@ -34,14 +34,14 @@ from storage.validate import open_parquet
 
 __all__ = [
     "EDGE_RECORD",
-    "node_record",
     "SegmentWriter",
+    "edge_spill_paths",
+    "gather_node_shard",
+    "node_record",
+    "node_spill_paths",
+    "pause_point",
     "read_segments",
     "route_edge_shard",
-    "gather_node_shard",
-    "pause_point",
-    "edge_spill_paths",
-    "node_spill_paths",
 ]
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class SegmentWriter:
     def __init__(self, bin_path: Path, idx_path: Path):
         self.bin_path, self.idx_path = Path(bin_path), Path(idx_path)
         self.idx_path.unlink(missing_ok=True)
-        self._fh = open(self.bin_path, "wb")
+        self._fh = open(self.bin_path, "wb")  # noqa: SIM115 - closed by close()/abort()
         self._offset = 0
         self._segments: list[tuple[int, int, int, int]] = []
 

@@ -36,7 +36,6 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -411,7 +410,7 @@ class _BucketSink:
     def __init__(self, directory: Path, buckets: int, dtype: np.dtype):
         directory.mkdir(parents=True)
         self.paths = [directory / f"b{b:05d}.bin" for b in range(buckets)]
-        self.files = [open(p, "wb") for p in self.paths]
+        self.files = [open(p, "wb") for p in self.paths]  # noqa: SIM115 - closed by close()
         self.dtype = dtype
 
     def add(self, records: np.ndarray, keys: np.ndarray | None = None) -> None:

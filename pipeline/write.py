@@ -61,7 +61,13 @@ import pyarrow.parquet as pq
 
 from pipeline.config import PartitionConfig
 from pipeline.finalize import finalize_edges, finalize_nodes
-from pipeline.route import edge_spill_paths, gather_node_shard, node_spill_paths, pause_point, route_edge_shard
+from pipeline.route import (
+    edge_spill_paths,
+    gather_node_shard,
+    node_spill_paths,
+    pause_point,
+    route_edge_shard,
+)
 from storage.errors import AseprError, StoreError, format_problem
 from storage.fs import Shard, discover_shards, fingerprint, resolve, url_of
 from storage.lock import OutputLock
@@ -84,7 +90,7 @@ from storage.resources import peak_rss_bytes, stage
 from storage.schema import check_node_schema, feature_matrix, read_meta
 from storage.validate import input_paths, open_parquet, validate_input
 
-__all__ = ["partition_to_store", "write_partitions", "Progress"]
+__all__ = ["Progress", "partition_to_store", "write_partitions"]
 
 log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Self
 
 import psutil
 
@@ -83,7 +84,7 @@ class OutputLock:
         # The pid was reused by a process that started after the owner.
         return isinstance(recorded, (int, float)) and started > 0 and abs(started - recorded) > 1.0
 
-    def acquire(self) -> "OutputLock":
+    def acquire(self) -> Self:
         record = json.dumps(self._owner_record(), indent=2).encode()
         private = self.directory / f"{LOCK_NAME}.{self.token}"
         try:
@@ -142,7 +143,7 @@ class OutputLock:
             self.path.unlink(missing_ok=True)
         self.held = False
 
-    def __enter__(self) -> "OutputLock":
+    def __enter__(self) -> Self:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

@@ -44,18 +44,18 @@ from storage.errors import StoreError, format_problem
 from storage.fs import join, resolve, url_of
 
 __all__ = [
+    "JOURNAL_NAME",
+    "LOCK_NAME",
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
     "MANIFEST_VERSION",
-    "LOCK_NAME",
     "NODE_MAP_NAME",
-    "STAGING_NAME",
     "OLD_DIR",
-    "JOURNAL_NAME",
+    "STAGING_NAME",
+    "dumps_json",
     "part_name",
     "read_manifest",
     "write_manifest",
-    "dumps_json",
 ]
 
 MANIFEST_NAME = "manifest.json"

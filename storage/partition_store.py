@@ -77,21 +77,21 @@ from storage.fs import join, resolve, url_of
 from storage.manifest import OLD_DIR, STAGING_NAME, read_manifest
 
 __all__ = [
+    "CHUNK_BYTES",
+    "EDGE_ARRAYS",
+    "NODE_ARRAYS",
     "STORE_FORMAT",
     "STORE_VERSION",
-    "NODE_ARRAYS",
-    "EDGE_ARRAYS",
-    "CHUNK_BYTES",
     "PartitionStore",
+    "array_digest",
+    "checksum_problems",
+    "combine_digests",
+    "create_store",
     "open_partition",
     "open_store",
-    "create_store",
-    "write_array",
-    "array_digest",
-    "zarr_array_digest",
-    "combine_digests",
-    "checksum_problems",
     "store_bytes",
+    "write_array",
+    "zarr_array_digest",
 ]
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ def combine_digests(digests: dict[str, str]) -> str:
 # --- writing ----------------------------------------------------------------------------
 
 
-def checksum_problems(store: "PartitionStore") -> list[str]:
+def checksum_problems(store: PartitionStore) -> list[str]:
     """Recompute every array's content digest; describe each mismatch (empty: all match)."""
     recorded = dict(store.attrs.get("array_checksums") or {})
     problems = []

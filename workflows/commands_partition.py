@@ -11,16 +11,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tomllib
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
 from storage.errors import AseprError, InputError, format_problem
 from workflows.dask_client import add_dask_arguments, client_from_args
 
-__all__ = ["register", "config_from_args", "metrics_table", "partition_table", "inspect_text"]
+__all__ = ["config_from_args", "inspect_text", "metrics_table", "partition_table", "register"]
 
 # CLI flag (argparse dest) → PartitionConfig field.
 _CONFIG_FLAGS = {
@@ -218,15 +219,19 @@ def inspect_text(out: str | Path, manifest: dict[str, Any]) -> str:
     from storage.partition_store import resolve_store_url, store_bytes
 
     inp = manifest.get("input", {})
+    kind = "undirected" if manifest.get("undirected") else "directed"
     lines = [
         f"output       {out}",
-        f"generation   {manifest['generation']} (created {manifest.get('created')}, "
-        f"format version {manifest['format_version']})",
+        (
+            f"generation   {manifest['generation']} (created {manifest.get('created')}, "
+            f"format version {manifest['format_version']})"
+        ),
         f"algorithm    {manifest.get('algorithm')} with k={manifest['num_parts']}, halo {manifest.get('halo', 0)}",
-        f"input        {inp.get('url')}: {manifest.get('num_nodes', 0):,} nodes, "
-        f"{manifest.get('num_edges', 0):,} edges ({'undirected' if manifest.get('undirected') else 'directed'}), "
-        f"{manifest.get('feat_dim')} features; {len(inp.get('edges', []))} edge and "
-        f"{len(inp.get('nodes', []))} node shard(s)",
+        (
+            f"input        {inp.get('url')}: {manifest.get('num_nodes', 0):,} nodes, "
+            f"{manifest.get('num_edges', 0):,} edges ({kind}), {manifest.get('feat_dim')} features; "
+            f"{len(inp.get('edges', []))} edge and {len(inp.get('nodes', []))} node shard(s)"
+        ),
         "config       " + ", ".join(f"{k}={v}" for k, v in sorted(manifest.get("config", {}).items())
                                     if k != "extra"),
         metrics_table(manifest),

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from storage.errors import AseprError, format_problem
 
-__all__ = ["add_dask_arguments", "dask_client", "client_from_args", "default_workers"]
+__all__ = ["add_dask_arguments", "client_from_args", "dask_client", "default_workers"]
 
 log = logging.getLogger(__name__)
 

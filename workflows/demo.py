@@ -23,7 +23,7 @@ from storage.resources import peak_rss_bytes
 from storage.validate import validate_input
 from workflows.commands_partition import metrics_table, partition_table
 
-__all__ = ["bundled_cora", "run_demo", "DEMO_PARTS"]
+__all__ = ["DEMO_PARTS", "bundled_cora", "run_demo"]
 
 #: Partitions of the demo run.
 DEMO_PARTS = 4

@@ -1,0 +1,417 @@
+"""The write path: invariants of committed outputs, resumption, failures, Dask clusters.
+
+``check_output`` checks an output independently of ``pipeline.verify`` (plain numpy
+over the whole graph, which is small here), and every test also runs the verifier.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pipeline.finalize
+import pipeline.route
+import pipeline.write
+import storage.partition_store
+from pipeline.config import ALGORITHMS, PartitionConfig
+from pipeline.partition import partition
+from pipeline.verify import verify_output
+from pipeline.write import partition_to_store, write_partitions
+from storage.errors import AseprError, InputError, SchemaError, StoreError
+from storage.manifest import STAGING_NAME, read_manifest
+from storage.partition_store import combine_digests, open_partition, zarr_array_digest
+from tests.storage.helpers import edge_table, node_table, write_input
+
+NUM_NODES, NUM_EDGES = 1000, 6000
+
+
+def make_input(root: Path, *, edge_shards: int = 3, undirected: bool = False, seed: int = 0,
+               num_nodes: int = NUM_NODES, num_edges: int = NUM_EDGES) -> dict:
+    """A seeded attributed graph (isolated nodes, a self-loop, a duplicate edge)."""
+    arrays = write_input(root, num_nodes=num_nodes, num_edges=num_edges, dim=6, num_classes=4,
+                         edge_shards=edge_shards, node_shards=2, seed=seed,
+                         meta={"undirected": undirected, "num_nodes": num_nodes})
+    arrays["undirected"] = undirected
+    return arrays
+
+
+def _input_edges(arrays) -> Counter:
+    return Counter(zip(arrays["src"].tolist(), arrays["dst"].tolist()))
+
+
+def check_output(out: Path, arrays: dict, *, halo: int = 0) -> dict:
+    """Check every invariant of ``out`` against the input ``arrays`` with plain numpy."""
+    manifest = read_manifest(out)
+    k = manifest["num_parts"]
+    n_total = len(arrays["feat"])
+    edges = Counter()
+    mastered = []
+    for p in range(k):
+        store = open_partition(out, p)
+        data = store.to_numpy()
+        gid = data["nodes/global_nid"]
+        indptr, indices = data["edges/indptr"], data["edges/indices"]
+        assert store.generation == manifest["generation"] and store.num_parts == k
+        # CSR well formed over part_local_nid.
+        assert (np.diff(gid) > 0).all() and gid.min(initial=0) >= 0 and gid.max(initial=0) < n_total
+        assert indptr[0] == 0 and indptr[-1] == len(indices) and (np.diff(indptr) >= 0).all()
+        assert len(indptr) == len(gid) + 1
+        assert indices.dtype == (np.int32 if len(gid) < 2**31 else np.int64)
+        assert len(indices) == 0 or (indices.min() >= 0 and indices.max() < len(gid))
+        # Features, labels and splits match the input through global_nid.
+        np.testing.assert_array_equal(data["nodes/x"], arrays["feat"][gid])
+        np.testing.assert_array_equal(data["nodes/y"], arrays["label"][gid])
+        np.testing.assert_array_equal(data["nodes/split"], arrays["split"][gid])
+        mastered.append(gid[data["nodes/is_master"]])
+        src = gid[np.repeat(np.arange(len(gid)), np.diff(indptr))]
+        dst = gid[indices]
+        is_halo = data.get("edges/is_halo", np.zeros(len(indices), bool))
+        assert (halo == 1) == ("edges/is_halo" in data)
+        edges.update(zip(src[~is_halo].tolist(), dst[~is_halo].tolist()))
+        # Checksums: per array and combined, as in attrs and manifest.
+        digests = {name: zarr_array_digest(name, arr) for name, arr in store.arrays.items()}
+        assert digests == store.attrs["array_checksums"]
+        assert combine_digests(digests) == store.attrs["checksum"] == manifest["partitions"][p]["checksum"]
+        counts = manifest["partitions"][p]["counts"]
+        assert counts["nodes"] == len(gid) and counts["edges"] == len(indices)
+        assert counts["masters"] == int(data["nodes/is_master"].sum())
+        if halo:
+            is_m = data["nodes/is_master"]
+            into = Counter(dst.tolist())
+            if arrays["undirected"]:
+                into.update(s for s, d in zip(src.tolist(), dst.tolist()) if s != d)
+            want = Counter(arrays["dst"].tolist())
+            if arrays["undirected"]:
+                want.update(s for s, d in zip(arrays["src"].tolist(), arrays["dst"].tolist()) if s != d)
+            for v in gid[is_m].tolist():
+                assert into[v] == want[v], f"partition {p}: master {v} lacks in-edges"
+    # The union of the partitions' edges is the input multiset, each edge exactly once.
+    assert edges == _input_edges(arrays)
+    # Every node has exactly one master.
+    mastered = np.concatenate(mastered)
+    np.testing.assert_array_equal(np.sort(mastered), np.arange(n_total))
+    # node_map agrees.
+    node_map = pq.read_table(out / "node_map.parquet")
+    np.testing.assert_array_equal(node_map["global_nid"].to_numpy(), np.arange(n_total))
+    for p in range(k):
+        store = open_partition(out, p)
+        gid, is_m = store.global_nid[...], store.is_master[...]
+        np.testing.assert_array_equal(node_map["part_id"].to_numpy()[gid[is_m]], p)
+        np.testing.assert_array_equal(node_map["part_local_nid"].to_numpy()[gid[is_m]], np.flatnonzero(is_m))
+    report = verify_output(out)
+    assert report.ok, report.summary()
+    return manifest
+
+
+def _committed_files(out: Path) -> set[str]:
+    return {p.name for p in out.iterdir()} if out.exists() else set()
+
+
+@pytest.fixture(scope="module")
+def small_input(tmp_path_factory) -> tuple[Path, dict]:
+    root = tmp_path_factory.mktemp("small") / "in"
+    return root, make_input(root, edge_shards=3)
+
+
+@pytest.mark.parametrize("num_shards", [1, 8])
+@pytest.mark.parametrize("k", [1, 4])
+def test_invariants_for_shards_and_parts(tmp_path, num_shards, k):
+    arrays = make_input(tmp_path / "in", edge_shards=num_shards, seed=num_shards + k)
+    manifest = partition_to_store(tmp_path / "in", tmp_path / "out", PartitionConfig(num_parts=k))
+    assert manifest["generation"] == 1 and manifest["num_parts"] == k
+    assert len(manifest["input"]["edges"]) == num_shards
+    assert all(len(s["sha256"]) == 64 for s in manifest["input"]["edges"] + manifest["input"]["nodes"])
+    assert manifest["algorithm"] == "asep" and manifest["config"]["num_parts"] == k
+    assert {"replication_factor", "edge_balance"} <= set(manifest["metrics"])
+    check_output(tmp_path / "out", arrays)
+    assert not (tmp_path / "out" / STAGING_NAME).exists()
+    assert not (tmp_path / "out" / ".asepr.lock").exists()
+
+
+@pytest.mark.parametrize("algo", ALGORITHMS)
+def test_every_algorithm_writes_valid_stores(tmp_path, small_input, algo):
+    if algo == "metis":
+        pytest.importorskip("pymetis")
+    root, arrays = small_input
+    manifest = partition_to_store(root, tmp_path / "out", PartitionConfig(num_parts=3, algo=algo))
+    assert manifest["algorithm"] == algo
+    check_output(tmp_path / "out", arrays)
+
+
+@pytest.mark.parametrize("undirected", [False, True])
+def test_halo_holds_every_in_edge_of_each_master(tmp_path, undirected):
+    arrays = make_input(tmp_path / "in", edge_shards=2, undirected=undirected)
+    manifest = partition_to_store(tmp_path / "in", tmp_path / "out", PartitionConfig(num_parts=4), halo=1)
+    assert manifest["halo"] == 1
+    assert sum(e["counts"]["halo_edges"] for e in manifest["partitions"]) > 0
+    check_output(tmp_path / "out", arrays, halo=1)
+
+
+def test_write_partitions_from_an_assignment(tmp_path, small_input):
+    root, arrays = small_input
+    with partition(root, 4, algo="hdrf") as assignment:
+        manifest = write_partitions(assignment, tmp_path / "out", input_url=root)
+    assert manifest["algorithm"] == "hdrf"
+    check_output(tmp_path / "out", arrays)
+
+
+def test_second_generation_needs_overwrite_and_replaces_the_first(tmp_path, small_input):
+    root, arrays = small_input
+    out = tmp_path / "out"
+    partition_to_store(root, out, PartitionConfig(num_parts=5, algo="hash"))
+    with pytest.raises(StoreError, match="--overwrite"):
+        partition_to_store(root, out, PartitionConfig(num_parts=3, algo="hash"))
+    manifest = partition_to_store(root, out, PartitionConfig(num_parts=3, algo="hash"), overwrite=True)
+    assert manifest["generation"] == 2
+    check_output(out, arrays)
+    # The retired stores of generation 1 are gone; nothing else is left behind.
+    assert _committed_files(out) == {"manifest.json", "node_map.parquet",
+                                     "part-00000.zarr", "part-00001.zarr", "part-00002.zarr"}
+
+
+# --- failures ----------------------------------------------------------------------------
+
+
+class _Crash(BaseException):
+    """Stands for a kill: not an Exception, so only BaseException handlers see it."""
+
+
+def _crash_at(monkeypatch, stage: str, after: int = 1):
+    hits = {"n": 0}
+
+    def hook(name):
+        if name == stage:
+            hits["n"] += 1
+            if hits["n"] >= after:
+                raise _Crash(stage)
+
+    for module in (pipeline.route, pipeline.finalize, pipeline.write):
+        monkeypatch.setattr(module, "pause_point", hook)
+
+
+def test_failed_run_resumes_finished_partitions_verified_by_checksum(tmp_path, small_input, monkeypatch):
+    root, arrays = small_input
+    out = tmp_path / "out"
+    config = PartitionConfig(num_parts=4, algo="hash")
+    _crash_at(monkeypatch, "between-commits", after=2)
+    with pytest.raises(_Crash):
+        partition_to_store(root, out, config)
+    staging = out / STAGING_NAME
+    finished = sorted(p.name for p in staging.glob("part-*.zarr"))
+    assert len(finished) >= 2 and not (out / "manifest.json").exists()
+    monkeypatch.undo()
+    manifest = partition_to_store(root, out, config)
+    assert len(manifest["run"]["resumed_partitions"]) >= 2
+    check_output(out, arrays)
+
+
+def test_resume_discards_a_finished_store_whose_checksum_fails(tmp_path, small_input, monkeypatch):
+    root, arrays = small_input
+    out = tmp_path / "out"
+    config = PartitionConfig(num_parts=4, algo="hash")
+    _crash_at(monkeypatch, "between-commits", after=2)
+    with pytest.raises(_Crash):
+        partition_to_store(root, out, config)
+    monkeypatch.undo()
+    victim = min((out / STAGING_NAME).glob("part-*.zarr"))
+    chunk = next(p for p in (victim / "nodes" / "y").rglob("*") if p.is_file() and p.name != "zarr.json")
+    chunk.write_bytes(b"garbage")
+    manifest = partition_to_store(root, out, config)
+    assert int(victim.name[5:10]) not in manifest["run"]["resumed_partitions"]
+    check_output(out, arrays)
+
+
+def test_rerun_with_another_config_starts_clean(tmp_path, small_input, monkeypatch):
+    root, arrays = small_input
+    out = tmp_path / "out"
+    _crash_at(monkeypatch, "between-commits", after=2)
+    with pytest.raises(_Crash):
+        partition_to_store(root, out, PartitionConfig(num_parts=4, algo="hash"))
+    monkeypatch.undo()
+    manifest = partition_to_store(root, out, PartitionConfig(num_parts=4, algo="dbh"))
+    assert manifest["run"]["resumed_partitions"] == [] and manifest["algorithm"] == "dbh"
+    check_output(out, arrays)
+
+
+@pytest.mark.parametrize("same_config", [True, False])
+def test_interrupted_commit_rolls_forward_or_back(tmp_path, small_input, monkeypatch, same_config):
+    root, arrays = small_input
+    out = tmp_path / "out"
+    first = partition_to_store(root, out, PartitionConfig(num_parts=3, algo="hash"))
+    _crash_at(monkeypatch, "swap")
+    with pytest.raises(_Crash):
+        partition_to_store(root, out, PartitionConfig(num_parts=4, algo="hash"), overwrite=True)
+    monkeypatch.undo()
+    # Mid-swap: the manifest still names generation 1, and readers still find all of it.
+    assert read_manifest(out)["generation"] == 1
+    assert open_partition(out, 0).generation == 1
+    report = verify_output(out)
+    assert report.ok and report.generation == 1, report.summary()
+    assert check_output(out, arrays)["partitions"] == first["partitions"]
+    config = PartitionConfig(num_parts=4 if same_config else 2, algo="hash")
+    manifest = partition_to_store(root, out, config, overwrite=True)
+    assert manifest["generation"] == 2
+    assert manifest["num_parts"] == config.num_parts
+    check_output(out, arrays)
+
+
+def test_disk_full_mid_write_leaves_the_previous_generation(tmp_path, small_input, monkeypatch):
+    root, arrays = small_input
+    out = tmp_path / "out"
+    first = partition_to_store(root, out, PartitionConfig(num_parts=3, algo="hash"))
+    real = storage.partition_store._write_array
+    calls = {"n": 0}
+
+    def full_disk(group, name, data):
+        calls["n"] += 1
+        if calls["n"] == 9:
+            raise OSError(errno.ENOSPC, "No space left on device", str(name))
+        return real(group, name, data)
+
+    monkeypatch.setattr(storage.partition_store, "_write_array", full_disk)
+    with pytest.raises(StoreError) as info:
+        partition_to_store(root, out, PartitionConfig(num_parts=4, algo="hash"), overwrite=True)
+    message = str(info.value)
+    assert "No space left on device" in message and "rerun" in message and str(out) in message
+    assert read_manifest(out)["partitions"] == first["partitions"]
+    check_output(out, arrays)
+    monkeypatch.undo()
+    manifest = partition_to_store(root, out, PartitionConfig(num_parts=4, algo="hash"), overwrite=True)
+    assert manifest["generation"] == 2
+    check_output(out, arrays)
+
+
+def _break_dtype(root: Path):
+    path = root / "edges" / "part-00000.parquet"
+    t = pq.read_table(path)
+    pq.write_table(t.set_column(0, "src", t["src"].cast(pa.int32())), path)
+
+
+def _break_range(root: Path):
+    path = root / "edges" / "part-00001.parquet"
+    t = pq.read_table(path)
+    src = t["src"].to_numpy().copy()
+    src[3] = NUM_NODES + 7
+    pq.write_table(edge_table(src, t["dst"].to_numpy()), path)
+
+
+def _break_nan(root: Path):
+    path = root / "nodes" / "part-00000.parquet"
+    t = pq.read_table(path)
+    feat = np.stack(t["feat"].to_numpy(zero_copy_only=False)).astype(np.float32)
+    feat[5, 2] = np.nan
+    pq.write_table(node_table(t["id"].to_numpy(), feat, t["label"].to_numpy(), t["split"].to_numpy()), path)
+
+
+def _break_missing_node(root: Path):
+    path = root / "nodes" / "part-00001.parquet"
+    t = pq.read_table(path)
+    pq.write_table(t.slice(1), path)
+    meta = json.loads((root / "meta.json").read_text())
+    meta["num_nodes"] = NUM_NODES - 1
+    (root / "meta.json").write_text(json.dumps(meta))
+
+
+def _break_truncated(root: Path):
+    path = root / "edges" / "part-00002.parquet"
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def _break_empty(root: Path):
+    for p in (root / "edges").iterdir():
+        p.unlink()
+
+
+@pytest.mark.parametrize(
+    "breaker, error",
+    [(_break_dtype, SchemaError), (_break_range, InputError), (_break_nan, InputError),
+     (_break_missing_node, InputError), (_break_truncated, InputError), (_break_empty, InputError)],
+    ids=["dtype", "out-of-range", "nan", "missing-node", "truncated", "empty"],
+)
+@pytest.mark.parametrize("previous", [False, True])
+def test_bad_input_fails_before_anything_is_written(tmp_path, small_input, breaker, error, previous):
+    root = tmp_path / "in"
+    shutil.copytree(small_input[0], root)
+    out = tmp_path / "out"
+    if previous:
+        first = partition_to_store(root, out, PartitionConfig(num_parts=2, algo="hash"))
+    before = _committed_files(out)
+    breaker(root)
+    with pytest.raises(error):
+        partition_to_store(root, out, PartitionConfig(num_parts=3, algo="hash"), overwrite=True)
+    assert _committed_files(out) == before  # no partition, no staging, no lock
+    if previous:
+        assert read_manifest(out)["partitions"] == first["partitions"]
+        assert verify_output(out, input_url=small_input[0]).ok
+
+
+def test_unwritable_or_foreign_output_is_refused_clearly(tmp_path, small_input):
+    root, _ = small_input
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreError, match=r"a-file/out.*Fix: choose an output path"):
+        partition_to_store(root, blocker / "out", PartitionConfig(num_parts=2, algo="hash"))
+    with pytest.raises(StoreError, match="an existing file"):
+        partition_to_store(root, blocker, PartitionConfig(num_parts=2, algo="hash"))
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    with pytest.raises(StoreError, match="notes.txt"):
+        partition_to_store(root, foreign, PartitionConfig(num_parts=2, algo="hash"))
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+    with pytest.raises(StoreError, match="local"):
+        partition_to_store(root, "memory://x/out", PartitionConfig(num_parts=2, algo="hash"))
+
+
+def test_verify_reports_each_violation_by_partition(tmp_path, small_input):
+    root, _ = small_input
+    out = tmp_path / "out"
+    partition_to_store(root, out, PartitionConfig(num_parts=3, algo="hash"))
+    import zarr
+
+    group = zarr.open_group(str(out / "part-00001.zarr"), mode="r+")
+    indices = group["edges/indices"][...]
+    indices[0] = (indices[0] + 1) % group["nodes/global_nid"].shape[0]
+    group["edges/indices"][...] = indices
+    group = zarr.open_group(str(out / "part-00002.zarr"), mode="r+")
+    is_master = group["nodes/is_master"][...]
+    is_master[:] = False
+    group["nodes/is_master"][...] = is_master
+    report = verify_output(out)
+    text = report.summary()
+    assert not report.ok
+    assert "partition 1: checksum mismatch: array edges/indices" in text
+    assert "partition 2: checksum mismatch: array nodes/is_master" in text
+    assert "have no master" in text and "edges: edge (" in text
+
+
+def test_local_cluster_gives_the_same_result_as_threads(tmp_path, small_input):
+    distributed = pytest.importorskip("distributed")
+    from workflows.dask_client import dask_client
+
+    root, arrays = small_input
+    config = PartitionConfig(num_parts=4)
+    threads = partition_to_store(root, tmp_path / "threads", config)
+    with (
+        distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                 dashboard_address=None) as cluster,
+        dask_client(scheduler_address=cluster.scheduler_address) as client,
+    ):
+        assert client is not None and len(client.scheduler_info()["workers"]) == 2
+        remote = partition_to_store(root, tmp_path / "cluster", config, client=client)
+    assert [e["checksum"] for e in remote["partitions"]] == [e["checksum"] for e in threads["partitions"]]
+    assert remote["node_map"]["sha256"] == threads["node_map"]["sha256"]
+    assert set(remote["run"]["peak_rss_bytes"]["workers"]) and not threads["run"]["peak_rss_bytes"]["workers"]
+    check_output(tmp_path / "cluster", arrays)
+
+
+def test_asepr_errors_are_one_family():
+    assert issubclass(StoreError, AseprError)

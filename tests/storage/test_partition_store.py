@@ -1,0 +1,259 @@
+"""The partition store format, its reader, the manifest and the writer's lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+import storage.manifest
+import storage.partition_store as ps
+from pipeline.config import PartitionConfig
+from pipeline.write import partition_to_store
+from storage.errors import StoreError
+from storage.lock import OutputLock
+from storage.manifest import LOCK_NAME, read_manifest, write_manifest
+from storage.partition_store import open_partition, open_store
+from tests.storage.helpers import write_input
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory) -> dict[int, Path]:
+    """One committed output per halo setting (k=3) of a small directed graph."""
+    base = tmp_path_factory.mktemp("stores")
+    write_input(base / "in", num_nodes=300, num_edges=2000, dim=4, edge_shards=2,
+                meta={"undirected": False, "num_nodes": 300})
+    out = {}
+    for halo in (0, 1):
+        partition_to_store(base / "in", base / f"out{halo}", PartitionConfig(num_parts=3, algo="hash"), halo=halo)
+        out[halo] = base / f"out{halo}"
+    return out
+
+
+# --- the docstring draws the layout that is written ------------------------------------
+
+
+def _documented_layout() -> tuple[dict[str, tuple[list[str], int, bool]], list[str]]:
+    """Parse the tree in storage.partition_store's docstring."""
+    doc = ps.__doc__
+    block = doc[doc.index("part-00000.zarr/") :].split("\n\n")[0]
+    arrays: dict[str, tuple[list[str], int, bool]] = {}
+    group = None
+    attrs_text = block[block.index("group attrs:") : block.index("nodes/")]
+    attrs = [a.strip() for a in attrs_text.replace("group attrs:", "").replace("\n", " ").split(",")]
+    for line in block.splitlines()[1:]:
+        stripped = line.strip()
+        if re.fullmatch(r"(nodes|edges)/", stripped):
+            group = stripped.rstrip("/")
+            continue
+        m = re.match(r"^(\w+)\s+([\w|]+)\s+\[([^\]]*)\](.*)$", stripped)
+        if m and group:
+            name, dtypes, shape, rest = m.groups()
+            arrays[f"{group}/{name}"] = (dtypes.split("|"), len(shape.split(",")), "only" in rest)
+    return arrays, [a for a in attrs if a]
+
+
+@pytest.mark.parametrize("halo", [0, 1])
+def test_docstring_layout_matches_what_is_written(outputs, halo):
+    documented, attrs = _documented_layout()
+    assert len(documented) == 8 and "counts" in attrs and "checksum" in attrs
+    root = outputs[halo] / "part-00001.zarr"
+    group = zarr.open_group(str(root), mode="r")
+    written = {}
+    for sub in ("nodes", "edges"):
+        for name, array in group[sub].arrays():
+            written[f"{sub}/{name}"] = array
+    assert sorted(group.group_keys()) == ["edges", "nodes"]
+    expected = {k for k, (_, _, optional) in documented.items() if halo or not optional}
+    assert set(written) == expected
+    for name, array in written.items():
+        dtypes, ndim, _ = documented[name]
+        assert array.dtype.name in dtypes, name
+        assert array.ndim == ndim, name
+    assert set(attrs) <= set(group.attrs), set(attrs) - set(group.attrs)
+
+
+def test_store_uses_the_measured_codecs_and_chunks(outputs):
+    group = zarr.open_group(str(outputs[0] / "part-00000.zarr"), mode="r")
+    x = group["nodes/x"]
+    (codec,) = x.compressors
+    assert isinstance(codec, zarr.codecs.BloscCodec) and codec.cname.value == "lz4"
+    assert x.chunks[1] == x.shape[1]  # whole rows
+    assert "MB/s" in ps.__doc__  # the measurement behind the choice is written down
+
+
+# --- reader --------------------------------------------------------------------------------
+
+
+def test_open_partition_is_lazy_and_complete(outputs):
+    store = open_partition(outputs[0], 2)
+    assert isinstance(store.x, zarr.Array) and store.part_id == 2 and store.num_parts == 3
+    data = store.to_numpy()
+    assert data["nodes/x"].shape == (store.num_nodes, 4)
+    assert store.manifest["generation"] == store.generation == 1
+    with pytest.raises(StoreError, match=r"part_id 3"):
+        open_partition(outputs[0], 3)
+
+
+def test_open_partition_reads_only_its_own_files(outputs, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(outputs[0], out)
+    seen: list[str] = []
+    tracing = {"on": False}
+
+    def hook(event, args):
+        if tracing["on"] and event in ("open", "os.listdir", "os.scandir") and args and args[0] is not None:
+            path = args[0]
+            if isinstance(path, (str, bytes, os.PathLike)):
+                seen.append(os.fsdecode(path))
+
+    sys.addaudithook(hook)
+    tracing["on"] = True
+    try:
+        store = open_partition(out, 1)
+        data = store.to_numpy()
+    finally:
+        tracing["on"] = False
+    mine = [p for p in seen if p.startswith(str(out))]
+    assert mine, "the audit hook saw no file access"
+    allowed = (str(out / "part-00001.zarr"), str(out / "manifest.json"))
+    assert all(p.startswith(allowed) for p in mine), sorted(set(mine))
+    # And it still works with every other partition and the node map gone.
+    for other in ("part-00000.zarr", "part-00002.zarr"):
+        shutil.rmtree(out / other)
+    (out / "node_map.parquet").unlink()
+    again = open_partition(out, 1).to_numpy()
+    for name in data:
+        np.testing.assert_array_equal(again[name], data[name])
+
+
+def test_reader_refuses_unfinished_or_foreign_stores(outputs, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(outputs[0], out)
+    group = zarr.open_group(str(out / "part-00000.zarr"), mode="r+")
+    group.attrs["generation"] = 7
+    with pytest.raises(StoreError, match=r"generation 1.*generation 7"):
+        open_partition(out, 0)
+    shutil.rmtree(out / "part-00001.zarr" / "edges")
+    with pytest.raises(StoreError, match="edges/indptr"):
+        open_store(out / "part-00001.zarr")
+    with pytest.raises(StoreError, match="no manifest"):
+        open_partition(tmp_path, 0)
+
+
+# --- manifest ------------------------------------------------------------------------------
+
+
+def test_manifest_replacement_is_atomic(tmp_path, monkeypatch):
+    write_manifest(tmp_path, {"format": "asepr-partitions", "format_version": 1, "generation": 1,
+                              "num_parts": 0, "partitions": []})
+
+    def crash(src, dst):
+        raise OSError("simulated crash before the rename")
+
+    monkeypatch.setattr(storage.manifest.os, "replace", crash)
+    with pytest.raises(OSError):
+        write_manifest(tmp_path, {"format": "asepr-partitions", "format_version": 1, "generation": 2,
+                                  "num_parts": 0, "partitions": []})
+    monkeypatch.undo()
+    assert read_manifest(tmp_path)["generation"] == 1
+
+
+def test_manifest_is_written_last(outputs, tmp_path, monkeypatch):
+    """A run stopped right before its manifest leaves the previous generation readable."""
+    out = tmp_path / "out"
+    shutil.copytree(outputs[0], out)
+    import pipeline.write
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt("stopped before the manifest")
+
+    monkeypatch.setattr(pipeline.write, "write_manifest", stop)
+    with pytest.raises(KeyboardInterrupt):
+        partition_to_store(_input_of(outputs[0]), out, PartitionConfig(num_parts=2, algo="dbh"),
+                           overwrite=True)
+    manifest = read_manifest(out)
+    assert manifest["generation"] == 1 and manifest["num_parts"] == 3
+    for p in range(3):
+        assert open_partition(out, p).generation == 1
+
+
+def _input_of(out: Path) -> Path:
+    return Path(read_manifest(out)["input"]["url"])
+
+
+def test_manifest_errors_name_the_file(tmp_path):
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(StoreError, match=r"manifest.json.*JSON"):
+        read_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(StoreError, match="keys"):
+        read_manifest(tmp_path)
+
+
+# --- lock ------------------------------------------------------------------------------------
+
+
+def _write_lock(directory: Path, pid: int, host: str | None = None, started: float | None = None) -> None:
+    (directory / LOCK_NAME).write_text(json.dumps({
+        "pid": pid, "host": host or socket.gethostname(), "started": started,
+        "acquired": "2026-01-01T00:00:00", "command": "asepr partition ...", "token": "x",
+    }))
+
+
+def test_second_writer_is_refused_naming_pid_and_host(outputs, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(outputs[0], out)
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        import psutil
+
+        _write_lock(out, holder.pid, started=psutil.Process(holder.pid).create_time())
+        with pytest.raises(StoreError) as info:
+            partition_to_store(_input_of(outputs[0]), out, PartitionConfig(num_parts=2, algo="hash"),
+                               overwrite=True)
+        message = str(info.value)
+        assert f"pid {holder.pid}" in message and f"host {socket.gethostname()}" in message
+        assert str(out / LOCK_NAME) in message
+    finally:
+        holder.kill()
+        holder.wait()
+    assert read_manifest(out)["generation"] == 1  # untouched
+
+
+def test_lock_of_another_host_is_not_taken_over(tmp_path):
+    _write_lock(tmp_path, 1, host="elsewhere.example")
+    with pytest.raises(StoreError, match="pid 1 on host elsewhere.example"):
+        OutputLock(tmp_path).acquire()
+
+
+def test_stale_lock_is_taken_over_with_a_warning(outputs, tmp_path, caplog):
+    out = tmp_path / "out"
+    shutil.copytree(outputs[0], out)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    _write_lock(out, gone.pid)
+    with caplog.at_level("WARNING"):
+        manifest = partition_to_store(_input_of(outputs[0]), out, PartitionConfig(num_parts=2, algo="hash"),
+                                      overwrite=True)
+    assert manifest["generation"] == 2
+    assert any("stale lock" in r.getMessage() and str(gone.pid) in r.getMessage() for r in caplog.records)
+    assert not (out / LOCK_NAME).exists()
+
+
+def test_lock_detects_a_reused_pid(tmp_path):
+    # Our own pid, but recorded with another start time: the owner is gone.
+    _write_lock(tmp_path, os.getpid(), started=1.0)
+    with OutputLock(tmp_path) as lock:
+        assert lock.held
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["token"] == lock.token
+    assert not (tmp_path / LOCK_NAME).exists()
