@@ -2,7 +2,9 @@
 
 One numba function, :func:`assign_batch`, assigns a batch of edges in stream order
 and updates O(N) state: a replica bitset of ``ceil(k/64)`` uint64 words per vertex,
-partial degrees, and the k loads. Modes:
+partial degrees, and the k loads. The per-vertex state is packed into one row per
+vertex (:class:`AssignState`), because on graphs larger than the cache the kernel is
+bound by random memory access, not arithmetic. Modes:
 
 ``candidates`` (ASEP, 2PS-L)
     Score the partitions of the two endpoints' communities ``{p(c(u)), p(c(v))}``:
@@ -58,9 +60,48 @@ def edge_hash(u, v, seed):
     return _mix(np.uint64(a) * np.uint64(0x9E3779B97F4A7C15) ^ _mix(np.uint64(b) + np.uint64(seed)))
 
 
+# Packed per-vertex state: one int64 row per vertex, so that an endpoint costs one
+# cache line instead of one per array. Measured on 10M edges of a 5M-vertex synth
+# graph, k = 32: 2PS-L candidates 1.9 -> 3.7-4.0M edges/s, ASEP all-k 1.25 -> 1.4-1.6M.
+# Row layout (W = ceil(k/64) replica words):
+#   [0, W)   replica bitset words (uint64 bit patterns stored as int64)
+#   W        exact degree d(v)
+#   W + 1    partial degree (edges of v seen so far)
+#   W + 2    partition of v's community p(c(v)), or -1
+#   W + 3    volume of v's community vol(c(v))
+#   W + 4    home partition of v's attribute cluster, or -1
+_DEG, _PDEG, _PART, _VOL, _HOME = 0, 1, 2, 3, 4
+_FIELDS = 5
+
+
 @numba.njit(cache=True, inline="always")
-def _has(replicas, x, p):
-    return (replicas[x, p >> 6] >> np.uint64(p & 63)) & np.uint64(1) != np.uint64(0)
+def _has(vstate, x, p):
+    return (vstate[x, p >> 6] >> (p & 63)) & 1 != 0
+
+
+@numba.njit(cache=True, inline="always")
+def _popcount64(x):
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
+
+
+@numba.njit(cache=True, inline="always")
+def _score(q, load, max_load, scale, vstate, u, v, gu, gv, pu, pv, scu, scv, hu, hv, beta):
+    # The same operations in the same order as a plain scan, so float ties agree.
+    s = scale * np.float64(max_load - load)
+    s += gu * (1.0 if _has(vstate, u, q) else 0.0)
+    s += gv * (1.0 if _has(vstate, v, q) else 0.0)
+    if q == pu:
+        s += scu
+    if q == pv:
+        s += scv
+    if q == hu:
+        s += beta
+    if q == hv:
+        s += beta
+    return s
 
 
 @numba.njit(cache=True, inline="always")
@@ -73,15 +114,15 @@ def _least_loaded(loads):
 
 
 @numba.njit(cache=True, inline="always")
-def _least_loaded_in(replicas, x, y, loads, cap, need_both):
+def _least_loaded_in(vstate, x, y, loads, cap, need_both):
     """Least-loaded partition (below cap) in A(x) (and A(y) when need_both); -1 if none."""
     best = -1
     for p in range(loads.shape[0]):
         if loads[p] >= cap:
             continue
-        if not _has(replicas, x, p):
+        if not _has(vstate, x, p):
             continue
-        if need_both and not _has(replicas, y, p):
+        if need_both and not _has(vstate, y, p):
             continue
         if best < 0 or loads[p] < loads[best]:
             best = p
@@ -89,21 +130,28 @@ def _least_loaded_in(replicas, x, y, loads, cap, need_both):
 
 
 @numba.njit(cache=True, inline="always")
-def _any_replica(replicas, x):
-    for w in range(replicas.shape[1]):
-        if replicas[x, w] != np.uint64(0):
+def _any_replica(vstate, x, words):
+    for w in range(words):
+        if vstate[x, w] != 0:
             return True
     return False
 
 
 @numba.njit(cache=True, nogil=True)
-def assign_batch(
-    src, dst, out, mode, replicas, loads, degree, pdeg, use_partial,
-    community, comm_part, comm_vol, use_comm,
-    attr, attr_home, beta, lam, cap, seed,
-):
-    """Assign ``src[i], dst[i]`` to ``out[i]`` in order, updating the state in place."""
+def assign_batch(src, dst, out, mode, vstate, words, loads, use_partial, beta, lam, cap, seed):
+    """Assign ``src[i], dst[i]`` to ``out[i]`` in order, updating the state in place.
+
+    ``vstate`` is the packed per-vertex state of :class:`AssignState`; ``words`` its
+    number of replica words. ``beta`` weighs the attribute-home term (homes of -1
+    never match), ``lam`` HDRF's balance term; ``use_partial`` scores with partial
+    instead of exact degrees (plain HDRF).
+    """
     k = loads.shape[0]
+    deg_col = words + _DEG
+    pdeg_col = words + _PDEG
+    part_col = words + _PART
+    vol_col = words + _VOL
+    home_col = words + _HOME
     # Loads only grow: track the max directly and the min with the count of partitions
     # at it, recomputing only when the last one leaves the min (amortised O(1)).
     max_load = loads[0]
@@ -118,59 +166,54 @@ def assign_batch(
     for i in range(src.shape[0]):
         u = src[i]
         v = dst[i]
-        pdeg[u] += 1
+        vstate[u, pdeg_col] += 1
         if v != u:
-            pdeg[v] += 1
+            vstate[v, pdeg_col] += 1
         p = -1
         if mode == _HASH:
             p = np.int64(edge_hash(u, v, seed) % np.uint64(k))
         elif mode == _DBH:
             x = u
-            if degree[v] < degree[u] or (degree[v] == degree[u] and v < u):
+            if vstate[v, deg_col] < vstate[u, deg_col] or (
+                vstate[v, deg_col] == vstate[u, deg_col] and v < u
+            ):
                 x = v
             p = np.int64(_mix(np.uint64(x) + np.uint64(seed)) % np.uint64(k))
         elif mode == _GREEDY:
-            has_u = _any_replica(replicas, u)
-            has_v = _any_replica(replicas, v)
+            has_u = _any_replica(vstate, u, words)
+            has_v = _any_replica(vstate, v, words)
             if has_u and has_v:
-                p = _least_loaded_in(replicas, u, v, loads, cap, True)
+                p = _least_loaded_in(vstate, u, v, loads, cap, True)
                 if p < 0:
                     # Disjoint: the endpoint with more unassigned edges keeps its replicas.
-                    rest_u = degree[u] - pdeg[u]
-                    rest_v = degree[v] - pdeg[v]
+                    rest_u = vstate[u, deg_col] - vstate[u, pdeg_col]
+                    rest_v = vstate[v, deg_col] - vstate[v, pdeg_col]
                     first, second = (u, v) if rest_u >= rest_v else (v, u)
-                    p = _least_loaded_in(replicas, first, first, loads, cap, False)
+                    p = _least_loaded_in(vstate, first, first, loads, cap, False)
                     if p < 0:
-                        p = _least_loaded_in(replicas, second, second, loads, cap, False)
+                        p = _least_loaded_in(vstate, second, second, loads, cap, False)
             elif has_u:
-                p = _least_loaded_in(replicas, u, u, loads, cap, False)
+                p = _least_loaded_in(vstate, u, u, loads, cap, False)
             elif has_v:
-                p = _least_loaded_in(replicas, v, v, loads, cap, False)
+                p = _least_loaded_in(vstate, v, v, loads, cap, False)
         else:
-            if use_partial:
-                du = np.float64(pdeg[u])
-                dv = np.float64(pdeg[v])
-            else:
-                du = np.float64(degree[u])
-                dv = np.float64(degree[v])
+            col = pdeg_col if use_partial else deg_col
+            du = np.float64(vstate[u, col])
+            dv = np.float64(vstate[v, col])
             total = du + dv
             gu = 1.0 + (1.0 - du / total) if total > 0 else 1.0
             gv = 1.0 + (1.0 - dv / total) if total > 0 else 1.0
-            pu = -1
-            pv = -1
+            pu = vstate[u, part_col]
+            pv = vstate[v, part_col]
             scu = 0.0
             scv = 0.0
-            if use_comm:
-                cu = community[u]
-                cv = community[v]
-                pu = comm_part[cu]
-                pv = comm_part[cv]
-                vol = np.float64(comm_vol[cu] + comm_vol[cv])
+            if pu >= 0:
+                vol = np.float64(vstate[u, vol_col] + vstate[v, vol_col])
                 if vol > 0:
-                    scu = comm_vol[cu] / vol
-                    scv = comm_vol[cv] / vol
-            hu = attr_home[attr[u]] if beta != 0.0 else -1
-            hv = attr_home[attr[v]] if beta != 0.0 else -1
+                    scu = vstate[u, vol_col] / vol
+                    scv = vstate[v, vol_col] / vol
+            hu = vstate[u, home_col] if beta != 0.0 else -1
+            hv = vstate[v, home_col] if beta != 0.0 else -1
             best_score = -1.0
             if mode == _CANDIDATES:
                 for j in range(2):
@@ -180,9 +223,9 @@ def assign_batch(
                     if loads[q] >= cap:
                         continue
                     s = 0.0
-                    if _has(replicas, u, q):
+                    if _has(vstate, u, q):
                         s += gu
-                    if _has(replicas, v, q):
+                    if _has(vstate, v, q):
                         s += gv
                     if q == pu:
                         s += scu
@@ -196,31 +239,53 @@ def assign_batch(
                         best_score = s
                         p = q
             else:
+                # score(q) = balance(q) + replication(q) + community/home terms. Only
+                # q in S = A(u) | A(v) | {pu, pv, hu, hv} can have more than the balance
+                # term, so: score every q in S, then add the best q outside S, which is
+                # the lowest-index least-loaded one. Same argmax (lowest index among
+                # equal scores) as scanning all k, at O(|S|) instead of O(k) floats.
                 scale = lam / (1.0 + np.float64(max_load - min_load))
-                for w in range(replicas.shape[1]):
-                    word_u = replicas[u, w]
-                    word_v = replicas[v, w]
-                    q0 = w * 64
-                    q1 = min(k, q0 + 64)
-                    for q in range(q0, q1):
-                        load = loads[q]
-                        if load >= cap:
+                for w in range(words):
+                    bits = np.uint64(vstate[u, w]) | np.uint64(vstate[v, w])
+                    while bits != np.uint64(0):
+                        low = bits & (~bits + np.uint64(1))
+                        bits ^= low
+                        q = w * 64 + _popcount64(low - np.uint64(1))
+                        if q >= k or loads[q] >= cap:
                             continue
-                        shift = np.uint64(q - q0)
-                        s = scale * np.float64(max_load - load)
-                        s += gu * np.float64((word_u >> shift) & np.uint64(1))
-                        s += gv * np.float64((word_v >> shift) & np.uint64(1))
-                        if q == pu:
-                            s += scu
-                        if q == pv:
-                            s += scv
-                        if q == hu:
-                            s += beta
-                        if q == hv:
-                            s += beta
-                        if s > best_score:
+                        s = _score(q, loads[q], max_load, scale, vstate, u, v, gu, gv,
+                                   pu, pv, scu, scv, hu, hv, beta)
+                        if s > best_score or (s == best_score and q < p):
                             best_score = s
                             p = q
+                for j in range(4):
+                    q = pu if j == 0 else pv if j == 1 else hu if j == 2 else hv
+                    if q < 0 or loads[q] >= cap or _has(vstate, u, q) or _has(vstate, v, q):
+                        continue
+                    s = _score(q, loads[q], max_load, scale, vstate, u, v, gu, gv,
+                               pu, pv, scu, scv, hu, hv, beta)
+                    if s > best_score or (s == best_score and q < p):
+                        best_score = s
+                        p = q
+                # The best partition outside S: least loaded, lowest index.
+                outside = -1
+                for q in range(k):
+                    if loads[q] >= cap or (outside >= 0 and loads[q] >= loads[outside]):
+                        continue
+                    if q == pu or q == pv or q == hu or q == hv:
+                        continue
+                    if _has(vstate, u, q) or _has(vstate, v, q):
+                        continue
+                    outside = q
+                    if loads[q] == min_load:
+                        break
+                if outside >= 0:
+                    s = scale * np.float64(max_load - loads[outside])
+                    s += gu * 0.0
+                    s += gv * 0.0
+                    if s > best_score or (s == best_score and outside < p):
+                        best_score = s
+                        p = outside
         if p < 0 or loads[p] >= cap:
             p = _least_loaded(loads)
         out[i] = p
@@ -239,20 +304,59 @@ def assign_batch(
         if loads[p] > max_load:
             max_load = loads[p]
         word = p >> 6
-        bit = np.uint64(1) << np.uint64(p & 63)
-        replicas[u, word] |= bit
-        replicas[v, word] |= bit
+        bit = np.int64(1) << (p & 63)
+        vstate[u, word] |= bit
+        vstate[v, word] |= bit
 
 
 class AssignState:
-    """The O(N) state of a streaming assignment (resumable across batches and ingests)."""
+    """The O(N) state of a streaming assignment, packed one row per vertex.
 
-    def __init__(self, num_nodes: int, num_parts: int):
+    Parameters
+    ----------
+    degree
+        Exact degrees (int64[N]).
+    vertex_part, vertex_volume
+        Per vertex: its community's partition and volume (-1 / 0 without communities).
+    vertex_home
+        Per vertex: the home partition of its attribute cluster (-1: none).
+    """
+
+    def __init__(
+        self,
+        num_parts: int,
+        degree: np.ndarray,
+        vertex_part: np.ndarray | None = None,
+        vertex_volume: np.ndarray | None = None,
+        vertex_home: np.ndarray | None = None,
+    ):
+        num_nodes = len(degree)
         self.num_parts = num_parts
         self.words = (num_parts + 63) // 64
-        self.replicas = np.zeros((num_nodes, self.words), dtype=np.uint64)
+        width = self.words + _FIELDS
+        stride = 8 if width <= 8 else -(-width // 8) * 8  # whole cache lines per row
+        self.vstate = np.zeros((num_nodes, stride), dtype=np.int64)
+        w = self.words
+        self.vstate[:, w + _DEG] = degree
+        self.vstate[:, w + _PART] = -1 if vertex_part is None else vertex_part
+        self.vstate[:, w + _VOL] = 0 if vertex_volume is None else vertex_volume
+        self.vstate[:, w + _HOME] = -1 if vertex_home is None else vertex_home
         self.loads = np.zeros(num_parts, dtype=np.int64)
-        self.pdeg = np.zeros(num_nodes, dtype=np.int64)
+
+    @property
+    def replicas(self) -> np.ndarray:
+        """A(v) as uint64 bitsets ``[N, W]`` (a contiguous copy)."""
+        return np.ascontiguousarray(self.vstate[:, : self.words]).view(np.uint64)
+
+    @property
+    def pdeg(self) -> np.ndarray:
+        return self.vstate[:, self.words + _PDEG]
+
+    def assign(self, src, dst, out, mode: int, *, use_partial=False, beta=0.0, lam=1.0,
+               cap: int, seed: int = 0) -> None:
+        """Assign one batch (see :func:`assign_batch`)."""
+        assign_batch(src, dst, out, mode, self.vstate, self.words, self.loads,
+                     use_partial, beta, lam, cap, seed)
 
 
 def replica_sets(replicas: np.ndarray, vertex: int) -> list[int]:

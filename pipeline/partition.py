@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.assign import MODES, AssignState, assign_batch
+from pipeline.assign import MODES, AssignState
 from pipeline.attr_cluster import AttrClusters, attribute_clusters
 from pipeline.attr_column import column_clusters
 from pipeline.attr_lift import attribute_lift
@@ -216,10 +216,7 @@ def partition(
     tick("attribute clustering")
 
     communities = mapping = None
-    community = np.zeros(1, dtype=np.int64)
-    comm_part = np.zeros(1, dtype=np.int32)
-    comm_vol = np.zeros(1, dtype=np.int64)
-    attr_home = np.zeros(max(1, int(attr_ids.max()) + 1 if num_nodes else 1), dtype=np.int32)
+    vertex_part = vertex_volume = vertex_home = None
     alpha, beta, keep_together = run.alpha, run.beta, run.keep_attr_together
     lift = None
     if run.uses_attributes and run.lift_reference > 0:
@@ -243,14 +240,16 @@ def partition(
             communities.volume, attr_ids, k, epsilon=run.epsilon,
             keep_attr_together=run.uses_attributes and keep_together,
         )
-        community, comm_part, comm_vol = communities.community_id, mapping.community_part, communities.volume
+        # Resolve the community indirections per vertex once, so the kernel reads one
+        # row per endpoint instead of chasing community -> partition on every edge.
+        vertex_part = mapping.community_part[communities.community_id]
+        vertex_volume = communities.volume[communities.community_id]
         if run.uses_attributes:
-            attr_home = mapping.attr_home
+            vertex_home = mapping.attr_home[attr_ids]
         tick("mapping")
     elif run.algo == "metis":
-        community = np.arange(num_nodes, dtype=np.int64)
-        comm_part = _metis_membership(edge_shards, degree, k, run.seed, run.batch_rows)
-        comm_vol = degree
+        vertex_part = _metis_membership(edge_shards, degree, k, run.seed, run.batch_rows)
+        vertex_volume = degree
         tick("metis")
 
     if run.algo in ("asep", "2ps-l", "2ps-hdrf", "metis"):
@@ -260,14 +259,14 @@ def partition(
     else:
         mode = MODES[run.algo]
     use_partial = run.algo == "hdrf"
-    use_comm = run.algo in ("asep", "2ps-l", "2ps-hdrf", "metis")
     beta = beta if run.uses_attributes else 0.0
     cap = edge_cap(num_edges, k, run.epsilon)
 
     owns = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="asepr-assign-") if owns else workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    state = AssignState(num_nodes, k)
+    state = AssignState(k, degree, vertex_part, vertex_volume, vertex_home)
+    del vertex_part, vertex_volume, vertex_home
     try:
         shard_rows = [open_parquet(s).metadata.num_rows for s in edge_shards]
         part_files = [
@@ -278,20 +277,14 @@ def partition(
         with stage("assignment", log) as info:
             # Compile (or load from numba's cache) outside the timed loop.
             empty = np.zeros(0, dtype=np.int64)
-            assign_batch(
-                empty, empty, np.zeros(0, np.int16), mode, state.replicas, state.loads, degree,
-                state.pdeg, use_partial, community, comm_part, comm_vol, use_comm,
-                attr_ids, attr_home, beta, run.hdrf_lambda, cap, run.seed,
-            )
+            kernel_args = dict(use_partial=use_partial, beta=beta, lam=run.hdrf_lambda,
+                               cap=cap, seed=run.seed)
+            state.assign(empty, empty, np.zeros(0, np.int16), mode, **kernel_args)
             kernel_seconds = 0.0
             for batch in iter_edge_batches(edge_shards, run.batch_rows):
                 out = np.empty(len(batch.src), dtype=np.int16)
                 t0 = time.perf_counter()
-                assign_batch(
-                    batch.src, batch.dst, out, mode, state.replicas, state.loads, degree,
-                    state.pdeg, use_partial, community, comm_part, comm_vol, use_comm,
-                    attr_ids, attr_home, beta, run.hdrf_lambda, cap, run.seed,
-                )
+                state.assign(batch.src, batch.dst, out, mode, **kernel_args)
                 kernel_seconds += time.perf_counter() - t0
                 part_files[batch.shard_index][batch.row0 : batch.row0 + len(out)] = out
             for f in part_files:
@@ -301,30 +294,32 @@ def partition(
         timings["assignment kernel"] = kernel_seconds
         tick("assignment")
 
+        replicas = state.replicas
+        del state.vstate  # the packed rows are no longer needed; keep O(N*W) bitsets only
         result = Assignment(
             config=run, num_nodes=num_nodes, num_edges=num_edges, edge_shards=edge_shards,
             node_shards=node_shards, workdir=str(workdir), degree=degree,
-            replicas=state.replicas, loads=state.loads, master=np.zeros(num_nodes, np.int32),
+            replicas=replicas, loads=state.loads, master=np.zeros(num_nodes, np.int32),
             attr=attr, communities=communities, mapping=mapping, metrics={},
             timings=timings, owns_workdir=owns,
         )
-        offsets = replica_offsets(state.replicas)
+        offsets = replica_offsets(replicas)
         counts = np.zeros(offsets[-1], dtype=np.int64)
         for src, dst, part in result.iter_assigned(run.batch_rows):
-            count_edges_per_replica(src, dst, part, state.replicas, offsets, counts)
-        result.master = choose_masters(state.replicas, offsets, counts, k)
+            count_edges_per_replica(src, dst, part, replicas, offsets, counts)
+        result.master = choose_masters(replicas, offsets, counts, k)
         del counts, offsets
         tick("masters")
 
         with stage("metrics", log):
             local = total = 0
             for batch in iter_edge_batches(edge_shards, run.batch_rows):
-                a, b = locality_batch(batch.src, batch.dst, state.replicas, result.master)
+                a, b = locality_batch(batch.src, batch.dst, replicas, result.master)
                 local += a
                 total += b
             labels = read_node_column(node_shards, num_nodes, "label")
             result.metrics = partition_metrics(
-                state.replicas, state.loads, result.master, attr_ids, labels, (local, total)
+                replicas, state.loads, result.master, attr_ids, labels, (local, total)
             )
         result.metrics["cap"] = cap
         if lift is not None:

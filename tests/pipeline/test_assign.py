@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.assign import MODES, AssignState, assign_batch, replica_sets
+from pipeline.assign import MODES, AssignState, replica_sets
 from pipeline.mapping import map_communities
 from pipeline.masters import (
     choose_masters,
@@ -31,11 +31,10 @@ def run_kernel(algo, src, dst, num_nodes, k, *, attr=None, alpha=0.5, beta=1.0, 
     attr = np.zeros(num_nodes, np.int32) if attr is None else np.asarray(attr, np.int32)
     uses_comm = algo in ("2ps-l", "2ps-hdrf", "asep", "asep-hdrf")
     uses_attr = algo.startswith("asep")
-    community = np.arange(num_nodes, dtype=np.int64)
-    volume = degree.astype(np.int64)
-    comm_part = np.zeros(num_nodes, np.int32)
-    attr_home = np.zeros(int(attr.max()) + 1 if num_nodes else 1, np.int32)
+    vertex_part = vertex_volume = vertex_home = None
     if uses_comm:
+        community = np.arange(num_nodes, dtype=np.int64)
+        volume = degree.astype(np.int64)
         cap_vol = degree.sum() / k
         run_alpha = alpha if uses_attr else 0.0
         struct_attr = attr if uses_attr else np.zeros(num_nodes, np.int32)
@@ -43,19 +42,19 @@ def run_kernel(algo, src, dst, num_nodes, k, *, attr=None, alpha=0.5, beta=1.0, 
             cluster_batch(src[lo:lo + batch], dst[lo:lo + batch], degree, community, volume,
                           struct_attr, cap_vol, (1 - run_alpha) * cap_vol)
         mapping = map_communities(volume, attr, k, epsilon=epsilon, keep_attr_together=uses_attr)
-        comm_part = mapping.community_part
+        vertex_part = mapping.community_part[community]
+        vertex_volume = volume[community]
         if uses_attr:
-            attr_home = mapping.attr_home
+            vertex_home = mapping.attr_home[attr]
     mode = {"hash": "hash", "dbh": "dbh", "greedy": "greedy", "hdrf": "all", "2ps-l": "candidates",
             "2ps-hdrf": "all", "asep": "candidates", "asep-hdrf": "all"}[algo]
     cap = math.ceil((1 + epsilon) * len(src) / k)
-    state = AssignState(num_nodes, k)
+    state = AssignState(k, degree, vertex_part, vertex_volume, vertex_home)
     out = np.empty(len(src), dtype=np.int16)
     for lo in range(0, len(src), batch):
-        assign_batch(src[lo:lo + batch], dst[lo:lo + batch], out[lo:lo + batch], MODES[mode],
-                     state.replicas, state.loads, degree, state.pdeg, algo == "hdrf",
-                     community, comm_part, volume, uses_comm, attr, attr_home,
-                     beta if uses_attr else 0.0, 1.0, cap, seed)
+        state.assign(src[lo:lo + batch], dst[lo:lo + batch], out[lo:lo + batch], MODES[mode],
+                     use_partial=algo == "hdrf", beta=beta if uses_attr else 0.0, lam=1.0,
+                     cap=cap, seed=seed)
     return out, state, cap, degree
 
 
