@@ -4,8 +4,10 @@ Each partition is finalised on its own, by two Dask tasks with exactly one write
 each: :func:`finalize_edges` reads the partition's edge segments, chooses its node set
 and writes the CSR; :func:`finalize_nodes` (after the node rows were gathered) writes
 the node rows, the attributes and the checksum, and renames the store from its
-temporary name into place. Memory is O(|E_p| + |V_p|·d) for partition ``p``; nothing
-here grows with the whole graph except one pass over the ``int32 [N]`` master array.
+temporary name into place. Memory is O(|E_p|) for the CSR and O(|V_p|) plus one
+64 MiB block for the node rows of partition ``p`` (the features are copied from the
+spill files block by block); nothing here grows with the whole graph except one pass
+over the ``int32 [N]`` master array.
 The layout is documented in :mod:`storage.partition_store`.
 """
 
@@ -32,6 +34,7 @@ from storage.errors import StoreError, format_problem
 from storage.partition_store import (
     STORE_FORMAT,
     STORE_VERSION,
+    ArrayWriter,
     combine_digests,
     create_store,
     store_bytes,
@@ -86,11 +89,19 @@ def finalize_edges(
     dst = np.concatenate([owned["dst"], copies["dst"]])
     num_owned = len(owned)
     del owned, copies
-    global_nid = np.unique(np.concatenate([src, dst, masters_here]))
+    # O(N) bitmap and rank instead of sorting the endpoints: N bytes + 8N, once.
+    present = np.zeros(len(master), dtype=bool)
+    present[src] = True
+    present[dst] = True
+    present[masters_here] = True
+    global_nid = np.flatnonzero(present).astype(np.int64)
     n = len(global_nid)
-    local_src = np.searchsorted(global_nid, src)
-    local_dst = np.searchsorted(global_nid, dst)
-    del src, dst
+    rank = np.cumsum(present, dtype=np.int64)
+    rank -= 1
+    del present
+    local_src = rank[src]
+    local_dst = rank[dst]
+    del src, dst, rank
     # One sort key: (source row, destination, halo flag), so rows are sorted and
     # assigned edges come before their halo duplicates.
     key = local_src * max(n, 1) + local_dst
@@ -128,6 +139,40 @@ def finalize_edges(
             "index_dtype": np.dtype(index_dtype).name}
 
 
+def _row_index(
+    gather_spills: list[tuple[Path, Path]], part_id: int, dtype: np.dtype
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each gathered row of ``part_id`` is: (spill file, record number, part_local_nid).
+
+    Reads only the ``local`` field of the partition's records (through a memory map),
+    so the features stay on disk until they are written out block by block.
+    """
+    files, records, local = [], [], []
+    for f, (bin_path, idx_path) in enumerate(gather_spills):
+        index = np.load(idx_path)
+        mine = index[index[:, 0] == part_id]
+        if not len(mine):
+            continue
+        spill = np.memmap(bin_path, dtype=dtype, mode="r")
+        for _, _, offset, count in mine:
+            if offset + count > len(spill):
+                raise StoreError(
+                    format_problem(
+                        f"spill file {bin_path}",
+                        f"{count} records at record {offset}",
+                        f"a file of {len(spill)} records",
+                        "the staging directory is damaged; rerun with --overwrite to start clean.",
+                    )
+                )
+            local.append(np.array(spill["local"][offset : offset + count]))
+            records.append(np.arange(offset, offset + count, dtype=np.int64))
+            files.append(np.full(count, f, dtype=np.int32))
+        del spill
+    if not local:
+        return np.zeros(0, np.int32), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(files), np.concatenate(records), np.concatenate(local)
+
+
 def finalize_nodes(
     part_id: int,
     edges_info: dict[str, Any],
@@ -147,32 +192,46 @@ def finalize_nodes(
     counts = edges_info["counts"]
     n = counts["nodes"]
     dtype = node_record(feat_dim)
-    rows = read_segments(gather_spills, part_id, dtype).get(KIND_ASSIGNED, np.zeros(0, dtype))
+    files, records, local = _row_index(gather_spills, part_id, dtype)
     filled = np.zeros(n, dtype=bool)
-    filled[rows["local"]] = True
-    if len(rows) != n or not filled.all():
+    filled[local] = True
+    if len(local) != n or not filled.all():
         raise StoreError(
             format_problem(
                 f"partition {part_id}",
                 f"one node row from the node shards for each of its {n:,} nodes",
-                f"{len(rows):,} rows covering {int(filled.sum()):,} nodes",
+                f"{len(local):,} rows covering {int(filled.sum()):,} nodes",
                 "the node shards changed during the run; rerun `asepr partition` with --overwrite.",
             )
         )
-    x = np.empty((n, feat_dim), dtype=np.float32)
-    y = np.empty(n, dtype=np.int64)
-    split = np.empty(n, dtype=np.int8)
-    x[rows["local"]] = rows["x"]
-    y[rows["local"]] = rows["y"]
-    split[rows["local"]] = rows["split"]
-    del rows, filled
-
+    del filled
+    order = np.argsort(local, kind="stable")
+    del local
     group = zarr.open_group(store_path, mode="r+")
     digests = dict(edges_info["digests"])
-    digests["nodes/x"] = write_array(group, "nodes/x", x)
+    x_writer = ArrayWriter(group, "nodes/x", (n, feat_dim), np.float32)
+    y = np.empty(n, dtype=np.int64)
+    split = np.empty(n, dtype=np.int8)
+    # Rows go out in part_local_nid order, one chunk-aligned block at a time, so a
+    # task holds O(n) indices plus one block of features, never the whole x twice.
+    for start in range(0, n, x_writer.block_rows):
+        pick = order[start : start + x_writer.block_rows]
+        block = np.empty(len(pick), dtype=dtype)
+        pick_files, pick_records = files[pick], records[pick]
+        for f in np.unique(pick_files):
+            mine = pick_files == f
+            spill = np.memmap(gather_spills[f][0], dtype=dtype, mode="r")
+            block[mine] = spill[pick_records[mine]]
+            del spill
+        x_writer.write(block["x"])
+        y[start : start + len(pick)] = block["y"]
+        split[start : start + len(pick)] = block["split"]
+        del block
+    del order, files, records
+    digests["nodes/x"] = x_writer.close()
     digests["nodes/y"] = write_array(group, "nodes/y", y)
     digests["nodes/split"] = write_array(group, "nodes/split", split)
-    del x, y, split
+    del y, split
     pause_point("finalize")
     checksum = combine_digests(digests)
     group.attrs.update(

@@ -82,6 +82,7 @@ __all__ = [
     "NODE_ARRAYS",
     "STORE_FORMAT",
     "STORE_VERSION",
+    "ArrayWriter",
     "PartitionStore",
     "array_digest",
     "checksum_problems",
@@ -196,40 +197,81 @@ def create_store(path: str | Path) -> zarr.Group:
     return group
 
 
+def _checked_dtype(name: str, dtype: np.dtype) -> np.dtype:
+    allowed = _DTYPES.get(name)
+    if allowed is None:
+        raise StoreError(f"partition store: {name!r} is not part of the layout {list(_DTYPES)}.")
+    if np.dtype(dtype).type not in allowed:
+        raise StoreError(
+            format_problem(
+                f"partition array {name}",
+                f"dtype {' or '.join(np.dtype(t).name for t in allowed)}",
+                f"dtype {np.dtype(dtype)}",
+            )
+        )
+    return np.dtype(dtype)
+
+
+class ArrayWriter:
+    """Writes one layout array in consecutive row blocks and hashes it on the way.
+
+    Blocks should be whole multiples of :attr:`block_rows` (chunk-aligned), so each
+    chunk is written once; :meth:`close` checks every row was written and returns
+    the content digest (as :func:`array_digest` of the whole array).
+    """
+
+    def __init__(self, group: zarr.Group, name: str, shape: tuple[int, ...], dtype, block_bytes: int = 64 << 20):
+        self.name = name
+        self.dtype = _checked_dtype(name, dtype)
+        self.shape = tuple(int(s) for s in shape)
+        self.array = group.create_array(
+            name,
+            shape=self.shape,
+            dtype=self.dtype,
+            chunks=_chunks(self.shape, self.dtype.itemsize),
+            compressors=_codec(name),
+            fill_value=0,
+            # Every chunk is written, so a lost chunk file is an error rather than zeros.
+            config={"write_empty_chunks": True},
+        )
+        chunk_rows = self.array.chunks[0]
+        row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
+        self.block_rows = chunk_rows * max(1, block_bytes // max(1, chunk_rows * row_bytes))
+        self._hash = hashlib.sha256(_digest_header(name, self.dtype, self.shape))
+        self._next = 0
+
+    def write(self, block: np.ndarray) -> None:
+        block = np.ascontiguousarray(block, dtype=self.dtype)
+        if block.shape[1:] != self.shape[1:] or self._next + len(block) > self.shape[0]:
+            raise StoreError(
+                f"partition array {self.name}: block of shape {block.shape} does not fit at row "
+                f"{self._next} of {self.shape}."
+            )
+        if len(block):
+            _write_block(self.array, self._next, block)
+            self._hash.update(block.view(np.uint8).reshape(-1))
+            self._next += len(block)
+
+    def close(self) -> str:
+        if self._next != self.shape[0]:
+            raise StoreError(f"partition array {self.name}: {self._next} of {self.shape[0]} rows written.")
+        return self._hash.hexdigest()
+
+
+def _write_block(array: zarr.Array, start: int, block: np.ndarray) -> None:
+    array[start : start + len(block)] = block
+
+
 def write_array(group: zarr.Group, name: str, data: np.ndarray) -> str:
     """Write one array of the layout into ``group``; return its content digest.
 
     ``name`` is a layout path such as ``"nodes/x"``; the dtype must be the layout's.
     """
-    allowed = _DTYPES.get(name)
-    if allowed is None:
-        raise StoreError(f"write_array: {name!r} is not part of the partition layout {list(_DTYPES)}.")
-    data = np.ascontiguousarray(data)
-    if data.dtype.type not in allowed:
-        raise StoreError(
-            format_problem(
-                f"partition array {name}",
-                f"dtype {' or '.join(np.dtype(t).name for t in allowed)}",
-                f"dtype {data.dtype}",
-            )
-        )
-    _write_array(group, name, data)
-    return array_digest(name, data)
-
-
-def _write_array(group: zarr.Group, name: str, data: np.ndarray) -> None:
-    array = group.create_array(
-        name,
-        shape=data.shape,
-        dtype=data.dtype,
-        chunks=_chunks(data.shape, data.dtype.itemsize),
-        compressors=_codec(name),
-        fill_value=0,
-        # Every chunk is written, so a lost chunk file is an error rather than zeros.
-        config={"write_empty_chunks": True},
-    )
-    if data.size:
-        array[...] = data
+    data = np.asarray(data)
+    writer = ArrayWriter(group, name, data.shape, data.dtype)
+    for start in range(0, len(data), writer.block_rows):
+        writer.write(data[start : start + writer.block_rows])
+    return writer.close()
 
 
 def store_bytes(path: str | Path) -> int:

@@ -177,6 +177,41 @@ def test_second_generation_needs_overwrite_and_replaces_the_first(tmp_path, smal
                                      "part-00000.zarr", "part-00001.zarr", "part-00002.zarr"}
 
 
+def test_progress_reports_every_stage(tmp_path, small_input):
+    events: dict[str, list[int]] = {}
+
+    class Bar:
+        def __init__(self, name, total):
+            self.name = name
+            events[name] = [total, 0]
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, n=1):
+            events[self.name][1] += n
+
+    root, _ = small_input
+    partition_to_store(root, tmp_path / "out", PartitionConfig(num_parts=3, algo="hash"), progress=Bar)
+    assert set(events) == {"assign", "route", "finalize edges", "gather nodes", "finalize nodes"}
+    assert all(total == done > 0 for total, done in events.values()), events
+
+
+def test_more_partitions_than_busy_nodes_and_an_empty_shard(tmp_path):
+    root = tmp_path / "in"
+    arrays = write_input(root, num_nodes=6, num_edges=3, dim=3, edge_shards=2, node_shards=1,
+                         meta={"undirected": False, "num_nodes": 6})
+    pq.write_table(edge_table(np.zeros(0, np.int64), np.zeros(0, np.int64)),
+                   root / "edges" / "part-00009.parquet")
+    arrays["undirected"] = False
+    manifest = partition_to_store(root, tmp_path / "out", PartitionConfig(num_parts=8, algo="hash"))
+    assert 0 in [e["counts"]["nodes"] for e in manifest["partitions"]]
+    check_output(tmp_path / "out", arrays)
+
+
 # --- failures ----------------------------------------------------------------------------
 
 
@@ -267,16 +302,16 @@ def test_disk_full_mid_write_leaves_the_previous_generation(tmp_path, small_inpu
     root, arrays = small_input
     out = tmp_path / "out"
     first = partition_to_store(root, out, PartitionConfig(num_parts=3, algo="hash"))
-    real = storage.partition_store._write_array
+    real = storage.partition_store._write_block
     calls = {"n": 0}
 
-    def full_disk(group, name, data):
+    def full_disk(array, start, block):
         calls["n"] += 1
         if calls["n"] == 9:
-            raise OSError(errno.ENOSPC, "No space left on device", str(name))
-        return real(group, name, data)
+            raise OSError(errno.ENOSPC, "No space left on device", str(array.path))
+        return real(array, start, block)
 
-    monkeypatch.setattr(storage.partition_store, "_write_array", full_disk)
+    monkeypatch.setattr(storage.partition_store, "_write_block", full_disk)
     with pytest.raises(StoreError) as info:
         partition_to_store(root, out, PartitionConfig(num_parts=4, algo="hash"), overwrite=True)
     message = str(info.value)

@@ -230,3 +230,15 @@ def test_every_dataset_partition_then_verify(datasets_dir, tmp_path, capsys, nam
     assert sum(e["counts"]["edges"] for e in manifest["partitions"]) == manifest["num_edges"]
     x = open_partition(out, k - 1).x
     assert x.shape[1] == manifest["feat_dim"] and np.isfinite(x[: min(5, x.shape[0])]).all()
+
+
+def test_demo_partitions_and_verifies(tmp_path):
+    from workflows.demo import DEMO_PARTS, run_demo
+
+    lines: list[str] = []
+    result = run_demo(tmp_path, echo=lines.append)
+    assert result["verify"].ok and result["manifest"]["num_parts"] == DEMO_PARTS
+    assert result["manifest"]["algorithm"] == "asep"
+    text = "\n".join(lines)
+    assert "replication factor" in text and "verified: all invariants hold" in text
+    assert open_partition(result["out"], DEMO_PARTS - 1).num_nodes > 0
