@@ -324,9 +324,14 @@ def _load_assignment(work: Path, run_key: str, edge_shards: list[Shard], node_sh
 # --- input identity ------------------------------------------------------------------
 
 
-def _input_info_from_report(input_url, report) -> dict[str, Any]:
+def _input_url(input_url, storage_options=None) -> str:
+    """The input's URL as ``asepr verify`` can find it again from any directory."""
+    return url_of(*resolve(input_url, storage_options))
+
+
+def _input_info_from_report(input_url, report, storage_options=None) -> dict[str, Any]:
     return {
-        "url": str(input_url),
+        "url": _input_url(input_url, storage_options),
         "edges": [{"url": s.url, "rows": s.rows, "sha256": s.sha256} for s in report.edge_shards],
         "nodes": [{"url": s.url, "rows": s.rows, "sha256": s.sha256} for s in report.node_shards],
         "feat_dim": int(report.feat_dim),
@@ -348,7 +353,7 @@ def _input_info_from_shards(input_url, edge_shards, node_shards) -> dict[str, An
     def describe(shards):
         return [{"url": s.url, "rows": open_parquet(s).metadata.num_rows, "sha256": fingerprint(s)} for s in shards]
 
-    return {"url": None if input_url is None else str(input_url), "edges": describe(edge_shards),
+    return {"url": None if input_url is None else _input_url(input_url), "edges": describe(edge_shards),
             "nodes": describe(node_shards), "feat_dim": _feat_dim(node_shards)}
 
 
@@ -792,7 +797,7 @@ def partition_to_store(
                 report = validate_input(input_url, undirected=config.undirected, check_duplicates=False,
                                         storage_options=storage_options)
             timings["validate"] = time.perf_counter() - start
-            input_info = _input_info_from_report(input_url, report)
+            input_info = _input_info_from_report(input_url, report, storage_options)
             run_key = _run_key(config.to_dict(), halo, input_info)
             staging, generation, committed = _begin(out_path, run_key, overwrite)
             if committed is not None:

@@ -60,6 +60,16 @@ def test_partition_inspect_verify(small_input, tmp_path, capsys):
     assert "partition 2: nodes/x of global_nid" in err
 
 
+def test_relative_paths_verify_from_anywhere(small_input, tmp_path, monkeypatch, capsys):
+    work = tmp_path / "work"
+    shutil.copytree(small_input, work / "in")
+    monkeypatch.chdir(work)
+    assert main(["partition", "in", "out", "-k", "2", "--algo", "hash", "--workers", "0", "-q"]) == 0
+    assert read_manifest("out")["input"]["url"] == str(work / "in")
+    monkeypatch.chdir(tmp_path)
+    assert main(["verify", str(work / "out")]) == 0, capsys.readouterr().err
+
+
 def test_config_file_under_flags(small_input, tmp_path, capsys):
     config = tmp_path / "asepr.toml"
     config.write_text('[partition]\nk = 5\nalgo = "hash"\nseed = 3\nhalo = 1\n')
