@@ -102,20 +102,24 @@ def finalize_edges(
     local_src = rank[src]
     local_dst = rank[dst]
     del src, dst, rank
-    # One sort key: (source row, destination, halo flag), so rows are sorted and
-    # assigned edges come before their halo duplicates.
-    key = local_src * max(n, 1) + local_dst
-    if halo:
-        key = key * 2
-        key[num_owned:] += 1
-    order = np.argsort(key, kind="stable")
-    del key
-    index_dtype = np.int32 if n < 2**31 else np.int64
-    indices = local_dst[order].astype(index_dtype)
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(local_src, minlength=n), out=indptr[1:])
-    is_halo = order >= num_owned if halo else None
-    del order, local_src, local_dst
+    # One int64 sort key per edge: (source row, destination[, halo flag]). Sorting the
+    # keys (no argsort, no permutation array) orders the rows, sorts each row, and puts
+    # an assigned edge before its halo duplicate; the key then decodes back.
+    key = local_src * max(n, 1)
+    key += local_dst
+    del local_src, local_dst
+    if halo:
+        key *= 2
+        key[num_owned:] += 1
+    key.sort()
+    is_halo = (key & 1).astype(bool) if halo else None
+    if halo:
+        key >>= 1
+    index_dtype = np.int32 if n < 2**31 else np.int64
+    indices = (key % max(n, 1)).astype(index_dtype)
+    del key
     is_master = np.asarray(master[global_nid]) == part_id
 
     shutil.rmtree(store_path, ignore_errors=True)

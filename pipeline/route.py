@@ -63,6 +63,12 @@ def pause_point(stage: str) -> None:
     ``ASEPR_TEST_PAUSE_MARKER=<file>``; the writer creates the marker file when it
     reaches the stage and then sleeps, so the test can SIGKILL it at a known point
     instead of guessing with timers. Without the variable this is a no-op.
+
+    Stages: ``route`` (after a shard's first batch is spilled), ``finalize`` (a
+    store's arrays written, its attrs not yet), ``between-commits`` (right after a
+    finished store was renamed into staging), ``swap`` (the first store of the new
+    generation moved into place, the rest and the manifest not yet) and ``manifest``
+    (every store swapped, the manifest not yet replaced).
     """
     wanted = os.environ.get("ASEPR_TEST_PAUSE_AT")
     if not wanted or stage not in wanted.split(","):
