@@ -269,11 +269,9 @@ def partition(
     del vertex_part, vertex_volume, vertex_home
     try:
         shard_rows = [open_parquet(s).metadata.num_rows for s in edge_shards]
-        part_files = [
-            np.lib.format.open_memmap(workdir / f"edge-parts-{i:05d}.npy", mode="w+",
-                                      dtype=np.int16, shape=(rows,))
-            for i, rows in enumerate(shard_rows)
-        ]
+        # Plain sequential writes, not memmaps: dirty mapped pages would count in RSS
+        # and grow with |E|. Batches arrive in shard order, so each file is appended.
+        sink = _EdgePartSink(workdir, shard_rows)
         with stage("assignment", log) as info:
             # Compile (or load from numba's cache) outside the timed loop.
             empty = np.zeros(0, dtype=np.int64)
@@ -286,10 +284,8 @@ def partition(
                 t0 = time.perf_counter()
                 state.assign(batch.src, batch.dst, out, mode, **kernel_args)
                 kernel_seconds += time.perf_counter() - t0
-                part_files[batch.shard_index][batch.row0 : batch.row0 + len(out)] = out
-            for f in part_files:
-                f.flush()
-            del part_files
+                sink.write(batch.shard_index, batch.row0, out)
+            sink.finish()
             info.update(edges=num_edges, kernel_edges_per_s=int(num_edges / max(kernel_seconds, 1e-9)))
         timings["assignment kernel"] = kernel_seconds
         tick("assignment")
@@ -334,4 +330,51 @@ def partition(
         if owns:
             shutil.rmtree(workdir, ignore_errors=True)
         raise
+
+
+class _EdgePartSink:
+    """Writes ``edge-parts-XXXXX.npy`` (int16, one per edge shard) append-only."""
+
+    def __init__(self, workdir: Path, shard_rows: list[int]):
+        self.workdir = workdir
+        self.shard_rows = shard_rows
+        self._index = -1
+        self._handle = None
+        self._written = 0
+
+    def _open(self, index: int) -> None:
+        self.close()
+        for skipped in range(self._index + 1, index):  # empty shards still get a file
+            np.save(self.workdir / f"edge-parts-{skipped:05d}.npy", np.zeros(0, np.int16))
+        self._index = index
+        self._handle = open(self.workdir / f"edge-parts-{index:05d}.npy", "wb")
+        header = {"descr": "<i2", "fortran_order": False, "shape": (self.shard_rows[index],)}
+        np.lib.format.write_array_header_1_0(self._handle, header)
+        self._written = 0
+
+    def write(self, index: int, row0: int, parts: np.ndarray) -> None:
+        if index != self._index:
+            self._open(index)
+        if row0 != self._written:
+            raise RuntimeError(f"edge shard {index}: batch at row {row0}, expected {self._written}")
+        self._handle.write(parts.astype("<i2", copy=False).tobytes())
+        self._written += len(parts)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+            if self._written != self.shard_rows[self._index]:
+                raise RuntimeError(
+                    f"edge shard {self._index}: wrote {self._written} rows, "
+                    f"expected {self.shard_rows[self._index]}"
+                )
+
+    def finish(self) -> None:
+        self.close()
+        self._open_rest()
+
+    def _open_rest(self) -> None:
+        for skipped in range(self._index + 1, len(self.shard_rows)):
+            np.save(self.workdir / f"edge-parts-{skipped:05d}.npy", np.zeros(0, np.int16))
 

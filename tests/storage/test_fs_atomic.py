@@ -73,18 +73,16 @@ def test_glob_without_match(tmp_path):
 def test_staged_output_is_invisible_until_success(tmp_path):
     fs = fsspec.filesystem("file")
     out = str(tmp_path / "out")
-    with pytest.raises(RuntimeError):
-        with staged_output(fs, out) as staging:
-            fs.pipe(f"{staging}/a", b"1")
-            assert not os.path.exists(out)
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), staged_output(fs, out) as staging:
+        fs.pipe(f"{staging}/a", b"1")
+        assert not os.path.exists(out)
+        raise RuntimeError("boom")
     assert os.listdir(tmp_path) == []
     with staged_output(fs, out) as staging:
         fs.pipe(f"{staging}/a", b"1")
     assert os.listdir(out) == ["a"]
-    with pytest.raises(StoreError, match="--overwrite"):
-        with staged_output(fs, out):
-            pass
+    with pytest.raises(StoreError, match="--overwrite"), staged_output(fs, out):
+        pass
     with staged_output(fs, out, overwrite=True) as staging:
         fs.pipe(f"{staging}/b", b"2")
     assert os.listdir(out) == ["b"]

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 
 from workflows.cli import main
 
