@@ -17,12 +17,15 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING
 
 import psutil
 
 from storage.errors import StoreError, format_problem
 from storage.manifest import LOCK_NAME
+
+if TYPE_CHECKING:
+    from typing import Self
 
 __all__ = ["OutputLock"]
 

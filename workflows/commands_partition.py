@@ -15,8 +15,6 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
 from storage.errors import AseprError, InputError, format_problem
 from workflows.dask_client import add_dask_arguments, client_from_args
@@ -84,6 +82,10 @@ def config_from_args(args: argparse.Namespace) -> tuple[PartitionConfig, int]:
     values: dict[str, Any] = {}
     halo = 0
     if args.config:
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
         try:
             with open(args.config, "rb") as fh:
                 raw = tomllib.load(fh)

@@ -442,8 +442,17 @@ def test_local_cluster_gives_the_same_result_as_threads(tmp_path, small_input):
     ):
         assert client is not None and len(client.scheduler_info()["workers"]) == 2
         remote = partition_to_store(root, tmp_path / "cluster", config, client=client)
+        # The CLI finds the same cluster through DASK_SCHEDULER_ADDRESS.
+        from workflows.cli import main
+
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("DASK_SCHEDULER_ADDRESS", cluster.scheduler_address)
+            assert main(["partition", str(root), str(tmp_path / "cli"), "-k", "4", "-q"]) == 0
     assert [e["checksum"] for e in remote["partitions"]] == [e["checksum"] for e in threads["partitions"]]
     assert remote["node_map"]["sha256"] == threads["node_map"]["sha256"]
+    cli = read_manifest(tmp_path / "cli")
+    assert [e["checksum"] for e in cli["partitions"]] == [e["checksum"] for e in threads["partitions"]]
+    assert cli["run"]["peak_rss_bytes"]["workers"]  # it ran on the cluster's workers
     assert set(remote["run"]["peak_rss_bytes"]["workers"]) and not threads["run"]["peak_rss_bytes"]["workers"]
     check_output(tmp_path / "cluster", arrays)
 
