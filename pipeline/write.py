@@ -29,6 +29,10 @@ staging directory. Readers trust the manifest and look in ``old/`` for a store o
 manifest's generation (:func:`storage.partition_store.resolve_store_url`), so the
 previous generation stays readable until the new manifest lands.
 
+Scratch space inside the staging directory: about 18 bytes per edge (2 for the
+assignment, 16 for the routed spill; twice that for halo copies) plus
+``RF·N·(17 + 4d)`` bytes of gathered node rows, next to the new stores.
+
 A rerun after a crash, with the same run key (same input bytes, config and halo):
 
 * finds a journal → completes the commit (or, for another run key, rolls it back);
