@@ -18,8 +18,15 @@ from pipeline.shuffle import shuffle_edges
 from pipeline.stream import EdgeBatch, iter_edge_batches
 from pipeline.struct_cluster import Communities, structural_clusters
 from pipeline.synth import SynthConfig, generate
+from pipeline.verify import Problem, VerifyReport, verify_output
+from pipeline.write import partition_to_store, write_partitions
 
 __all__ = [
+    "Problem",
+    "VerifyReport",
+    "partition_to_store",
+    "verify_output",
+    "write_partitions",
     "ALGORITHMS",
     "Assignment",
     "AssignState",

@@ -139,6 +139,7 @@ def partition(
     attr: AttrClusters | None = None,
     degrees: Degrees | None = None,
     validate: bool = True,
+    report: ValidationReport | None = None,
     storage_options: dict | None = None,
 ) -> Assignment:
     """Partition the input at ``input_url`` into k parts.
@@ -161,6 +162,8 @@ def partition(
         algorithms on one input).
     validate
         Run the streaming validator first (bad input fails before any work).
+    report
+        A validation report the caller already has; skips the validator.
 
     Returns
     -------
@@ -184,8 +187,7 @@ def partition(
     meta = read_meta(input_url, storage_options) or {}
     if config.undirected is None:
         config = replace(config, undirected=bool(meta.get("undirected", False)))
-    report: ValidationReport | None = None
-    if validate:
+    if report is None and validate:
         report = validate_input(
             input_url, undirected=config.undirected, check_duplicates=False,
             storage_options=storage_options,

@@ -812,11 +812,10 @@ def partition_to_store(
             saved = _load_assignment(staging.work, run_key, edge_shards, node_shards)
             if saved is None:
                 staging.reset_work()
-                meta = read_meta(input_url, storage_options) or {}
                 with progress("assign", 1) if progress else _NoBar() as bar:
                     assignment = partition(
                         input_url, config=config, client=client, workdir=staging.work,
-                        validate="num_nodes" not in meta, storage_options=storage_options,
+                        report=report, storage_options=storage_options,
                     )
                     bar.update(1)
                 try:

@@ -16,6 +16,9 @@ from storage.errors import (
 )
 from storage.fs import Shard, discover_shards, fingerprint, join, resolve, url_of
 from storage.input_writer import InputWriter
+from storage.lock import OutputLock
+from storage.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from storage.partition_store import PartitionStore, open_partition, open_store
 from storage.schema import (
     FORMAT_VERSION,
     META_NAME,
@@ -33,6 +36,13 @@ from storage.schema import (
 from storage.validate import ShardInfo, ValidationReport, validate_input
 
 __all__ = [
+    "MANIFEST_NAME",
+    "OutputLock",
+    "PartitionStore",
+    "open_partition",
+    "open_store",
+    "read_manifest",
+    "write_manifest",
     "EdgeDedup",
     "ShardInfo",
     "ValidationReport",

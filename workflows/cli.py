@@ -116,17 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_modules():
-    import importlib
+    from workflows import commands_bench, commands_partition
 
-    names = ["workflows.commands_partition", "workflows.commands_bench"]
-    modules = []
-    for name in names:
-        try:
-            modules.append(importlib.import_module(name))
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-    return modules
+    return [commands_partition, commands_bench]
 
 
 def _setup_logging(args: argparse.Namespace) -> None:
