@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from storage.atomic import staged_output
 from storage.dedup import EdgeDedup
-from storage.errors import InputError
+from storage.errors import AseprError, InputError
 from storage.fs import Shard, copy_file, discover_shards, join, resolve, url_of
 from storage.schema import META_NAME, check_edge_schema, read_meta
 from storage.validate import input_paths, open_parquet, validate_input
@@ -145,12 +145,17 @@ def clean_input(
                 "duplicates_dropped": dropped_dups,
             },
         }
-        after = validate_input(
-            url_of(fs_out, staging),
-            undirected=undirected,
-            num_classes=new_meta["num_classes"],
-            storage_options=storage_options,
-        )
+        staged_url = url_of(fs_out, staging)
+        try:
+            after = validate_input(
+                staged_url,
+                undirected=undirected,
+                num_classes=new_meta["num_classes"],
+                storage_options=storage_options,
+            )
+        except AseprError as exc:
+            message = str(exc).replace(staged_url, url_of(fs_out, out_path))
+            raise type(exc)(f"{message} (the output was not written)") from exc
         new_meta.update(
             num_nodes=after.num_nodes,
             num_edges=after.num_edges,

@@ -179,23 +179,26 @@ def _no_nulls(shard: Shard, column: str, row0: int, array: pa.Array) -> None:
         )
 
 
-def _check_duplicate_shards(shards: list[Shard]) -> list[ShardInfo]:
+def _check_duplicate_shards(shards: list[Shard], infos: list[ShardInfo]) -> None:
+    """Reject two non-empty shards with the same bytes (their rows would count twice).
+
+    Empty shards (0 rows) are legal and may well be byte-identical, so they are skipped.
+    """
     seen: dict[str, Shard] = {}
-    infos = []
-    for shard in shards:
-        digest = fingerprint(shard)
-        if digest in seen:
+    for shard, info in zip(shards, infos):
+        info.sha256 = fingerprint(shard)
+        if info.rows == 0:
+            continue
+        if info.sha256 in seen:
             raise InputError(
                 format_problem(
                     f"file {shard.url}",
                     "every shard to hold different rows",
-                    f"the same content (sha256 {digest[:16]}…) as {seen[digest].url}",
+                    f"the same content (sha256 {info.sha256[:16]}…) as {seen[info.sha256].url}",
                     "remove the copy; each row must appear in exactly one shard.",
                 )
             )
-        seen[digest] = shard
-        infos.append(ShardInfo(url=shard.url, rows=0, sha256=digest))
-    return infos
+        seen[info.sha256] = shard
 
 
 class _NodeState:
@@ -382,9 +385,8 @@ def _validate_impl(
     if num_classes is None and meta and meta.get("num_classes") is not None:
         num_classes = int(meta["num_classes"])
 
-    node_infos = _check_duplicate_shards(node_shards + edge_shards)
-    edge_infos = node_infos[len(node_shards):]
-    node_infos = node_infos[: len(node_shards)]
+    node_infos = [ShardInfo(url=s.url, rows=0, sha256="") for s in node_shards]
+    edge_infos = [ShardInfo(url=s.url, rows=0, sha256="") for s in edge_shards]
     warnings: list[str] = []
 
     # --- schemas, row counts --------------------------------------------------------
@@ -409,6 +411,8 @@ def _validate_impl(
     for shard, info in zip(node_shards + edge_shards, node_infos + edge_infos):
         if info.rows == 0:
             warnings.append(f"empty shard {shard.url} (0 rows)")
+    # After the schema pass, so a truncated file is reported as such, not as a copy.
+    _check_duplicate_shards(node_shards + edge_shards, node_infos + edge_infos)
 
     num_nodes = sum(i.rows for i in node_infos)
     num_edges = sum(i.rows for i in edge_infos)

@@ -84,3 +84,22 @@ def test_clean_needs_something_to_drop(tmp_path):
     write_input(tmp_path / "in")
     with pytest.raises(InputError, match="nothing to do"):
         clean_input(tmp_path / "in", tmp_path / "out", drop_self_loops=False, drop_duplicates=False)
+
+
+def test_clean_that_empties_shards_still_commits(tmp_path):
+    # Shards 1 and 2 only repeat shard 0's edge (undirected): both end up empty.
+    import pyarrow.parquet as pq
+
+    from tests.storage.helpers import edge_table, node_table
+
+    root = tmp_path / "in"
+    (root / "edges").mkdir(parents=True)
+    (root / "nodes").mkdir()
+    pq.write_table(edge_table([0, 1], [1, 2]), root / "edges" / "part-00000.parquet")
+    pq.write_table(edge_table([1], [0]), root / "edges" / "part-00001.parquet")
+    pq.write_table(edge_table([2, 1], [1, 0]), root / "edges" / "part-00002.parquet")
+    pq.write_table(node_table(np.arange(3), np.ones((3, 2)), np.zeros(3), np.zeros(3)),
+                   root / "nodes" / "part-00000.parquet")
+    (root / "meta.json").write_text(json.dumps({"undirected": True, "num_classes": 1}))
+    meta = clean_input(root, tmp_path / "out")
+    assert meta["num_edges"] == 2 and meta["clean"]["duplicates_dropped"] == 3

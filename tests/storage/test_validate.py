@@ -276,3 +276,20 @@ def test_error_classes_derive_from_builtins():
     assert issubclass(InputNotFoundError, FileNotFoundError)
     with pytest.raises(FileNotFoundError):
         validate_input("/nonexistent/asepr/input")
+
+
+def test_identical_empty_shards_are_legal(tmp_path):
+    write_input(tmp_path / "in")
+    for name in ("part-00007.parquet", "part-00008.parquet"):
+        pq.write_table(edge_table([], []), tmp_path / "in" / "edges" / name)
+    report = validate_input(tmp_path / "in")
+    assert report.num_edges == 300
+    assert sum("empty shard" in w for w in report.warnings) == 2
+
+
+def test_two_zero_byte_files_are_truncated_not_copies(tmp_path):
+    write_input(tmp_path / "in")
+    for name in ("part-00007.parquet", "part-00008.parquet"):
+        (tmp_path / "in" / "edges" / name).write_bytes(b"")
+    with pytest.raises(InputError, match="truncated"):
+        validate_input(tmp_path / "in")
