@@ -100,6 +100,8 @@ class PartitionConfig:
             raise InputError(f"--alpha: expected a value in [0, 1], found {self.alpha}.")
         if self.beta < 0:
             raise InputError(f"--beta: expected a value >= 0, found {self.beta}.")
+        if not self.hdrf_lambda > 0:
+            raise InputError(f"hdrf_lambda: expected a value > 0, found {self.hdrf_lambda}.")
         if self.epsilon < 0:
             raise InputError(f"--epsilon: expected a value >= 0, found {self.epsilon}.")
         if self.num_attr_clusters is not None and self.num_attr_clusters < 1:

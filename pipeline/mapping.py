@@ -56,6 +56,8 @@ def map_communities(
     *,
     epsilon: float = 0.05,
     keep_attr_together: bool = True,
+    community_id: np.ndarray | None = None,
+    degree: np.ndarray | None = None,
 ) -> CommunityMapping:
     """Map every non-empty community to a partition.
 
@@ -68,6 +70,9 @@ def map_communities(
         Attribute cluster of every vertex; a community's cluster is its founder's.
     keep_attr_together
         ASEP's packing (True) or 2PS-L's (False).
+    community_id, degree
+        Community and degree of every vertex, to place attribute homes by where the
+        cluster's vertices are (without them, by community founders).
     """
     num_attr = int(attr_cluster_id.max()) + 1 if len(attr_cluster_id) else 1
     live = np.flatnonzero(volume > 0)
@@ -80,10 +85,18 @@ def map_communities(
     else:
         order = live[np.lexsort((live, -volume[live]))]
     part_of, load = _pack(order, volume.astype(np.float64), group, num_parts, cap, keep_attr_together)
-    # Home of an attribute cluster: the partition holding most of its community volume.
-    attr_home = np.zeros(num_attr, dtype=np.int32)
+    # Home of an attribute cluster: the partition holding most of its vertices' degree
+    # volume (per vertex, so a cluster whose vertices all joined communities founded
+    # by other clusters still gets the right home); -1 for a cluster with no volume.
+    attr_home = np.full(num_attr, -1, dtype=np.int32)
     if len(live):
         share = np.zeros((num_attr, num_parts), dtype=np.float64)
-        np.add.at(share, (group[live], part_of[live]), volume[live])
-        attr_home = share.argmax(axis=1).astype(np.int32)
+        if community_id is not None and degree is not None:
+            vertex_part = part_of[community_id]
+            has = vertex_part >= 0
+            np.add.at(share, (group[has], vertex_part[has]), degree[has])
+        else:
+            np.add.at(share, (group[live], part_of[live]), volume[live])
+        populated = share.sum(axis=1) > 0
+        attr_home[populated] = share[populated].argmax(axis=1)
     return CommunityMapping(community_part=part_of, attr_home=attr_home, part_volume=load)

@@ -34,6 +34,7 @@ from pipeline.masters import choose_masters, count_edges_per_replica, replica_of
 from pipeline.metrics import locality_batch, partition_metrics
 from pipeline.stream import iter_edge_batches
 from pipeline.struct_cluster import Communities, structural_clusters
+from storage.errors import InputError, format_problem
 from storage.fs import Shard, discover_shards
 from storage.reader import read_node_column
 from storage.resources import peak_rss_bytes, stage
@@ -194,6 +195,15 @@ def partition(
         )
     tick("validate")
     edge_shards, node_shards = _resolve_inputs(input_url, storage_options)
+    if report is None and "num_nodes" not in meta:
+        raise InputError(
+            format_problem(
+                f"input {input_url}",
+                "a validation report or 'num_nodes' in meta.json when validate=False",
+                "neither",
+                "call partition() with validate=True (the default).",
+            )
+        )
     num_nodes = report.num_nodes if report else int(meta["num_nodes"])
     k = config.num_parts
     run = config.effective()
@@ -241,6 +251,7 @@ def partition(
         mapping = map_communities(
             communities.volume, attr_ids, k, epsilon=run.epsilon,
             keep_attr_together=run.uses_attributes and keep_together,
+            community_id=communities.community_id, degree=degree,
         )
         # Resolve the community indirections per vertex once, so the kernel reads one
         # row per endpoint instead of chasing community -> partition on every edge.

@@ -4,7 +4,8 @@ Streaming partitioners are sensitive to stream order; published comparisons use 
 random order. Edges are scattered into ``B = ceil(|E| / bucket_rows)`` spill files by
 a seeded random bucket, then each bucket is permuted in memory and written out as
 one shard: memory is O(bucket_rows), and the result is a uniformly random order for
-a given seed. Node shards and side files are copied unchanged.
+a given seed. Every edge column travels (``weight``, ``ts``); node shards and side
+files (``id_map.parquet``, ``label_map.json``) are copied unchanged.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.stream import iter_edge_batches
 from storage.atomic import staged_output
-from storage.fs import copy_file, discover_shards, join, resolve
+from storage.errors import InputError, format_problem
+from storage.fs import Shard, copy_file, discover_shards, join, resolve
 from storage.resources import stage
-from storage.schema import META_NAME, read_meta
+from storage.schema import META_NAME, check_edge_schema, read_meta
 from storage.validate import input_paths, open_parquet
 
 __all__ = ["shuffle_edges"]
@@ -46,38 +47,65 @@ def shuffle_edges(
     edges_url, nodes_url = input_paths(input_url)
     edge_shards = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
     node_shards = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
-    num_edges = sum(open_parquet(s).metadata.num_rows for s in edge_shards)
+    num_edges = 0
+    columns: list[str] | None = None
+    for shard in edge_shards:
+        pf = open_parquet(shard)
+        num_edges += pf.metadata.num_rows
+        shard_columns = check_edge_schema(pf.schema_arrow, shard.url)
+        if columns is None:
+            columns = shard_columns
+        elif shard_columns != columns:
+            raise InputError(
+                format_problem(
+                    f"file {shard.url}",
+                    f"the edge columns of the other shards {columns}",
+                    f"{shard_columns}",
+                    "give every edge shard the same optional columns before shuffling.",
+                )
+            )
+    types = {"src": ("<i8", pa.int64()), "dst": ("<i8", pa.int64()),
+             "weight": ("<f4", pa.float32()), "ts": ("<i8", pa.int64())}
+    dtype = [(c, types[c][0]) for c in columns]
+    schema = pa.schema([(c, types[c][1]) for c in columns])
     num_buckets = max(1, math.ceil(num_edges / bucket_rows))
     rng = np.random.default_rng(seed)
+    fs_in, in_path = resolve(input_url, storage_options)
     fs_out, out_path = resolve(out, storage_options)
     spill = tempfile.mkdtemp(prefix="asepr-shuffle-")
-    dtype = [("src", "<i8"), ("dst", "<i8")]
     try:
         with stage("shuffle", log), staged_output(fs_out, out_path, overwrite=overwrite) as staging:
             files = [open(os.path.join(spill, f"b{b:05d}.bin"), "wb") for b in range(num_buckets)]
-            for batch in iter_edge_batches(edge_shards):
-                rows = np.empty(len(batch.src), dtype=dtype)
-                rows["src"], rows["dst"] = batch.src, batch.dst
-                bucket = rng.integers(0, num_buckets, len(rows))
-                order = np.argsort(bucket, kind="stable")
-                bounds = np.searchsorted(bucket[order], np.arange(num_buckets + 1))
-                rows = rows[order]
-                for b in range(num_buckets):
-                    if bounds[b + 1] > bounds[b]:
-                        rows[bounds[b] : bounds[b + 1]].tofile(files[b])
+            for shard in edge_shards:
+                pf = open_parquet(shard)
+                for batch in pf.iter_batches(batch_size=1 << 20, columns=columns):
+                    rows = np.empty(batch.num_rows, dtype=dtype)
+                    for c in columns:
+                        rows[c] = batch.column(c).to_numpy()
+                    bucket = rng.integers(0, num_buckets, len(rows))
+                    order = np.argsort(bucket, kind="stable")
+                    bounds = np.searchsorted(bucket[order], np.arange(num_buckets + 1))
+                    rows = rows[order]
+                    for b in range(num_buckets):
+                        if bounds[b + 1] > bounds[b]:
+                            rows[bounds[b] : bounds[b + 1]].tofile(files[b])
             for fh in files:
                 fh.close()
             fs_out.makedirs(join(staging, "edges"), exist_ok=True)
             fs_out.makedirs(join(staging, "nodes"), exist_ok=True)
-            schema = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
             for b in range(num_buckets):
                 rows = np.fromfile(os.path.join(spill, f"b{b:05d}.bin"), dtype=dtype)
                 rows = rows[rng.permutation(len(rows))]
-                table = pa.table({"src": rows["src"], "dst": rows["dst"]}, schema=schema)
+                table = pa.table({c: rows[c] for c in columns}, schema=schema)
                 with fs_out.open(join(staging, "edges", f"part-{b:05d}.parquet"), "wb") as fh:
                     pq.write_table(table, fh, compression="zstd", row_group_size=1 << 20)
             for i, shard in enumerate(node_shards):
                 copy_file(shard, fs_out, join(staging, "nodes", f"part-{i:05d}.parquet"))
+            for entry in fs_in.ls(in_path, detail=True):
+                base = entry["name"].rstrip("/").rpartition("/")[2]
+                if entry["type"] == "file" and base != META_NAME and not base.startswith("."):
+                    side = Shard(fs=fs_in, path=entry["name"], url=base, size=int(entry.get("size") or 0))
+                    copy_file(side, fs_out, join(staging, base))
             meta = dict(read_meta(input_url, storage_options) or {})
             meta.pop("validation", None)
             meta.pop("shards", None)

@@ -8,8 +8,12 @@ edge is kept), shard by shard with bounded memory. Node shards are copied unchan
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,14 @@ from storage.schema import META_NAME, check_edge_schema, read_meta
 from storage.validate import input_paths, open_parquet, validate_input
 
 __all__ = ["clean_input"]
+
+
+@contextlib.contextmanager
+def _removing(path: str):
+    try:
+        yield
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +86,11 @@ def clean_input(
     fs_in, in_path = resolve(input_url, storage_options)
     fs_out, out_path = resolve(out, storage_options)
 
-    # Pass 1: locate duplicates (stream positions), bucketed back by shard.
+    # Pass 1: locate duplicates (stream positions), spilled per shard to disk so memory
+    # does not grow with the number of duplicates.
     offsets = np.cumsum([0] + [s.rows for s in report.edge_shards])
-    drops: list[list[np.ndarray]] = [[] for _ in edge_shards]
+    drop_dir = tempfile.mkdtemp(prefix="asepr-clean-", dir=spill_dir)
+    drop_paths = [os.path.join(drop_dir, f"drops-{i:05d}.bin") for i in range(len(edge_shards))]
     dedup = (
         EdgeDedup(report.num_nodes, report.num_edges, undirected=undirected, spill_dir=spill_dir)
         if drop_duplicates
@@ -95,20 +109,28 @@ def clean_input(
             for positions in dedup.duplicate_positions():
                 shard_of = np.searchsorted(offsets, positions, side="right") - 1
                 for s in np.unique(shard_of):
-                    drops[s].append(positions[shard_of == s] - offsets[s])
+                    with open(drop_paths[s], "ab") as fh:
+                        (positions[shard_of == s] - offsets[s]).astype(np.int64).tofile(fh)
+    except BaseException:
+        shutil.rmtree(drop_dir, ignore_errors=True)
+        raise
     finally:
         if dedup is not None:
             dedup.close()
 
     # Pass 2: rewrite edge shards in order, copy node shards.
     dropped_loops = dropped_dups = 0
-    with staged_output(fs_out, out_path, overwrite=overwrite) as staging:
+    with _removing(drop_dir), staged_output(fs_out, out_path, overwrite=overwrite) as staging:
         fs_out.makedirs(join(staging, "edges"), exist_ok=True)
         fs_out.makedirs(join(staging, "nodes"), exist_ok=True)
         for index, shard in enumerate(edge_shards):
             pf = open_parquet(shard)
             columns = check_edge_schema(pf.schema_arrow, shard.url)
-            drop_rows = np.sort(np.concatenate(drops[index] or [np.zeros(0, np.int64)]))
+            drop_rows = (
+                np.sort(np.fromfile(drop_paths[index], dtype=np.int64))
+                if os.path.exists(drop_paths[index])
+                else np.zeros(0, np.int64)
+            )
             name = f"part-{index:05d}.parquet"
             with fs_out.open(join(staging, "edges", name), "wb") as fh:
                 schema = pa.schema([pf.schema_arrow.field(c) for c in columns])

@@ -25,6 +25,7 @@ from storage.errors import InputError, format_problem
 __all__ = ["EdgeDedup", "edge_keys"]
 
 _MAX_NODES = 1 << 32
+MAX_BUCKETS = 512
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -73,13 +74,18 @@ class EdgeDedup:
                 )
             )
         self.undirected = undirected
-        self.num_buckets = max(1, math.ceil(num_edges / max(1, bucket_rows)))
+        # At most MAX_BUCKETS open files; past ~1B edges buckets grow instead (memory
+        # about 40 bytes per row of the largest bucket).
+        self.num_buckets = min(MAX_BUCKETS, max(1, math.ceil(num_edges / max(1, bucket_rows))))
         self._dir = tempfile.mkdtemp(prefix="asepr-dedup-", dir=spill_dir)
-        self._files = [
-            open(os.path.join(self._dir, f"bucket-{b:05d}.bin"), "wb")
-            for b in range(self.num_buckets)
-        ]
+        self._files = []
         self._finished = False
+        try:
+            for b in range(self.num_buckets):
+                self._files.append(open(os.path.join(self._dir, f"bucket-{b:05d}.bin"), "wb"))
+        except BaseException:
+            self.close()
+            raise
 
     def add(self, src: np.ndarray, dst: np.ndarray, position: np.ndarray) -> None:
         """Spill a batch of edges with their global stream positions."""

@@ -130,10 +130,14 @@ def discover_shards(
             )
         )
     elif fs.isdir(path):
+        root = path.rstrip("/") + "/"
+        # Skip hidden and underscore files *and directories* (_temporary/, .staging/,
+        # _SUCCESS): other writers keep partial files there.
         paths = [
             p
             for p in fs.find(path)
-            if p.endswith(suffix) and not Path(p).name.startswith((".", "_"))
+            if p.endswith(suffix)
+            and not any(part.startswith((".", "_")) for part in p[len(root):].split("/"))
         ]
         if not paths:
             raise InputNotFoundError(

@@ -6,6 +6,7 @@ edge order, versions and machine so that a reader can rerun it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -85,7 +86,10 @@ def bench_partition(
         natural = resolve_dataset(name, cache)
         paths = {"natural": natural}
         if "shuffled" in orders:
-            shuffled = cache / f"{Path(natural).name}-shuffled-{seed}"
+            # Key the cached copy by the source's absolute path too: two inputs may
+            # share a directory name.
+            source_key = hashlib.sha256(str(Path(natural).resolve()).encode()).hexdigest()[:8]
+            shuffled = cache / f"{Path(natural).name}-{source_key}-shuffled-{seed}"
             if not (shuffled / "meta.json").exists():
                 shuffle_edges(natural, shuffled, seed=seed, overwrite=True)
             paths["shuffled"] = shuffled

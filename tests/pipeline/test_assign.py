@@ -217,3 +217,20 @@ def test_mapping_splits_an_attribute_cluster_only_past_the_cap():
     assert mapping.part_volume.max() <= 12
     plain = map_communities(volume, attr, 2, epsilon=0.05, keep_attr_together=False)
     assert sorted(plain.part_volume.tolist()) == [8, 12]
+
+
+def test_attribute_home_follows_the_vertices_not_the_founders():
+    # Vertex 2 (attribute 1) joined community 0, founded by an attribute-0 vertex:
+    # attribute 1 has no community of its own, but its home is where vertex 2 is.
+    volume = np.array([3, 0, 0, 2, 0], dtype=np.int64)
+    community = np.array([0, 0, 0, 3, 3], dtype=np.int64)
+    attr = np.array([0, 0, 1, 2, 2], dtype=np.int32)
+    degree = np.array([1, 1, 1, 1, 1], dtype=np.int64)
+    mapping = map_communities(volume, attr, 2, community_id=community, degree=degree,
+                              keep_attr_together=False)
+    parts = mapping.community_part
+    assert mapping.attr_home[1] == parts[0]
+    assert mapping.attr_home[2] == parts[3]
+    empty = map_communities(volume, np.array([0, 0, 0, 0, 3], np.int32), 2,
+                            community_id=community, degree=np.array([1, 1, 1, 1, 0]))
+    assert empty.attr_home[1] == -1 and empty.attr_home[2] == -1

@@ -124,3 +124,17 @@ def test_bad_input_fails_before_any_work(tmp_path):
     with pytest.raises(InputError, match="part-00001.parquet"):
         partition(tmp_path / "in", 2, workdir=tmp_path / "work")
     assert not (tmp_path / "work").exists()
+
+
+def test_hdrf_lambda_must_be_positive():
+    # With lambda <= 0 the S-pruned scan would differ from a full scan; refuse it.
+    with pytest.raises(InputError, match="hdrf_lambda"):
+        PartitionConfig(num_parts=2, hdrf_lambda=0.0)
+
+
+def test_without_validation_num_nodes_must_come_from_meta(tmp_path):
+    from tests.storage.helpers import write_input
+
+    write_input(tmp_path / "in")
+    with pytest.raises(InputError, match="num_nodes"):
+        partition(tmp_path / "in", 2, validate=False)

@@ -130,3 +130,12 @@ def test_writer_rolls_shards_and_validates_at_commit(tmp_path):
             w.write_nodes(np.arange(3), np.zeros((3, 2)), np.zeros(3), np.zeros(3))
             w.commit({"name": "t"})
     assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_discovery_skips_hidden_and_underscore_directories(tmp_path):
+    _touch(tmp_path / "e" / "part-0.parquet")
+    _touch(tmp_path / "e" / "_temporary" / "0" / "part-1.parquet")
+    _touch(tmp_path / "e" / ".staging" / "part-2.parquet")
+    _touch(tmp_path / "e" / "day=1" / "part-3.parquet")
+    names = [s.path.split("/e/", 1)[1] for s in discover_shards(tmp_path / "e")]
+    assert names == ["day=1/part-3.parquet", "part-0.parquet"]
