@@ -222,19 +222,9 @@ def assign_batch(src, dst, out, mode, vstate, words, loads, use_partial, beta, l
                         break
                     if loads[q] >= cap:
                         continue
-                    s = 0.0
-                    if _has(vstate, u, q):
-                        s += gu
-                    if _has(vstate, v, q):
-                        s += gv
-                    if q == pu:
-                        s += scu
-                    if q == pv:
-                        s += scv
-                    if q == hu:
-                        s += beta
-                    if q == hv:
-                        s += beta
+                    # No balance term here (scale 0): the cap alone balances.
+                    s = _score(q, loads[q], max_load, 0.0, vstate, u, v, gu, gv,
+                               pu, pv, scu, scv, hu, hv, beta)
                     if s > best_score:
                         best_score = s
                         p = q
