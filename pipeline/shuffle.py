@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from storage.atomic import staged_output
 from storage.errors import InputError, format_problem
-from storage.fs import Shard, copy_file, discover_shards, join, resolve
+from storage.fs import copy_file, copy_side_files, discover_shards, join, resolve
 from storage.resources import stage
 from storage.schema import META_NAME, check_edge_schema, read_meta
 from storage.validate import input_paths, open_parquet
@@ -101,11 +101,7 @@ def shuffle_edges(
                     pq.write_table(table, fh, compression="zstd", row_group_size=1 << 20)
             for i, shard in enumerate(node_shards):
                 copy_file(shard, fs_out, join(staging, "nodes", f"part-{i:05d}.parquet"))
-            for entry in fs_in.ls(in_path, detail=True):
-                base = entry["name"].rstrip("/").rpartition("/")[2]
-                if entry["type"] == "file" and base != META_NAME and not base.startswith("."):
-                    side = Shard(fs=fs_in, path=entry["name"], url=base, size=int(entry.get("size") or 0))
-                    copy_file(side, fs_out, join(staging, base))
+            copy_side_files(fs_in, in_path, fs_out, staging, skip=(META_NAME,))
             meta = dict(read_meta(input_url, storage_options) or {})
             meta.pop("validation", None)
             meta.pop("shards", None)

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from storage.atomic import staged_output
 from storage.dedup import EdgeDedup
 from storage.errors import AseprError, InputError
-from storage.fs import Shard, copy_file, discover_shards, join, resolve, url_of
+from storage.fs import copy_file, copy_side_files, discover_shards, join, resolve, url_of
 from storage.schema import META_NAME, check_edge_schema, read_meta
 from storage.validate import input_paths, open_parquet, validate_input
 
@@ -151,11 +151,7 @@ def clean_input(
         for index, shard in enumerate(node_shards):
             copy_file(shard, fs_out, join(staging, "nodes", f"part-{index:05d}.parquet"))
         # Side files (id_map.parquet, label_map.json, ...) travel with the input.
-        for entry in fs_in.ls(in_path, detail=True):
-            base = entry["name"].rstrip("/").rpartition("/")[2]
-            if entry["type"] == "file" and base != META_NAME and not base.startswith("."):
-                side = Shard(fs=fs_in, path=entry["name"], url=base, size=int(entry.get("size") or 0))
-                copy_file(side, fs_out, join(staging, base))
+        copy_side_files(fs_in, in_path, fs_out, staging, skip=(META_NAME,))
         new_meta = {
             **{k: v for k, v in meta.items() if k not in ("validation", "shards", "num_edges")},
             "name": meta.get("name", Path(in_path).name),

@@ -18,7 +18,7 @@ from fsspec.core import url_to_fs
 
 from storage.errors import InputError, InputNotFoundError, format_problem
 
-__all__ = ["copy_file", "Shard", "resolve", "join", "discover_shards", "fingerprint", "url_of"]
+__all__ = ["copy_file", "copy_side_files", "Shard", "resolve", "join", "discover_shards", "fingerprint", "url_of"]
 
 _GLOB_CHARS = re.compile(r"[*?\[]")
 
@@ -188,3 +188,19 @@ def copy_file(shard: Shard, fs_out, path_out: str, chunk_bytes: int = 8 << 20) -
             if not block:
                 break
             dst.write(block)
+
+
+def copy_side_files(fs_in, dir_in: str, fs_out, dir_out: str, skip: tuple[str, ...] = ()) -> list[str]:
+    """Copy the plain files directly inside ``dir_in`` (``id_map.parquet``, ...) to ``dir_out``.
+
+    Hidden files and the names in ``skip`` stay behind; subdirectories are not copied.
+    """
+    copied = []
+    for entry in fs_in.ls(dir_in, detail=True):
+        base = entry["name"].rstrip("/").rpartition("/")[2]
+        if entry["type"] != "file" or base.startswith(".") or base in skip:
+            continue
+        side = Shard(fs=fs_in, path=entry["name"], url=base, size=int(entry.get("size") or 0))
+        copy_file(side, fs_out, join(dir_out, base))
+        copied.append(base)
+    return copied
