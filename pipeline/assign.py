@@ -32,6 +32,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from pipeline.bitset import popcount64
+
 __all__ = [
     "MODES",
     "AssignState",
@@ -77,14 +79,6 @@ _FIELDS = 5
 @numba.njit(cache=True, inline="always")
 def _has(vstate, x, p):
     return (vstate[x, p >> 6] >> (p & 63)) & 1 != 0
-
-
-@numba.njit(cache=True, inline="always")
-def _popcount64(x):
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
 @numba.njit(cache=True, inline="always")
@@ -240,7 +234,7 @@ def assign_batch(src, dst, out, mode, vstate, words, loads, use_partial, beta, l
                     while bits != np.uint64(0):
                         low = bits & (~bits + np.uint64(1))
                         bits ^= low
-                        q = w * 64 + _popcount64(low - np.uint64(1))
+                        q = w * 64 + popcount64(low - np.uint64(1))
                         if q >= k or loads[q] >= cap:
                             continue
                         s = _score(q, loads[q], max_load, scale, vstate, u, v, gu, gv,

@@ -15,19 +15,12 @@ import logging
 import numba
 import numpy as np
 
+from pipeline.bitset import popcount64
 from storage.resources import stage
 
 __all__ = ["replica_offsets", "count_edges_per_replica", "choose_masters", "popcounts"]
 
 log = logging.getLogger(__name__)
-
-
-@numba.njit(cache=True, inline="always")
-def _popcount64(x):
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return np.int64((x * np.uint64(0x0101010101010101)) >> np.uint64(56))
 
 
 @numba.njit(cache=True)
@@ -38,7 +31,7 @@ def popcounts(replicas):
     for v in range(n):
         c = 0
         for w in range(replicas.shape[1]):
-            c += _popcount64(replicas[v, w])
+            c += popcount64(replicas[v, w])
         out[v] = c
     return out
 
@@ -56,9 +49,9 @@ def _rank(replicas, x, p):
     r = 0
     word = p >> 6
     for w in range(word):
-        r += _popcount64(replicas[x, w])
+        r += popcount64(replicas[x, w])
     mask = (np.uint64(1) << np.uint64(p & 63)) - np.uint64(1)
-    r += _popcount64(replicas[x, word] & mask)
+    r += popcount64(replicas[x, word] & mask)
     return r
 
 
@@ -87,7 +80,7 @@ def _choose(replicas, offsets, counts, num_parts):
             bits = replicas[v, w]
             while bits != np.uint64(0):
                 low = bits & (~bits + np.uint64(1))
-                p = w * 64 + _popcount64(low - np.uint64(1))
+                p = w * 64 + popcount64(low - np.uint64(1))
                 c = counts[slot]
                 slot += 1
                 if (c > best_count) or (

@@ -15,12 +15,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from pipeline.bitset import has_bit
+
 __all__ = ["locality_batch", "partition_metrics", "vertex_part_counts"]
-
-
-@numba.njit(cache=True, inline="always")
-def _has(replicas, x, p):
-    return (replicas[x, p >> 6] >> np.uint64(p & 63)) & np.uint64(1) != np.uint64(0)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -34,9 +31,9 @@ def locality_batch(src, dst, replicas, master):
         if u == v:
             continue
         total += 2
-        if _has(replicas, v, master[u]):
+        if has_bit(replicas, v, master[u]):
             local += 1
-        if _has(replicas, u, master[v]):
+        if has_bit(replicas, u, master[v]):
             local += 1
     return local, total
 

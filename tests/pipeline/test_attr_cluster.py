@@ -27,18 +27,6 @@ from tests.storage.helpers import node_table
 NUM_BLOBS = 5
 
 
-@pytest.fixture(scope="module")
-def client():
-    distributed = pytest.importorskip("distributed")
-    with (
-        distributed.LocalCluster(
-            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
-
-
 def blobs(n: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """``NUM_BLOBS`` well-separated Gaussian blobs (in direction) and their labels."""
     rng = np.random.default_rng(seed)

@@ -19,18 +19,6 @@ from storage.fs import discover_shards
 from tests.storage.helpers import edge_table, write_input
 
 
-@pytest.fixture(scope="module")
-def client():
-    distributed = pytest.importorskip("distributed")
-    with (
-        distributed.LocalCluster(
-            n_workers=2, processes=True, threads_per_worker=1, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
-
-
 def _reference(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> np.ndarray:
     return np.bincount(np.concatenate([src, dst]), minlength=num_nodes).astype(np.int64)
 
