@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -75,8 +76,10 @@ def pause_point(stage: str) -> None:
         return
     marker = os.environ.get("ASEPR_TEST_PAUSE_MARKER")
     log.warning("test hook: pausing at stage %r (pid %d)", stage, os.getpid())
+    # Several worker threads can reach the same stage at once: the marker gets one
+    # writer per thread (its own temp name), and the replace is atomic.
     if marker:
-        tmp = f"{marker}.{os.getpid()}.tmp"
+        tmp = f"{marker}.{os.getpid()}-{threading.get_ident()}.tmp"
         Path(tmp).write_text(f"{stage} {os.getpid()}\n")
         os.replace(tmp, marker)
     while True:
