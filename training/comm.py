@@ -1,0 +1,130 @@
+"""Collectives that count the bytes each rank sends and receives.
+
+Every exchange between trainers goes through one :class:`Comm`, so the bytes a
+strategy moves are counted the same way for all strategies (ASEPR's reconciliation
+and the fully-decentralized baseline alike). Counting is by the cost model of the
+algorithm gloo and NCCL use for each collective (payload bytes only, no headers):
+
+==================  =====================================  ==================
+collective          bytes sent by each rank                bytes received
+==================  =====================================  ==================
+all_reduce (ring)   2 (W-1)/W · B                          the same
+all_gather (ring)   (W-1) · B  (B = one rank's share)      the same
+all_to_all          Σ bytes addressed to other ranks       Σ bytes from them
+==================  =====================================  ==================
+
+With one rank (``W == 1``) nothing is sent. ``Comm(None)`` is that single-process
+case (the centralized baseline, unit tests) and runs no collective at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["ByteCounter", "Comm"]
+
+
+@dataclass
+class ByteCounter:
+    """Bytes sent and received, per category (e.g. ``"model"``, ``"features"``)."""
+
+    sent: dict[str, float] = field(default_factory=dict)
+    received: dict[str, float] = field(default_factory=dict)
+
+    def add(self, category: str, sent: float, received: float) -> None:
+        self.sent[category] = self.sent.get(category, 0.0) + float(sent)
+        self.received[category] = self.received.get(category, 0.0) + float(received)
+
+    @property
+    def total_sent(self) -> float:
+        return sum(self.sent.values())
+
+    @property
+    def total_received(self) -> float:
+        return sum(self.received.values())
+
+    def snapshot(self) -> dict[str, float]:
+        out = {"bytes_sent": self.total_sent, "bytes_received": self.total_received}
+        for k, v in self.sent.items():
+            out[f"bytes_sent_{k}"] = v
+        return out
+
+    def state_dict(self) -> dict[str, dict[str, float]]:
+        return {"sent": dict(self.sent), "received": dict(self.received)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sent = {k: float(v) for k, v in state.get("sent", {}).items()}
+        self.received = {k: float(v) for k, v in state.get("received", {}).items()}
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class Comm:
+    """Byte-counting collectives over the default process group (or none)."""
+
+    def __init__(self, group=None, *, world_size: int | None = None, rank: int | None = None):
+        self.distributed = dist.is_available() and dist.is_initialized()
+        self.group = group
+        self.world_size = dist.get_world_size(group) if self.distributed else 1
+        self.rank = dist.get_rank(group) if self.distributed else 0
+        if world_size is not None and world_size != self.world_size:
+            raise RuntimeError(f"expected a process group of {world_size} ranks, found {self.world_size}")
+        self.bytes = ByteCounter()
+
+    def all_reduce(self, tensor: torch.Tensor, category: str, op=None) -> torch.Tensor:
+        """In-place sum (or ``op``) over ranks; returns ``tensor``."""
+        w = self.world_size
+        if w > 1:
+            b = 2.0 * (w - 1) / w * _nbytes(tensor)
+            self.bytes.add(category, b, b)
+            dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM, group=self.group)
+        return tensor
+
+    def all_gather(self, tensor: torch.Tensor, category: str) -> list[torch.Tensor]:
+        """Every rank's ``tensor`` (same shape on all ranks), in rank order."""
+        w = self.world_size
+        if w == 1:
+            return [tensor]
+        out = [torch.empty_like(tensor) for _ in range(w)]
+        b = float((w - 1) * _nbytes(tensor))
+        self.bytes.add(category, b, b)
+        dist.all_gather(out, tensor.contiguous(), group=self.group)
+        return out
+
+    def all_to_all(self, sends: list[torch.Tensor], category: str) -> list[torch.Tensor]:
+        """Send ``sends[j]`` to rank j; returns what each rank sent here (1-d or row tensors).
+
+        Shapes travel first (a small all_to_all of sizes, counted under ``"control"``).
+        """
+        w = self.world_size
+        if w == 1:
+            return [sends[0]]
+        rows = torch.tensor([s.shape[0] for s in sends], dtype=torch.int64)
+        recv_rows = torch.empty_like(rows)
+        dist.all_to_all_single(recv_rows, rows, group=self.group)
+        self.bytes.add("control", 8 * (w - 1), 8 * (w - 1))
+        tail = tuple(sends[0].shape[1:])
+        # gloo implements only the single-buffer all_to_all: one flat send, split by rows.
+        recv = torch.empty((int(recv_rows.sum()), *tail), dtype=sends[0].dtype)
+        dist.all_to_all_single(recv, torch.cat([s.contiguous() for s in sends]),
+                               output_split_sizes=recv_rows.tolist(), input_split_sizes=rows.tolist(),
+                               group=self.group)
+        recvs = list(torch.split(recv, recv_rows.tolist()))
+        sent = sum(_nbytes(s) for j, s in enumerate(sends) if j != self.rank)
+        received = sum(_nbytes(r) for j, r in enumerate(recvs) if j != self.rank)
+        self.bytes.add(category, sent, received)
+        return recvs
+
+    def max_int(self, value: int) -> int:
+        t = torch.tensor([int(value)], dtype=torch.int64)
+        self.all_reduce(t, "control", op=dist.ReduceOp.MAX if self.distributed else None)
+        return int(t.item())
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            dist.barrier(group=self.group)

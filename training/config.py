@@ -1,0 +1,178 @@
+"""``TrainConfig``: every knob of local training, reconciliation and the round loop.
+
+Defaults follow DESIGN.md section 7 (τ = 0.5, μ = 1 for the contrastive term; KD with
+temperature T for S student steps). The resolved config is written next to every
+checkpoint, and ``--resume`` refuses a run directory whose config differs in a field
+that changes the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from storage.errors import format_problem
+
+__all__ = ["MODELS", "RECONCILE_PARTS", "STRATEGIES", "TASKS", "TrainConfig", "parse_reconcile"]
+
+MODELS = ("sage", "gcn", "gat")
+TASKS = ("node", "link")
+#: The building blocks of a reconciliation strategy, joined by "+".
+RECONCILE_PARTS = ("avg", "kd", "con")
+#: The named strategies the benchmark compares (any "+"-combination containing avg is valid).
+STRATEGIES = ("avg", "avg+kd", "avg+con", "avg+kd+con")
+
+# Fields that may differ between a run and its resumption (they do not change the result).
+_RESUMABLE = frozenset({"rounds", "timeout_s", "threads", "eval_every"})
+
+
+def parse_reconcile(text: str) -> tuple[str, ...]:
+    """``"avg+kd+con"`` → ``("avg", "kd", "con")`` in canonical order; ValueError otherwise."""
+    parts = [p.strip() for p in str(text).split("+") if p.strip()]
+    bad = [p for p in parts if p not in RECONCILE_PARTS]
+    if bad or not parts:
+        raise ValueError(
+            f'Unsupported reconciliation "{text}". Valid parts are '
+            + ", ".join(f'"{p}"' for p in RECONCILE_PARTS)
+            + ' joined by "+", e.g. "avg+kd+con".'
+        )
+    if "avg" not in parts:
+        raise ValueError(
+            f'Reconciliation "{text}" has no "avg": the global model is the (weighted) average of '
+            'the local models, which kd and con refine. Use e.g. "avg+kd".'
+        )
+    return tuple(p for p in RECONCILE_PARTS if p in parts)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Local training, reconciliation and round-loop settings.
+
+    Parameters
+    ----------
+    task
+        ``"node"`` (classification: accuracy, or ROC-AUC with two classes) or ``"link"``
+        (prediction: MRR, Hits@50 and AUC over held-out edges).
+    model
+        ``"sage"``, ``"gcn"`` or ``"gat"`` (``torch_geometric.nn`` convolutions).
+    hidden, num_layers, dropout, heads
+        Width, depth, dropout and (GAT only) attention heads of the hidden layers.
+    lr, weight_decay
+        Adam on the local model (its moments persist across rounds and are checkpointed).
+    rounds, local_epochs
+        R reconciliation rounds of E local epochs each.
+    reconcile
+        ``"avg"``, ``"avg+kd"``, ``"avg+con"`` or ``"avg+kd+con"``.
+    mu, tau
+        Weight and temperature of the cross-layer contrastive loss.
+    kd_steps, kd_temperature, kd_lr
+        Ensemble distillation: S student steps at temperature T with Adam(kd_lr).
+    batch_size, fanouts
+        ``batch_size=0`` trains full-batch on the local partition (the default);
+        otherwise mini-batches of that many seed nodes with a uniform neighbour sampler
+        of ``fanouts`` per layer (one per layer, e.g. ``(10, 10)``).
+    link_val_fraction, link_test_fraction, link_eval_negatives
+        Link prediction: the held-out shares of the edges (chosen by a hash of the
+        global edge, so every rank and the centralized run hold out the same edges), and
+        the negatives ranked against each held-out edge.
+    seed
+        All randomness (init, dropout, sampling, negatives) derives from it, per round
+        and rank, so a resumed run reproduces an uninterrupted one.
+    timeout_s
+        Process-group timeout: a rank blocked on a dead peer fails after this long.
+    threads
+        torch CPU threads per rank (0: cores / ranks, at least 1).
+    eval_every
+        Evaluate (and log a metrics row) every this many rounds; the last round always.
+    """
+
+    task: str = "node"
+    model: str = "sage"
+    hidden: int = 128
+    num_layers: int = 2
+    dropout: float = 0.5
+    heads: int = 4
+    lr: float = 0.01
+    weight_decay: float = 5e-4
+    rounds: int = 10
+    local_epochs: int = 5
+    reconcile: str = "avg+kd+con"
+    mu: float = 1.0
+    tau: float = 0.5
+    kd_steps: int = 10
+    kd_temperature: float = 2.0
+    kd_lr: float = 0.005
+    batch_size: int = 0
+    fanouts: tuple[int, ...] = field(default=(10, 10))
+    link_val_fraction: float = 0.05
+    link_test_fraction: float = 0.10
+    link_eval_negatives: int = 100
+    seed: int = 0
+    timeout_s: float = 300.0
+    threads: int = 0
+    eval_every: int = 1
+
+    def __post_init__(self) -> None:
+        def bad(name: str, expected: str) -> ValueError:
+            return ValueError(
+                format_problem(f"TrainConfig.{name}", expected, repr(getattr(self, name)),
+                               f"pass a valid --{name.replace('_', '-')}.")
+            )
+
+        if self.task not in TASKS:
+            raise ValueError(f'Unsupported task "{self.task}". Valid choices are "node", "link".')
+        if self.model not in MODELS:
+            raise ValueError(f'Unsupported model "{self.model}". Valid choices are "sage", "gcn", "gat".')
+        object.__setattr__(self, "reconcile", "+".join(parse_reconcile(self.reconcile)))
+        object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
+        for name in ("hidden", "num_layers", "heads", "rounds", "local_epochs", "eval_every"):
+            if int(getattr(self, name)) < 1:
+                raise bad(name, "an integer >= 1")
+        for name in ("kd_steps", "batch_size", "threads", "link_eval_negatives"):
+            if int(getattr(self, name)) < 0:
+                raise bad(name, "an integer >= 0")
+        for name in ("lr", "kd_lr", "tau", "kd_temperature", "timeout_s"):
+            if not float(getattr(self, name)) > 0:
+                raise bad(name, "a number > 0")
+        for name in ("mu", "weight_decay"):
+            if not float(getattr(self, name)) >= 0:
+                raise bad(name, "a number >= 0")
+        if not 0 <= self.dropout < 1:
+            raise bad("dropout", "a number in [0, 1)")
+        if self.batch_size and len(self.fanouts) != self.num_layers:
+            raise bad("fanouts", f"one fanout per layer ({self.num_layers} numbers)")
+        if self.batch_size and any(f < 1 for f in self.fanouts):
+            raise bad("fanouts", "fanouts >= 1")
+        if not (0 <= self.link_val_fraction and 0 <= self.link_test_fraction
+                and self.link_val_fraction + self.link_test_fraction < 0.5):
+            raise bad("link_test_fraction", "val and test fractions >= 0 that sum to under 0.5")
+        if self.model == "gat" and self.hidden % self.heads:
+            raise bad("hidden", f"a multiple of heads={self.heads} for GAT")
+
+    @property
+    def parts(self) -> tuple[str, ...]:
+        return parse_reconcile(self.reconcile)
+
+    @property
+    def uses_kd(self) -> bool:
+        return "kd" in self.parts
+
+    @property
+    def uses_con(self) -> bool:
+        return "con" in self.parts and self.mu > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["fanouts"] = list(self.fanouts)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def resume_conflicts(self, saved: dict[str, Any]) -> list[str]:
+        """Fields (other than ``rounds``, timeouts, threads) that differ from a saved config."""
+        mine = self.to_dict()
+        return sorted(k for k, v in saved.items() if k in mine and k not in _RESUMABLE and mine[k] != v)

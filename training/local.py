@@ -1,0 +1,53 @@
+"""Local training: E epochs on the rank's own graph, task loss + μ·L_con.
+
+Full-batch by default; with ``batch_size > 0`` the task yields sampled mini-batches
+(:mod:`training.sampler`). With ``con``, the global model of this round and the rank's
+previous local model run on the same batch (frozen, without dropout) and the
+cross-layer contrastive loss pulls the local layers towards the global ones.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from training.reconcile.contrastive import contrastive_loss
+
+__all__ = ["train_local"]
+
+
+def _forward(model, x, batch):
+    rows = x if batch.n_id is None else x[batch.n_id]
+    return model(rows, batch.edge_index, return_embeddings=True)
+
+
+def train_local(model, optimizer, task, config, generator: torch.Generator, *,
+                global_model=None, previous_model=None) -> float:
+    """Run ``config.local_epochs`` epochs; return the mean task loss of the last epoch.
+
+    ``global_model`` and ``previous_model`` (both or neither) switch on the contrastive term.
+    """
+    x = task.graph.x
+    contrast = global_model is not None and previous_model is not None and config.uses_con
+    if contrast:
+        global_model.eval()
+        previous_model.eval()
+    last = float("nan")
+    for _ in range(config.local_epochs):
+        model.train()
+        total, steps = 0.0, 0
+        for batch in task.batches(generator):
+            optimizer.zero_grad()
+            out, layers = _forward(model, x, batch)
+            loss = batch.loss(out)
+            task_loss = float(loss.detach())
+            if contrast and len(batch.anchors):
+                with torch.no_grad():
+                    _, g_layers = _forward(global_model, x, batch)
+                    _, p_layers = _forward(previous_model, x, batch)
+                loss = loss + config.mu * contrastive_loss(layers, g_layers, p_layers, batch.anchors, config.tau)
+            loss.backward()
+            optimizer.step()
+            total += task_loss
+            steps += 1
+        last = total / max(steps, 1)
+    return last

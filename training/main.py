@@ -1,0 +1,136 @@
+"""The trainer entry point: ``python -m training.main OUT [flags]``, one process per rank.
+
+``asepr train OUT --nproc K`` launches K of these through ``torch.distributed.run``;
+``torchrun --nproc-per-node K -m training.main OUT ...`` and SLURM ``srun`` work the
+same (see :func:`training.distributed.init_process_group`). Rank 0 prints one line per
+round. Exit status: 0 on success, 1 when this rank failed (bad input, a dead peer or a
+timed-out collective), with the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch.distributed as dist
+
+from storage.errors import AseprError
+from training.config import MODELS, TASKS, TrainConfig
+
+__all__ = ["add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main"]
+
+log = logging.getLogger("training.main")
+
+# flag dest → TrainConfig field (when they differ)
+_RENAMES = {"layers": "num_layers", "eval_negatives": "link_eval_negatives", "timeout": "timeout_s"}
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    """The trainer flags, shared by ``asepr train`` and ``python -m training.main``."""
+    d = TrainConfig()
+    p.add_argument("--run-dir", help="checkpoints and metrics.csv (default: OUT.runs/TASK-MODEL-STRATEGY)")
+    p.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
+    p.add_argument("--task", choices=TASKS, default=d.task)
+    p.add_argument("--model", choices=MODELS, default=d.model)
+    p.add_argument("--reconcile", default=d.reconcile, help='"avg", "avg+kd", "avg+con" or "avg+kd+con"')
+    p.add_argument("--rounds", type=int, default=d.rounds)
+    p.add_argument("--local-epochs", type=int, default=d.local_epochs)
+    p.add_argument("--hidden", type=int, default=d.hidden)
+    p.add_argument("--layers", type=int, default=d.num_layers)
+    p.add_argument("--dropout", type=float, default=d.dropout)
+    p.add_argument("--heads", type=int, default=d.heads, help="GAT attention heads")
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--mu", type=float, default=d.mu, help="weight of the contrastive loss")
+    p.add_argument("--tau", type=float, default=d.tau, help="temperature of the contrastive loss")
+    p.add_argument("--kd-steps", type=int, default=d.kd_steps)
+    p.add_argument("--kd-temperature", type=float, default=d.kd_temperature)
+    p.add_argument("--kd-lr", type=float, default=d.kd_lr)
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="0: full-batch (default)")
+    p.add_argument("--fanouts", type=lambda s: tuple(int(x) for x in s.split(",")), default=d.fanouts,
+                   help="neighbours per layer in mini-batch mode, e.g. 10,10")
+    p.add_argument("--link-val-fraction", type=float, default=d.link_val_fraction)
+    p.add_argument("--link-test-fraction", type=float, default=d.link_test_fraction)
+    p.add_argument("--eval-negatives", type=int, default=d.link_eval_negatives)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds a rank waits on a dead peer")
+    p.add_argument("--threads", type=int, default=d.threads, help="torch threads per rank (0: cores / ranks)")
+    p.add_argument("--eval-every", type=int, default=d.eval_every)
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    import dataclasses
+
+    values = {}
+    for f in dataclasses.fields(TrainConfig):
+        dest = next((k for k, v in _RENAMES.items() if v == f.name), f.name)
+        if hasattr(args, dest):
+            values[f.name] = getattr(args, dest)
+    return TrainConfig(**values)
+
+
+def default_run_dir(out: str | Path, config: TrainConfig) -> Path:
+    """``OUT.runs/<task>-<model>-<strategy>`` beside the partition output."""
+    strategy = config.reconcile.replace("+", "-")
+    return Path(f"{str(out).rstrip('/')}.runs") / f"{config.task}-{config.model}-{strategy}"
+
+
+def format_row(row: dict[str, Any]) -> str:
+    extra = ""
+    if row.get("metric") == "mrr":
+        extra = f"  hits@50 {row.get('val_hits@50', float('nan')):.4f}  auc {row.get('val_auc', float('nan')):.4f}"
+    return (f"round {row['round']:>3}  gen {row['generation']}  loss {row['loss']:.4f}  "
+            f"val {row['metric']} {row['val']:.4f}  test {row['test']:.4f}{extra}  "
+            f"{row['seconds']:.2f} s  sent {row['bytes_sent_round'] / 2**10:,.1f} KiB")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.main", description=__doc__.splitlines()[0])
+    parser.add_argument("out", help="the partition output directory")
+    parser.add_argument("-v", "--verbose", action="count", default=0)
+    parser.add_argument("-q", "--quiet", action="store_true")
+    add_train_arguments(parser)
+    args = parser.parse_args(argv)
+    level = logging.WARNING if args.quiet or not args.verbose else (logging.INFO if args.verbose == 1 else logging.DEBUG)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from training.distributed import init_process_group, run_trainer
+
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"asepr train: error: {exc}", file=sys.stderr)
+        return 2
+    rank = 0
+    try:
+        rank, world, _ = init_process_group(config)
+        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config)
+        quiet = args.quiet
+
+        def on_round(row: dict[str, Any]) -> None:
+            if not quiet:
+                print(format_row(row), flush=True)
+
+        run_trainer(args.out, run_dir, config, resume=args.resume, on_round=on_round)
+        return 0
+    except AseprError as exc:
+        print(f"asepr train: rank {rank}: error: {exc}", file=sys.stderr)
+        return 1
+    except (RuntimeError, dist.DistBackendError) as exc:
+        print(
+            f"asepr train: rank {rank}: error: a collective failed ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}). Another rank probably died or "
+            f"did not answer within --timeout {config.timeout_s:g} s; the job stops. "
+            "Rerun with --resume to continue from the last complete round.",
+            file=sys.stderr,
+        )
+        return 1
+    finally:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""GNN models: GraphSAGE, GCN and GAT from ``torch_geometric.nn``.
+
+``GNN.forward(x, edge_index, return_embeddings=True)`` also returns every layer's
+node embeddings (the last one is the output), which the cross-layer contrastive loss
+of :mod:`training.reconcile.contrastive` compares between models. All models of one
+run share one architecture, so their parameters travel as one flat buffer
+(:func:`flatten` / :func:`unflatten_into`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+
+__all__ = ["GNN", "build_model", "flatten", "num_parameters", "unflatten_into"]
+
+
+class GNN(nn.Module):
+    """A stack of ``num_layers`` graph convolutions with ReLU and dropout between them.
+
+    Parameters
+    ----------
+    kind
+        ``"sage"`` (mean aggregation), ``"gcn"`` (symmetric normalisation, self-loops)
+        or ``"gat"`` (``heads`` attention heads concatenated in hidden layers, one head
+        in the output layer).
+    in_dim, hidden, out_dim, num_layers, dropout, heads
+        The shape of the network.
+    """
+
+    def __init__(self, kind: str, in_dim: int, hidden: int, out_dim: int, num_layers: int = 2,
+                 dropout: float = 0.5, heads: int = 4):
+        super().__init__()
+        self.kind = kind
+        self.dropout = float(dropout)
+        dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
+        convs = []
+        for i in range(num_layers):
+            last = i == num_layers - 1
+            if kind == "sage":
+                conv = SAGEConv(dims[i], dims[i + 1])
+            elif kind == "gcn":
+                conv = GCNConv(dims[i], dims[i + 1])
+            elif kind == "gat":
+                h = 1 if last else heads
+                conv = GATConv(dims[i], dims[i + 1] // h, heads=h, concat=True, dropout=self.dropout)
+            else:
+                raise ValueError(f'Unsupported model "{kind}". Valid choices are "sage", "gcn", "gat".')
+            convs.append(conv)
+        self.convs = nn.ModuleList(convs)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, return_embeddings: bool = False):
+        embeddings = []
+        for i, conv in enumerate(self.convs):
+            x = F.dropout(x, p=self.dropout, training=self.training)
+            x = conv(x, edge_index)
+            if i < len(self.convs) - 1:
+                x = F.relu(x)
+            embeddings.append(x)
+        return (x, embeddings) if return_embeddings else x
+
+
+def build_model(config, in_dim: int, out_dim: int) -> GNN:
+    """The model a :class:`~training.config.TrainConfig` describes."""
+    return GNN(config.model, in_dim, config.hidden, out_dim, config.num_layers, config.dropout, config.heads)
+
+
+def num_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def flatten(model: nn.Module) -> torch.Tensor:
+    """All parameters as one float32 vector (a copy), in ``model.parameters()`` order."""
+    return torch.cat([p.detach().reshape(-1).to(torch.float32) for p in model.parameters()])
+
+
+@torch.no_grad()
+def unflatten_into(model: nn.Module, flat: torch.Tensor) -> None:
+    """Copy a :func:`flatten` vector back into ``model``'s parameters."""
+    offset = 0
+    for p in model.parameters():
+        n = p.numel()
+        p.copy_(flat[offset: offset + n].view_as(p))
+        offset += n
+    if offset != flat.numel():
+        raise ValueError(f"flat parameter vector has {flat.numel()} values, the model {offset}")

@@ -1,0 +1,34 @@
+"""``con``: the cross-layer contrastive loss of local training (after MOON).
+
+For every layer l and anchor node i (DESIGN.md section 7)::
+
+    ℓ_l(i) = −log( e^{cos(z_l, z_l^g)/τ} / (e^{cos(z_l, z_l^g)/τ} + e^{cos(z_l, z_l^prev)/τ}) )
+
+with z_l the local model's embedding, z_l^g the global model's (this round's start) and
+z_l^prev the rank's previous local model's. *(our choice)* L_con is the mean over
+layers and anchors, so μ does not have to change with depth. It pulls each layer of the
+local model towards the global representation and away from where local drift took it
+last round.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["contrastive_loss"]
+
+
+def contrastive_loss(local: list[torch.Tensor], global_: list[torch.Tensor], previous: list[torch.Tensor],
+                     anchors: torch.Tensor, tau: float) -> torch.Tensor:
+    """Mean over layers and anchor rows of ℓ_l (see the module docstring)."""
+    if not (len(local) == len(global_) == len(previous)):
+        raise ValueError("contrastive_loss needs the same number of layers from the three models")
+    losses = []
+    for z, zg, zp in zip(local, global_, previous):
+        z, zg, zp = z[anchors], zg[anchors], zp[anchors]
+        pos = F.cosine_similarity(z, zg, dim=-1) / tau
+        neg = F.cosine_similarity(z, zp, dim=-1) / tau
+        # −log(e^pos / (e^pos + e^neg)) = softplus(neg − pos), numerically stable
+        losses.append(F.softplus(neg - pos).mean())
+    return torch.stack(losses).mean()

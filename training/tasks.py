@@ -1,0 +1,296 @@
+"""Tasks: what a rank trains on, how it scores, and what it distils.
+
+* :class:`NodeTask`: node classification. Loss: cross-entropy on the rank's master
+  training nodes. Metric: accuracy, or ROC-AUC when there are two classes.
+* :class:`LinkTask`: link prediction. A hash of each global edge ``{u, v}`` puts it in
+  the validation set, the test set or training, so every rank and the centralized run
+  hold out the *same* edges; held-out edges are removed from message passing (halo and
+  reverse copies too). Loss: binary cross-entropy of dot-product scores against as many
+  uniform negatives. Metrics over each held-out edge ``(u, v)`` ranked against
+  ``link_eval_negatives`` corrupted edges ``(u, w)``: MRR, Hits@50 (ties count half, as
+  in OGB) and ROC-AUC.
+
+Evaluation is exact and global: every rank scores its own master nodes (or own
+edges), and sums are all_reduced. ROC-AUC is computed from score histograms of 2^14
+bins that are all_reduced (exact up to ties within one bin).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from training.comm import Comm
+from training.data import LocalGraph
+from training.sampler import NeighborSampler
+
+__all__ = ["Batch", "LinkTask", "NodeTask", "auc_from_histograms", "make_task"]
+
+AUC_BINS = 1 << 14
+HITS_K = 50
+
+
+@dataclass
+class Batch:
+    """One step's input: rows ``n_id`` of the graph (None: all), edges over those rows,
+    the task loss of the model output, and the rows the contrastive loss compares."""
+
+    n_id: torch.Tensor | None
+    edge_index: torch.Tensor
+    loss: Callable[[torch.Tensor], torch.Tensor]
+    anchors: torch.Tensor
+
+
+def auc_from_histograms(pos: torch.Tensor, neg: torch.Tensor) -> float:
+    """ROC-AUC from per-bin counts of positive and negative scores (ties count half)."""
+    pos = pos.to(torch.float64)
+    neg = neg.to(torch.float64)
+    p, n = float(pos.sum()), float(neg.sum())
+    if p == 0 or n == 0:
+        return float("nan")
+    below = torch.cumsum(neg, 0) - neg
+    return float((pos * (below + 0.5 * neg)).sum() / (p * n))
+
+
+def _histogram(logits: torch.Tensor) -> torch.Tensor:
+    """Bin counts of real-valued scores, squashed monotonically (AUC is rank-based) by
+    ``atan``, which saturates far more slowly than a sigmoid, so large scores stay apart."""
+    squashed = 0.5 + torch.atan(logits.to(torch.float64) / 4) / torch.pi
+    idx = (squashed * (AUC_BINS - 1)).round().to(torch.int64).clamp(0, AUC_BINS - 1)
+    return torch.bincount(idx, minlength=AUC_BINS).to(torch.float64)
+
+
+def _mix(*values: int) -> int:
+    """A 63-bit hash of integers (splitmix64 steps), for per-round/per-rank seeds."""
+    h = 0x9E3779B97F4A7C15
+    for v in values:
+        h = (h ^ (int(v) & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 31
+    return h & 0x7FFFFFFFFFFFFFFF
+
+
+class NodeTask:
+    """Node classification on a local graph (see the module docstring)."""
+
+    name = "node"
+
+    def __init__(self, graph: LocalGraph, num_classes: int, config):
+        self.graph = graph
+        self.config = config
+        self.num_classes = int(num_classes)
+        self.binary = self.num_classes == 2
+        self.metric = "roc_auc" if self.binary else "accuracy"
+        self.edge_index = graph.edge_index
+        self.train_idx = torch.nonzero(graph.train_mask).view(-1)
+        self.master_idx = torch.nonzero(graph.is_master).view(-1)
+        self._sampler = None
+
+    @property
+    def out_dim(self) -> int:
+        return self.num_classes
+
+    @property
+    def num_train(self) -> int:
+        return int(len(self.train_idx))
+
+    def _sampler_(self) -> NeighborSampler:
+        if self._sampler is None:
+            self._sampler = NeighborSampler(self.edge_index, self.graph.num_nodes)
+        return self._sampler
+
+    def batches(self, generator: torch.Generator) -> Iterator[Batch]:
+        y = self.graph.y
+        if not len(self.train_idx):
+            return
+        if not self.config.batch_size:
+            idx = self.train_idx
+            yield Batch(None, self.edge_index, lambda out: F.cross_entropy(out[idx], y[idx]), self.master_idx)
+            return
+        order = self.train_idx[torch.randperm(len(self.train_idx), generator=generator)]
+        for seeds in torch.split(order, self.config.batch_size):
+            n_id, ei = self._sampler_().sample(seeds, self.config.fanouts, generator)
+            k = len(seeds)
+            target = y[seeds]
+            yield Batch(n_id, ei, lambda out, k=k, target=target: F.cross_entropy(out[:k], target),
+                        torch.arange(k))
+
+    # -- distillation ------------------------------------------------------------------
+    def kd_setup(self, generator: torch.Generator) -> None:
+        """Nothing to draw: KD runs on all master nodes."""
+
+    def kd_outputs(self, model) -> torch.Tensor:
+        """Logits on the master nodes (full-batch)."""
+        return model(self.graph.x, self.edge_index)[self.master_idx]
+
+    def kd_loss(self, student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+        t = temperature
+        return F.kl_div(F.log_softmax(student / t, -1), F.log_softmax(teacher / t, -1),
+                        log_target=True, reduction="batchmean") * t * t
+
+    # -- evaluation --------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, model, comm: Comm) -> dict[str, float]:
+        model.eval()
+        out = model(self.graph.x, self.edge_index)
+        y = self.graph.y
+        parts = []
+        for mask in (self.graph.val_mask, self.graph.test_mask):
+            logits, labels = out[mask], y[mask]
+            if self.binary:
+                score = logits[:, 1] - logits[:, 0]  # the log-odds of class 1
+                parts += [_histogram(score[labels == 1]), _histogram(score[labels == 0])]
+            else:
+                parts.append(torch.tensor([float((logits.argmax(-1) == labels).sum()), float(len(labels))],
+                                          dtype=torch.float64))
+        flat = comm.all_reduce(torch.cat(parts), "eval")
+        if self.binary:
+            h = flat.view(4, AUC_BINS)
+            val, test = auc_from_histograms(h[0], h[1]), auc_from_histograms(h[2], h[3])
+        else:
+            val = float(flat[0] / flat[1]) if flat[1] else float("nan")
+            test = float(flat[2] / flat[3]) if flat[3] else float("nan")
+        return {"val": val, "test": test}
+
+
+class LinkTask:
+    """Link prediction on a local graph (see the module docstring)."""
+
+    name = "link"
+    metric = "mrr"
+
+    def __init__(self, graph: LocalGraph, config):
+        self.graph = graph
+        self.config = config
+        gid = graph.global_nid.numpy()
+        own = graph.own_edges
+        role = self._role(gid[own[0].numpy()], gid[own[1].numpy()])
+        self.train_pos = own[:, torch.from_numpy(role == 0)]
+        self.val_pos = own[:, torch.from_numpy(role == 1)]
+        self.test_pos = own[:, torch.from_numpy(role == 2)]
+        ei = graph.edge_index
+        keep = self._role(gid[ei[0].numpy()], gid[ei[1].numpy()]) == 0
+        self.edge_index = ei[:, torch.from_numpy(keep)]
+        self.num_nodes = graph.num_nodes
+        self._sampler = None
+        self._kd_pairs = None
+        # Evaluation negatives are drawn once (the same every round, so curves compare).
+        g = torch.Generator().manual_seed(_mix(config.seed, 0xE7A1, *graph.part_ids))
+        self.eval_neg = {
+            name: torch.randint(0, max(self.num_nodes, 1), (pos.shape[1], config.link_eval_negatives), generator=g)
+            for name, pos in (("val", self.val_pos), ("test", self.test_pos))
+        }
+
+    def _role(self, gu: np.ndarray, gv: np.ndarray) -> np.ndarray:
+        """0 train, 1 val, 2 test, from a hash of the unordered global pair."""
+        lo = np.minimum(gu, gv).astype(np.uint64)
+        hi = np.maximum(gu, gv).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            h = lo * np.uint64(0x9E3779B97F4A7C15) ^ (hi + np.uint64(self.config.seed) * np.uint64(0xD6E8FEB86659FD93))
+            h ^= h >> np.uint64(32)
+            h *= np.uint64(0xBF58476D1CE4E5B9)
+            h ^= h >> np.uint64(29)
+        u = (h >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+        fv, ft = self.config.link_val_fraction, self.config.link_test_fraction
+        return np.where(u < fv, 1, np.where(u < fv + ft, 2, 0)).astype(np.int8)
+
+    @property
+    def out_dim(self) -> int:
+        return self.config.hidden
+
+    @property
+    def num_train(self) -> int:
+        return int(self.train_pos.shape[1])
+
+    @staticmethod
+    def _scores(z: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return (z[u] * z[v]).sum(-1)
+
+    def _pair_loss(self, z, pos_u, pos_v, neg_u, neg_v) -> torch.Tensor:
+        pos = self._scores(z, pos_u, pos_v)
+        neg = self._scores(z, neg_u, neg_v)
+        return (F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos))
+                + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg)))
+
+    def batches(self, generator: torch.Generator) -> Iterator[Batch]:
+        n = max(self.num_nodes, 1)
+        pos = self.train_pos
+        if not pos.shape[1]:
+            return
+        if not self.config.batch_size:
+            neg_u = pos[0]
+            neg_v = torch.randint(0, n, (pos.shape[1],), generator=generator)
+            anchors = torch.arange(self.num_nodes)
+            yield Batch(None, self.edge_index,
+                        lambda z: self._pair_loss(z, pos[0], pos[1], neg_u, neg_v), anchors)
+            return
+        if self._sampler is None:
+            self._sampler = NeighborSampler(self.edge_index, self.num_nodes)
+        order = torch.randperm(pos.shape[1], generator=generator)
+        for chunk in torch.split(order, self.config.batch_size):
+            u, v = pos[0, chunk], pos[1, chunk]
+            w = torch.randint(0, n, (len(chunk),), generator=generator)
+            seeds, inverse = torch.unique(torch.cat([u, v, w]), return_inverse=True)
+            n_id, ei = self._sampler.sample(seeds, self.config.fanouts, generator)
+            k = len(chunk)
+            iu, iv, iw = inverse[:k], inverse[k: 2 * k], inverse[2 * k:]
+            yield Batch(n_id, ei, lambda z, iu=iu, iv=iv, iw=iw: self._pair_loss(z, iu, iv, iu, iw),
+                        torch.arange(len(seeds)))
+
+    # -- distillation: mean edge logits of the local models on train pairs + negatives --
+    def kd_setup(self, generator: torch.Generator) -> None:
+        n = max(self.num_nodes, 1)
+        pos = self.train_pos
+        neg_v = torch.randint(0, n, (pos.shape[1],), generator=generator)
+        self._kd_pairs = (torch.cat([pos[0], pos[0]]), torch.cat([pos[1], neg_v]))
+
+    def kd_outputs(self, model) -> torch.Tensor:
+        u, v = self._kd_pairs
+        z = model(self.graph.x, self.edge_index)
+        return self._scores(z, u, v)
+
+    def kd_loss(self, student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
+        t = temperature
+        return F.binary_cross_entropy_with_logits(student / t, torch.sigmoid(teacher / t)) * t * t
+
+    # -- evaluation ----------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, model, comm: Comm) -> dict[str, float]:
+        model.eval()
+        z = model(self.graph.x, self.edge_index)
+        parts = []
+        for name, pos in (("val", self.val_pos), ("test", self.test_pos)):
+            neg_v = self.eval_neg[name]
+            p = self._scores(z, pos[0], pos[1])
+            q = (z[pos[0]].unsqueeze(1) * z[neg_v]).sum(-1)
+            optimistic = (q > p.unsqueeze(1)).sum(1)
+            pessimistic = (q >= p.unsqueeze(1)).sum(1)
+            rank = 0.5 * (optimistic + pessimistic).to(torch.float64) + 1
+            sums = torch.tensor([float((1.0 / rank).sum()), float((rank <= HITS_K).sum()), float(len(rank))],
+                                dtype=torch.float64)
+            parts += [sums, _histogram(p), _histogram(q.reshape(-1))]
+        flat = comm.all_reduce(torch.cat(parts), "eval")
+        out = {}
+        stride = 3 + 2 * AUC_BINS
+        for i, name in enumerate(("val", "test")):
+            block = flat[i * stride: (i + 1) * stride]
+            mrr_sum, hits, count = (float(v) for v in block[:3])
+            out[name] = mrr_sum / count if count else float("nan")
+            out[f"{name}_hits@{HITS_K}"] = hits / count if count else float("nan")
+            out[f"{name}_auc"] = auc_from_histograms(block[3: 3 + AUC_BINS], block[3 + AUC_BINS:])
+        return out
+
+
+def make_task(graph: LocalGraph, config, num_classes: int):
+    """The task object for ``config.task`` on ``graph``."""
+    if config.task == "node":
+        return NodeTask(graph, num_classes, config)
+    return LinkTask(graph, config)
+
+
+def round_seed(seed: int, round_index: int, rank: int, purpose: int = 0) -> int:
+    """The seed of one round on one rank (all randomness derives from it)."""
+    return _mix(seed, round_index, rank, purpose)
