@@ -43,13 +43,13 @@ from storage.resources import peak_rss_bytes
 from training.checkpoint import RunDir
 from training.comm import Comm
 from training.config import TrainConfig
-from training.data import load_local_graph, rank_partitions
+from training.data import LocalGraph, load_local_graph, rank_partitions
 from training.local import train_local
 from training.models import build_model, flatten, num_parameters, unflatten_into
 from training.reconcile import distill, weighted_average
 from training.tasks import make_task, round_seed
 
-__all__ = ["TrainerError", "init_process_group", "run_trainer"]
+__all__ = ["TrainerError", "global_weights", "init_process_group", "run_trainer", "train_rounds"]
 
 log = logging.getLogger(__name__)
 
@@ -144,15 +144,26 @@ def run_trainer(out: str | Path, run_dir: str | Path, config: TrainConfig, *, re
         Called on rank 0 with each metrics row once its round is committed.
     """
     comm = comm or Comm()
-    rank, world = comm.rank, comm.world_size
-    torch.set_num_threads(_threads(config, world))
-    runs = RunDir(run_dir)
+    torch.set_num_threads(_threads(config, comm.world_size))
     manifest = read_manifest(out, storage_options=storage_options)
     generation = int(manifest["generation"])
-    part_ids = rank_partitions(int(manifest["num_parts"]), rank, world)
+    part_ids = rank_partitions(int(manifest["num_parts"]), comm.rank, comm.world_size)
     t_load = time.perf_counter()
     graph = load_local_graph(out, part_ids, storage_options=storage_options)
     load_seconds = time.perf_counter() - t_load
+    return train_rounds(graph, run_dir, config, comm=comm, resume=resume, on_round=on_round,
+                        info={"out": str(out), "generation": generation}, load_seconds=load_seconds)
+
+
+def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *, comm: Comm,
+                 resume: bool = False, on_round: Callable[[dict[str, Any]], None] | None = None,
+                 info: dict[str, Any] | None = None, load_seconds: float = 0.0) -> list[dict[str, Any]]:
+    """The round loop on an already loaded graph (see :func:`run_trainer`)."""
+    rank, world = comm.rank, comm.world_size
+    runs = RunDir(run_dir)
+    generation = graph.generation
+    part_ids = list(graph.part_ids)
+    out = (info or {}).get("out", "the input")
     num_classes = comm.max_int(int(graph.y.max()) + 1 if graph.num_nodes else 0)
     in_dim = graph.x.shape[1]
     if comm.max_int(in_dim) != in_dim:
@@ -169,7 +180,7 @@ def run_trainer(out: str | Path, run_dir: str | Path, config: TrainConfig, *, re
     previous_flat: torch.Tensor | None = None
     rows: list[dict[str, Any]] = []
     start_round, elapsed = 0, 0.0
-    info = {"out": str(out), "world_size": world, "config": config.to_dict(), "task": config.task,
+    info = {**(info or {}), "world_size": world, "config": config.to_dict(), "task": config.task,
             "num_parameters": num_parameters(model)}
     if resume:
         saved_info = runs.read_run_info()

@@ -15,12 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-import torch.distributed as dist
-
 from storage.errors import AseprError
 from training.config import MODELS, TASKS, TrainConfig
 
-__all__ = ["add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main"]
+__all__ = ["add_train_arguments", "config_from_args", "config_to_args", "default_run_dir", "format_row", "main"]
 
 log = logging.getLogger("training.main")
 
@@ -72,6 +70,20 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**values)
 
 
+def config_to_args(config: TrainConfig) -> list[str]:
+    """The command-line flags that reproduce ``config`` (for launching trainers)."""
+    import dataclasses
+
+    args = []
+    for f in dataclasses.fields(TrainConfig):
+        dest = next((k for k, v in _RENAMES.items() if v == f.name), f.name)
+        value = getattr(config, f.name)
+        if isinstance(value, tuple):
+            value = ",".join(str(v) for v in value)
+        args += [f"--{dest.replace('_', '-')}", str(value)]
+    return args
+
+
 def default_run_dir(out: str | Path, config: TrainConfig) -> Path:
     """``OUT.runs/<task>-<model>-<strategy>`` beside the partition output."""
     strategy = config.reconcile.replace("+", "-")
@@ -96,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     level = logging.WARNING if args.quiet or not args.verbose else (logging.INFO if args.verbose == 1 else logging.DEBUG)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import torch.distributed as dist
+
     from training.distributed import init_process_group, run_trainer
 
     try:

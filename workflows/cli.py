@@ -116,9 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_modules():
-    from workflows import commands_bench, commands_partition
+    from workflows import commands_bench, commands_partition, commands_train
 
-    return [commands_partition, commands_bench]
+    return [commands_partition, commands_train, commands_bench]
 
 
 def _setup_logging(args: argparse.Namespace) -> None:

@@ -1,0 +1,160 @@
+"""Models, the sampler, the losses and the metrics, each against a hand-checked reference."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from training.comm import Comm
+from training.config import TrainConfig, parse_reconcile
+from training.data import build_local_graph
+from training.models import GNN, flatten, num_parameters, unflatten_into
+from training.reconcile import contrastive_loss, weighted_average
+from training.sampler import NeighborSampler
+from training.tasks import LinkTask, NodeTask, _histogram, auc_from_histograms
+
+
+def _ring_graph(n=40, d=6, classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    src = np.arange(n)
+    dst = (src + 1) % n
+    extra_src = rng.integers(0, n, 60)
+    extra_dst = (extra_src + rng.integers(2, n - 1, 60)) % n
+    src = np.concatenate([src, extra_src])
+    dst = np.concatenate([dst, extra_dst])
+    y = rng.integers(0, classes, n)
+    split = rng.choice(np.array([0, 1, 2], dtype=np.int8), n)
+    x = rng.normal(size=(n, d)).astype(np.float32)
+    return build_local_graph(np.arange(n), x, y, split, np.ones(n, bool), src, dst, None, undirected=True)
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn", "gat"])
+@pytest.mark.parametrize("layers", [1, 3])
+def test_models_return_every_layer(kind, layers):
+    g = _ring_graph()
+    model = GNN(kind, 6, 16, 5, num_layers=layers, dropout=0.0, heads=4)
+    out, embs = model(g.x, g.edge_index, return_embeddings=True)
+    assert out.shape == (g.num_nodes, 5) and len(embs) == layers
+    assert [e.shape[1] for e in embs] == [16] * (layers - 1) + [5]
+    assert torch.equal(embs[-1], out) and torch.equal(model(g.x, g.edge_index), out)
+    flat = flatten(model)
+    assert flat.numel() == num_parameters(model)
+    other = GNN(kind, 6, 16, 5, num_layers=layers, dropout=0.0, heads=4)
+    unflatten_into(other, flat)
+    assert torch.equal(other(g.x, g.edge_index), out)
+
+
+def test_config_validation_names_the_field():
+    assert parse_reconcile("con+avg") == ("avg", "con")
+    with pytest.raises(ValueError, match='Valid parts are "avg", "kd", "con"'):
+        TrainConfig(reconcile="avg+foo")
+    with pytest.raises(ValueError, match='has no "avg"'):
+        TrainConfig(reconcile="kd")
+    with pytest.raises(ValueError, match="TrainConfig.lr"):
+        TrainConfig(lr=0)
+    with pytest.raises(ValueError, match="one fanout per layer"):
+        TrainConfig(batch_size=8, fanouts=(5,))
+    assert TrainConfig(rounds=3).resume_conflicts(TrainConfig(rounds=9).to_dict()) == []
+    assert TrainConfig(lr=0.1).resume_conflicts(TrainConfig().to_dict()) == ["lr"]
+
+
+@settings(deadline=None, max_examples=30)
+@given(st.integers(5, 60), st.integers(0, 200), st.lists(st.integers(1, 4), min_size=1, max_size=3),
+       st.integers(0, 2**31))
+def test_sampler_respects_fanouts_and_only_samples_real_edges(n, m, fanouts, seed):
+    rng = np.random.default_rng(seed)
+    ei = torch.from_numpy(rng.integers(0, n, (2, m)))
+    sampler = NeighborSampler(ei, n)
+    seeds = torch.from_numpy(rng.choice(n, min(n, 4), replace=False))
+    n_id, sub = sampler.sample(seeds, tuple(fanouts), torch.Generator().manual_seed(seed))
+    assert torch.equal(n_id[: len(seeds)], seeds)
+    assert len(torch.unique(n_id)) == len(n_id)
+    real = {}
+    for s, d in zip(ei[0].tolist(), ei[1].tolist()):
+        real[(s, d)] = real.get((s, d), 0) + 1
+    got = {}
+    for s, d in zip(n_id[sub[0]].tolist(), n_id[sub[1]].tolist()):
+        got[(s, d)] = got.get((s, d), 0) + 1
+    # Every sampled edge is a real edge, never more often than it exists per hop.
+    assert all(pair in real for pair in got)
+    # Each node is expanded once, keeping at most its hop's fanout of in-edges.
+    per_dst = torch.bincount(sub[1], minlength=len(n_id))
+    assert not len(per_dst) or int(per_dst.max()) <= max(fanouts)
+    # Seeds with few in-edges keep all of them (fanout >= in-degree).
+    indeg = torch.bincount(ei[1], minlength=n)
+    for i, s in enumerate(seeds.tolist()):
+        if indeg[s] <= fanouts[0]:
+            assert int((sub[1] == i).sum()) >= int(indeg[s])
+
+
+def test_contrastive_loss_matches_the_formula():
+    z = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    zg = z.clone()
+    zp = torch.tensor([[0.0, 1.0], [1.0, 0.0]])  # orthogonal to z
+    tau = 0.5
+    # cos(z, zg) = 1, cos(z, zp) = 0 → −log(e^{2} / (e^{2} + e^{0}))
+    expected = -math.log(math.exp(1 / tau) / (math.exp(1 / tau) + 1))
+    got = contrastive_loss([z], [zg], [zp], torch.arange(2), tau)
+    assert got.item() == pytest.approx(expected, rel=1e-6)
+    # Two layers average; anchors select rows.
+    got2 = contrastive_loss([z, zp], [zg, zp], [zp, z], torch.tensor([0]), tau)
+    assert got2.item() == pytest.approx(expected, rel=1e-6)
+
+
+def test_weighted_average_single_rank_is_identity():
+    comm = Comm()
+    v = torch.arange(6, dtype=torch.float32)
+    assert torch.equal(weighted_average(v, 3.0, comm), v)
+    assert torch.equal(weighted_average(v, 0.0, comm), v)
+    assert comm.bytes.total_sent == 0
+
+
+@settings(deadline=None, max_examples=50)
+@given(st.lists(st.floats(-50, 50), min_size=1, max_size=40), st.lists(st.floats(-50, 50), min_size=1, max_size=40))
+def test_histogram_auc_equals_the_pairwise_definition(pos, neg):
+    p = torch.tensor(pos, dtype=torch.float64)
+    q = torch.tensor(neg, dtype=torch.float64)
+    exact = float(((p[:, None] > q[None, :]).double() + 0.5 * (p[:, None] == q[None, :]).double()).mean())
+    approx = auc_from_histograms(_histogram(p), _histogram(q))
+    # Exact but for pairs closer than one bin (counted as ties).
+    close = float(((p[:, None] - q[None, :]).abs() < 0.01).double().mean())
+    assert abs(approx - exact) <= 0.5 * close + 1e-12
+
+
+def test_node_task_metrics_count_masters_only():
+    g = _ring_graph()
+    g.is_master[::2] = False
+    task = NodeTask(g, 3, TrainConfig())
+    model = GNN("sage", 6, 8, 3, dropout=0.0)
+    res = task.evaluate(model, Comm())
+    out = model(g.x, g.edge_index).argmax(-1)
+    m = g.is_master & (g.split == 1)
+    assert res["val"] == pytest.approx(float((out[m] == g.y[m]).double().mean()))
+
+
+def test_link_task_holds_out_the_same_edges_everywhere_and_hides_them():
+    g = _ring_graph(n=200)
+    config = TrainConfig(task="link", link_val_fraction=0.1, link_test_fraction=0.2)
+    task = LinkTask(g, config)
+    total = g.own_edges.shape[1]
+    assert task.train_pos.shape[1] + task.val_pos.shape[1] + task.test_pos.shape[1] == total
+    held = {tuple(sorted(e)) for e in torch.cat([task.val_pos, task.test_pos], 1).t().tolist()}
+    seen = {tuple(sorted(e)) for e in task.edge_index.t().tolist()}
+    assert not held & seen  # held-out edges never carry messages, in either direction
+    # The split is a function of the global pair: a relabelled copy holds out the same pairs.
+    perm = torch.randperm(g.num_nodes, generator=torch.Generator().manual_seed(1))
+    inv = torch.argsort(perm)  # local row of each global id in the copy
+    g2 = build_local_graph(perm.numpy(), g.x[perm].numpy(), g.y[perm].numpy(), g.split[perm].numpy(),
+                           np.ones(g.num_nodes, bool), inv[g.own_edges[0]].numpy(), inv[g.own_edges[1]].numpy(),
+                           None, undirected=True)
+    t2 = LinkTask(g2, config)
+    for a, b in ((task.val_pos, t2.val_pos), (task.test_pos, t2.test_pos)):
+        assert {tuple(sorted(e)) for e in a.t().tolist()} == {tuple(sorted(e)) for e in perm[b].t().tolist()}
+    model = GNN("sage", 6, config.hidden, config.hidden, dropout=0.0)
+    res = task.evaluate(model, Comm())
+    assert 0 < res["val"] <= 1 and 0 <= res["val_hits@50"] <= 1 and 0 <= res["test_auc"] <= 1

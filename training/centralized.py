@@ -1,0 +1,89 @@
+"""The centralized baseline: the same model, trained full-graph in one process.
+
+It reads the whole input (``edges/`` and ``nodes/`` Parquet shards) into memory, so it
+is for graphs that fit on one machine: it is the accuracy ceiling the distributed
+strategies are measured against. Training is the round loop of
+:func:`training.distributed.train_rounds` with a single rank and no reconciliation, so
+one "round" is ``local_epochs`` epochs, and the model, the optimiser, the evaluation
+and the metrics rows are exactly those of the distributed trainers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from storage.errors import InputError, format_problem
+from storage.fs import discover_shards
+from storage.schema import check_node_schema, feature_matrix, read_meta
+from storage.validate import input_paths, open_parquet
+from training.comm import Comm
+from training.config import TrainConfig
+from training.data import LocalGraph, build_local_graph
+from training.distributed import train_rounds
+
+__all__ = ["load_input_graph", "run_centralized"]
+
+log = logging.getLogger(__name__)
+
+
+def load_input_graph(input_url: str | Path, *, storage_options: dict | None = None) -> LocalGraph:
+    """The whole input as one :class:`LocalGraph` (every node a master, no halo)."""
+    meta = read_meta(input_url, storage_options) or {}
+    edges_url, nodes_url = input_paths(input_url)
+    edge_shards = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
+    node_shards = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
+    ids, feats, labels, splits = [], [], [], []
+    for shard in node_shards:
+        pf = open_parquet(shard)
+        layout, present, _ = check_node_schema(pf.schema_arrow, shard.url)
+        for batch in pf.iter_batches(columns=["id", *layout.columns, *present]):
+            n = batch.num_rows
+            ids.append(batch.column("id").to_numpy())
+            feats.append(feature_matrix(batch, layout))
+            labels.append(batch.column("label").to_numpy() if "label" in present else np.full(n, -1, np.int64))
+            splits.append(batch.column("split").to_numpy() if "split" in present else np.full(n, -1, np.int8))
+    node_ids = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    num_nodes = int(meta.get("num_nodes", node_ids.max() + 1 if len(node_ids) else 0))
+    if len(node_ids) != num_nodes or (num_nodes and not np.array_equal(np.sort(node_ids), np.arange(num_nodes))):
+        raise InputError(format_problem(f"node shards of {input_url}", f"one row per node id 0..{num_nodes - 1}",
+                                        f"{len(node_ids)} rows", "run `asepr validate` on the input."))
+    order = np.argsort(node_ids, kind="stable")
+    x = np.concatenate(feats)[order]
+    y = np.concatenate(labels)[order]
+    split = np.concatenate(splits)[order]
+    src, dst = [], []
+    for shard in edge_shards:
+        for batch in open_parquet(shard).iter_batches(columns=["src", "dst"]):
+            src.append(batch.column("src").to_numpy())
+            dst.append(batch.column("dst").to_numpy())
+    src_a = np.concatenate(src) if src else np.zeros(0, np.int64)
+    dst_a = np.concatenate(dst) if dst else np.zeros(0, np.int64)
+    return build_local_graph(
+        np.arange(num_nodes, dtype=np.int64), x, y, split, np.ones(num_nodes, dtype=bool), src_a, dst_a, None,
+        undirected=bool(meta.get("undirected", False)),
+    )
+
+
+def run_centralized(input_url: str | Path, run_dir: str | Path, config: TrainConfig, *,
+                    on_round: Callable[[dict[str, Any]], None] | None = None,
+                    storage_options: dict | None = None) -> list[dict[str, Any]]:
+    """Train ``config``'s model on the whole input in this process; return the metrics rows.
+
+    The reconciliation setting is ignored (one model: nothing to reconcile).
+    """
+    t0 = time.perf_counter()
+    graph = load_input_graph(input_url, storage_options=storage_options)
+    load_seconds = time.perf_counter() - t0
+    log.info("centralized: %d nodes, %d edges loaded in %.1f s", graph.num_nodes,
+             graph.own_edges.shape[1], load_seconds)
+    config = dataclasses.replace(config, reconcile="avg")
+    torch.set_num_threads(config.threads or torch.get_num_threads())
+    return train_rounds(graph, run_dir, config, comm=Comm(), on_round=on_round,
+                        info={"input": str(input_url), "strategy": "centralized"}, load_seconds=load_seconds)

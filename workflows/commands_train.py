@@ -1,0 +1,88 @@
+"""``asepr train``: launch the trainers (or the centralized baseline) and summarise.
+
+``asepr train OUT --nproc K ...`` is ``torchrun --standalone --nproc-per-node K -m
+training.main OUT ...`` (:mod:`workflows.launch`); rank 0 prints one line per round,
+and a summary table of the run's ``metrics.csv`` follows. ``asepr train --centralized
+INPUT ...`` trains the same model on the whole input in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from storage.errors import AseprError, format_problem
+
+__all__ = ["register", "summary_table"]
+
+
+def summary_table(rows: list[dict[str, Any]], title: str) -> str:
+    """The metrics rows as a fixed-width table, plus the best-validation line."""
+    if not rows:
+        return f"{title}: no evaluated round"
+    metric = rows[-1].get("metric", "metric")
+    lines = [title, f"{'round':>5} {'gen':>3} {'loss':>8} {'val ' + metric:>14} {'test':>8} {'seconds':>8} {'KiB sent':>10}"]
+    for r in rows:
+        lines.append(f"{r['round']:>5} {r['generation']:>3} {float(r['loss']):>8.4f} {float(r['val']):>14.4f} "
+                     f"{float(r['test']):>8.4f} {float(r['seconds']):>8.2f} {float(r['bytes_sent_round']) / 1024:>10,.1f}")
+    best = max(rows, key=lambda r: float(r["val"]))
+    last = rows[-1]
+    lines.append(f"final: test {metric} {float(last['test']):.4f} after {last['round']} rounds "
+                 f"({float(last['elapsed_s']):.1f} s); best val {float(best['val']):.4f} at round {best['round']} "
+                 f"(test {float(best['test']):.4f})")
+    return "\n".join(lines)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from training.checkpoint import RunDir
+    from training.main import config_from_args, config_to_args, default_run_dir, format_row
+
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        print(f"asepr train: error: {exc}", file=sys.stderr)
+        return 2
+    if args.centralized:
+        from training.centralized import run_centralized
+
+        run_dir = Path(args.run_dir) if args.run_dir else (
+            Path(f"{args.centralized.rstrip('/')}.runs") / f"{config.task}-{config.model}-centralized")
+        rows = run_centralized(args.centralized, run_dir, config,
+                               on_round=None if args.quiet else (lambda row: print(format_row(row), flush=True)))
+        print(summary_table(rows, f"centralized {config.model} on {args.centralized} (run directory {run_dir})"))
+        return 0
+    if not args.out:
+        raise AseprError(format_problem("asepr train", "OUT (a partition output) or --centralized INPUT",
+                                        "neither", "pass the directory `asepr partition` wrote."))
+    from workflows.launch import launch_trainers
+
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config)
+    forwarded = [*config_to_args(config), "--run-dir", str(run_dir)]
+    forwarded += ["--resume"] * bool(args.resume) + ["-q"] * bool(args.quiet) + ["-v"] * int(args.verbose)
+    launch_trainers([args.out, *forwarded], args.nproc)
+    rows = RunDir(run_dir).read_metrics()
+    print(summary_table(rows, f"{args.nproc} trainers, {config.model}, {config.reconcile} "
+                              f"on {args.out} (run directory {run_dir})"))
+    return 0
+
+
+def register(sub, add_common) -> None:
+    from training.main import add_train_arguments
+
+    p = sub.add_parser("train", help="train K local GNNs with reconciliation rounds (torchrun), or the baseline")
+    add_common(p)
+    p.add_argument("out", nargs="?", help="the partition output of `asepr partition`")
+    p.add_argument("--nproc", type=int, default=None, help="trainer processes (default: one per partition)")
+    p.add_argument("--centralized", metavar="INPUT", help="train on the whole INPUT in one process instead")
+    add_train_arguments(p)
+    p.set_defaults(handler=_prepare_and_train, command="train")
+
+
+def _prepare_and_train(args: argparse.Namespace) -> int:
+    if not args.centralized and args.out and args.nproc is None:
+        from storage import read_manifest
+
+        args.nproc = int(read_manifest(args.out)["num_parts"])
+    return _cmd_train(args)
