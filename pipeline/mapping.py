@@ -7,6 +7,11 @@ clusters are taken in descending total volume, and the communities of a cluster
 starts) until it would pass the volume cap ``(1 + epsilon) * 2|E| / k``, then to the
 next least-loaded partition. Each attribute cluster's *home* is the partition that
 received most of its volume; the edge score rewards it (``beta``).
+
+Incremental ingest (:func:`place_new_communities`) keeps every existing community
+where it is and places each new one (in descending volume) on its attribute
+cluster's home when that partition stays under the volume cap, else on the
+partition of least community volume (2PS-L's rule).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["CommunityMapping", "map_communities"]
+__all__ = ["CommunityMapping", "map_communities", "place_new_communities"]
 
 
 @dataclass(frozen=True)
@@ -100,3 +105,60 @@ def map_communities(
         populated = share.sum(axis=1) > 0
         attr_home[populated] = share[populated].argmax(axis=1)
     return CommunityMapping(community_part=part_of, attr_home=attr_home, part_volume=load)
+
+
+@numba.njit(cache=True)
+def _place(order, volume, home_of, part_of, part_volume, cap):
+    for i in range(order.shape[0]):
+        c = order[i]
+        vol = volume[c]
+        h = home_of[c]
+        if h >= 0 and part_volume[h] + vol <= cap:
+            p = h
+        else:
+            p = int(np.argmin(part_volume))
+        part_of[c] = p
+        part_volume[p] += vol
+
+
+def place_new_communities(
+    community_part: np.ndarray,
+    volume: np.ndarray,
+    founder_attr: np.ndarray,
+    attr_home: np.ndarray | None,
+    num_parts: int,
+    *,
+    epsilon: float = 0.05,
+) -> int:
+    """Give every live community without a partition one, in place; return how many.
+
+    Parameters
+    ----------
+    community_part
+        ``int32`` partition per community id, -1 for none (updated in place).
+    volume
+        Volume per community id (after the new edges).
+    founder_attr
+        Attribute cluster per vertex; a community's cluster is its founder's.
+    attr_home
+        Home partition per attribute cluster (None: place by volume alone, 2PS-L).
+    """
+    live = volume > 0
+    part_volume = np.bincount(
+        community_part[live & (community_part >= 0)],
+        weights=volume[live & (community_part >= 0)], minlength=num_parts,
+    ).astype(np.float64)[:num_parts]
+    todo = np.flatnonzero(live & (community_part < 0))
+    if not len(todo):
+        return 0
+    order = todo[np.lexsort((todo, -volume[todo]))]
+    if attr_home is not None and len(attr_home):
+        a = founder_attr[order]
+        home = np.where((a >= 0) & (a < len(attr_home)), attr_home[np.clip(a, 0, len(attr_home) - 1)], -1)
+    else:
+        home = np.full(len(order), -1)
+    home_of = np.full(len(volume), -1, dtype=np.int64)
+    home_of[order] = home
+    cap = (1.0 + epsilon) * float(volume.sum()) / num_parts
+    _place(order.astype(np.int64), volume.astype(np.float64), home_of, community_part, part_volume, cap)
+    return len(order)

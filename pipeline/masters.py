@@ -18,7 +18,14 @@ import numpy as np
 from pipeline.bitset import popcount64
 from storage.resources import stage
 
-__all__ = ["replica_offsets", "count_edges_per_replica", "choose_masters", "popcounts"]
+__all__ = [
+    "choose_masters",
+    "choose_new_masters",
+    "count_edges_per_replica",
+    "count_new_edges_per_replica",
+    "popcounts",
+    "replica_offsets",
+]
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +74,31 @@ def count_edges_per_replica(src, dst, part, replicas, offsets, counts):
             counts[offsets[v] + _rank(replicas, v, p)] += 1
 
 
+@numba.njit(cache=True, nogil=True)
+def count_new_edges_per_replica(src, dst, part, replicas, offsets, counts, first):
+    """Like :func:`count_edges_per_replica`, for the vertices ``>= first`` only.
+
+    ``offsets`` are :func:`replica_offsets` of ``replicas[first:]`` (incremental
+    ingest counts the edges of its new vertices only).
+    """
+    for i in range(src.shape[0]):
+        u = src[i]
+        v = dst[i]
+        p = part[i]
+        if u >= first:
+            counts[offsets[u - first] + _rank(replicas, u, p)] += 1
+        if v != u and v >= first:
+            counts[offsets[v - first] + _rank(replicas, v, p)] += 1
+
+
 @numba.njit(cache=True)
-def _choose(replicas, offsets, counts, num_parts):
+def _choose(replicas, offsets, counts, num_parts, first, masters_per_part):
     n = replicas.shape[0]
-    master = np.empty(n, dtype=np.int32)
-    masters_per_part = np.zeros(num_parts, dtype=np.int64)
-    for v in range(n):
+    master = np.empty(n - first, dtype=np.int32)
+    for v in range(first, n):
         best = -1
         best_count = -1
-        slot = offsets[v]
+        slot = offsets[v - first]
         for w in range(replicas.shape[1]):
             bits = replicas[v, w]
             while bits != np.uint64(0):
@@ -94,7 +117,7 @@ def _choose(replicas, offsets, counts, num_parts):
             for p in range(1, num_parts):
                 if masters_per_part[p] < masters_per_part[best]:
                     best = p
-        master[v] = best
+        master[v - first] = best
         masters_per_part[best] += 1
     return master, masters_per_part
 
@@ -104,6 +127,22 @@ def choose_masters(
 ) -> np.ndarray:
     """The master partition (int32[N]) of every vertex."""
     with stage("masters", log) as info:
-        master, per_part = _choose(replicas, offsets, counts, num_parts)
+        master, per_part = _choose(replicas, offsets, counts, num_parts, 0,
+                                   np.zeros(num_parts, dtype=np.int64))
         info.update(max_masters=int(per_part.max()), min_masters=int(per_part.min()))
+    return master
+
+
+def choose_new_masters(
+    replicas: np.ndarray, offsets: np.ndarray, counts: np.ndarray, num_parts: int, first: int,
+    masters_per_part: np.ndarray,
+) -> np.ndarray:
+    """Masters (int32) of the vertices ``first ..`` given the existing ``masters_per_part``.
+
+    The same rule as :func:`choose_masters`, continued: existing vertices keep their
+    masters, and the new ones are placed in id order with the tie-break on the
+    running master counts. ``offsets`` and ``counts`` cover ``replicas[first:]``.
+    """
+    per_part = np.array(masters_per_part, dtype=np.int64, copy=True)
+    master, _ = _choose(replicas, offsets, counts, num_parts, int(first), per_part)
     return master

@@ -7,7 +7,10 @@
 * label entropy (bits) of each partition's labelled vertices, and its mean;
 * 1-hop locality: the share of (vertex, neighbour) incidences where the neighbour
   has a replica on the vertex's master partition (each edge row gives two
-  incidences, one per endpoint; self-loops give none).
+  incidences, one per endpoint; self-loops give none);
+* drift (:func:`drift_metrics`): how far the edge loads and the community volumes
+  mapped to each partition are from their caps, and whether ``asepr rebalance`` is
+  advised.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import numpy as np
 
 from pipeline.bitset import has_bit
 
-__all__ = ["locality_batch", "partition_metrics", "vertex_part_counts"]
+__all__ = ["drift_metrics", "locality_batch", "partition_metrics", "vertex_part_counts"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -109,3 +112,50 @@ def partition_metrics(
         "masters": masters.tolist(),
         "non_isolated_vertices": non_isolated,
     }
+
+
+def drift_metrics(
+    loads: np.ndarray,
+    epsilon: float,
+    community_part: np.ndarray | None = None,
+    volume: np.ndarray | None = None,
+) -> dict:
+    """Balance drift of an assignment, from O(N) state.
+
+    The kernel never fills a partition past the edge cap ``ceil((1+eps)|E|/k)``, so the
+    edge balance stays within ``1 + eps``. What drifts as a graph grows is the
+    structure the kernel steers by: the *community volume* of a partition (the summed
+    volume of the communities mapped to it). Once a partition's community volume
+    passes the volume cap ``(1+eps)·2|E|/k``, more of its communities' edges than fit
+    are steered there, and the kernel must place them elsewhere (raising the
+    replication factor). A rebalance is advised then, or when an edge load passes its
+    cap (only possible after a change of ``epsilon``).
+    """
+    loads = np.asarray(loads, dtype=np.int64)
+    k = len(loads)
+    num_edges = int(loads.sum())
+    edge_cap = int(np.ceil((1.0 + epsilon) * num_edges / k)) if k else 0
+    mean = num_edges / k if k else 0.0
+    out: dict = {
+        "epsilon": float(epsilon),
+        "edge_balance": float(loads.max() / mean) if mean > 0 else 1.0,
+        "edge_cap": edge_cap,
+        "edge_over_cap": [int(p) for p in np.flatnonzero(loads > edge_cap)],
+    }
+    over = list(out["edge_over_cap"])
+    if community_part is not None and volume is not None:
+        live = (volume > 0) & (community_part >= 0)
+        part_volume = np.bincount(community_part[live], weights=volume[live], minlength=k)[:k]
+        total = float(part_volume.sum())
+        volume_cap = (1.0 + epsilon) * total / k if k else 0.0
+        mean_volume = total / k if k else 0.0
+        out.update(
+            community_volume=[int(v) for v in part_volume],
+            community_balance=float(part_volume.max() / mean_volume) if mean_volume > 0 else 1.0,
+            volume_cap=float(volume_cap),
+            volume_over_cap=[int(p) for p in np.flatnonzero(part_volume > volume_cap + 1e-9)],
+        )
+        over = sorted(set(over) | set(out["volume_over_cap"]))
+    out["overloaded"] = over
+    out["rebalance_advised"] = bool(over)
+    return out

@@ -31,7 +31,7 @@ from pipeline.config import PartitionConfig
 from pipeline.degrees import Degrees, compute_degrees
 from pipeline.mapping import CommunityMapping, map_communities
 from pipeline.masters import choose_masters, count_edges_per_replica, replica_offsets
-from pipeline.metrics import locality_batch, partition_metrics
+from pipeline.metrics import drift_metrics, locality_batch, partition_metrics
 from pipeline.stream import iter_edge_batches
 from pipeline.struct_cluster import Communities, structural_clusters
 from storage.errors import InputError, format_problem
@@ -41,7 +41,7 @@ from storage.resources import peak_rss_bytes, stage
 from storage.schema import read_meta
 from storage.validate import ValidationReport, input_paths, open_parquet, validate_input
 
-__all__ = ["Assignment", "partition", "edge_cap"]
+__all__ = ["Assignment", "edge_cap", "kernel_mode", "partition"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,17 @@ log = logging.getLogger(__name__)
 def edge_cap(num_edges: int, num_parts: int, epsilon: float) -> int:
     """The hard per-partition edge cap ``ceil((1 + epsilon) |E| / k)``."""
     return int(np.ceil((1.0 + epsilon) * num_edges / num_parts))
+
+
+def kernel_mode(config: PartitionConfig) -> tuple[int, bool]:
+    """``(mode, use_partial)`` of :func:`pipeline.assign.assign_batch` for an (effective) config."""
+    if config.algo in ("asep", "2ps-l", "2ps-hdrf", "metis"):
+        mode = MODES["all"] if config.scoring == "hdrf" else MODES["candidates"]
+    elif config.algo == "hdrf":
+        mode = MODES["all"]
+    else:
+        mode = MODES[config.algo]
+    return mode, config.algo == "hdrf"
 
 
 @dataclass
@@ -71,6 +82,13 @@ class Assignment:
     metrics: dict[str, Any]
     timings: dict[str, float] = field(default_factory=dict)
     owns_workdir: bool = False
+    #: Labels per node (-1 unknown), for the metrics and the persisted state.
+    labels: np.ndarray | None = None
+    #: The kernel settings as run (mode, use_partial, the lift-scaled alpha and beta,
+    #: lam, seed, epsilon): incremental ingest continues with the same ones.
+    kernel: dict[str, Any] = field(default_factory=dict)
+    #: (local, total) 1-hop incidences behind ``metrics["one_hop_locality"]``.
+    locality: tuple[int, int] = (0, 0)
 
     def edge_parts(self, shard_index: int) -> np.ndarray:
         """Partition id of every row of edge shard ``shard_index`` (memory-mapped)."""
@@ -265,13 +283,7 @@ def partition(
         vertex_volume = degree
         tick("metis")
 
-    if run.algo in ("asep", "2ps-l", "2ps-hdrf", "metis"):
-        mode = MODES["all"] if run.scoring == "hdrf" else MODES["candidates"]
-    elif run.algo == "hdrf":
-        mode = MODES["all"]
-    else:
-        mode = MODES[run.algo]
-    use_partial = run.algo == "hdrf"
+    mode, use_partial = kernel_mode(run)
     beta = beta if run.uses_attributes else 0.0
     cap = edge_cap(num_edges, k, run.epsilon)
 
@@ -330,7 +342,19 @@ def partition(
             result.metrics = partition_metrics(
                 replicas, state.loads, result.master, attr_ids, labels, (local, total)
             )
+        result.labels = labels
+        result.locality = (int(local), int(total))
+        result.kernel = {
+            "mode": int(mode), "use_partial": bool(use_partial), "alpha": float(alpha),
+            "beta": float(beta), "lam": float(run.hdrf_lambda), "seed": int(run.seed),
+            "epsilon": float(run.epsilon), "keep_attr_together": bool(keep_together),
+        }
         result.metrics["cap"] = cap
+        result.metrics["drift"] = drift_metrics(
+            state.loads, run.epsilon,
+            mapping.community_part if mapping is not None else None,
+            communities.volume if communities is not None else None,
+        )
         if lift is not None:
             result.metrics["attribute_lift"] = {
                 "lift": lift.lift, "homophily": lift.homophily, "chance": lift.chance,

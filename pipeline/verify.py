@@ -21,7 +21,14 @@ Checks (each problem names the partition, what was expected and what was found):
 6. **nodes**: ``x``, ``y`` and ``split`` equal the input's rows, through
    ``global_nid`` (bit for bit); partitions are loaded in groups that fit a memory
    budget, each group costing one pass over the node shards.
-7. **input identity**: the input's shard hashes match the manifest's fingerprints.
+7. **input identity**: the input's shard hashes match the manifest's fingerprints;
+   the shards of every ingested increment (``manifest["increments"]``, read from the
+   URLs recorded there) count as input too.
+8. **state** (when the manifest records one): ``state.zarr`` is of the manifest's
+   generation and checksum, its arrays match their checksums, and it agrees with the
+   stores: the loads are the partitions' edge counts, the replica bitsets are the
+   nodes that touch an (assigned) edge of each partition, and the masters are the
+   node map's.
 
 Memory: O(N) counters, one partition (or one group of partitions) at a time, and one
 edge bucket at a time.
@@ -54,6 +61,7 @@ from storage.partition_store import (
 )
 from storage.resources import stage
 from storage.schema import check_node_schema, feature_matrix
+from storage.state import resolve_state_url, state_problems
 from storage.validate import input_paths, open_parquet
 
 __all__ = ["Problem", "VerifyReport", "verify_output"]
@@ -173,6 +181,7 @@ def _verify_impl(out, input_url, storage_options, batch_rows, memory_budget, spi
         master_part = np.full(num_nodes, -1, dtype=np.int64)
         master_local = np.full(num_nodes, -1, dtype=np.int64)
         halo_in = np.zeros(num_nodes, dtype=np.int64) if halo else None
+        state = _load_state(out, manifest, storage_options, num_nodes, k, problems)
         stores: dict[int, PartitionStore] = {}
         for entry in sorted(manifest["partitions"], key=lambda e: int(e["part_id"])):
             p = int(entry["part_id"])
@@ -186,7 +195,7 @@ def _verify_impl(out, input_url, storage_options, batch_rows, memory_budget, spi
             if _check_store(store, entry, manifest, problems):
                 stores[p] = store
                 _scan_partition(store, num_nodes, undirected, halo, edge_sink, master_count,
-                                master_part, master_local, halo_in, problems)
+                                master_part, master_local, halo_in, problems, state)
         edge_sink.close()
         report.checks += ["manifest and store attributes", "checksums", "CSR well formed"]
 
@@ -197,13 +206,16 @@ def _verify_impl(out, input_url, storage_options, batch_rows, memory_budget, spi
             problems.add("masters", f"{len(many):,} node(s) have several masters, e.g. global_nid {many[:5].tolist()}")
         _check_node_map(out, manifest, storage_options, master_part, master_local, problems)
         report.checks += ["exactly one master per node", "node_map"]
+        if state is not None:
+            _check_state_masters(state, master_part, master_count, problems)
+            report.checks.append("state agrees with the stores (loads, replicas, masters)")
 
         input_url = input_url if input_url is not None else manifest.get("input", {}).get("url")
         if input_url is None:
             problems.add("input", "the manifest records no input; pass --input INPUT to compare against it")
             return
         try:
-            edge_shards, node_shards = _input_shards(input_url, storage_options)
+            edge_shards, node_shards = _input_shards(input_url, storage_options, manifest)
         except AseprError as exc:
             problems.add("input", f"{exc} (pass --input INPUT if the input moved)")
             return
@@ -245,16 +257,29 @@ def _verify_impl(out, input_url, storage_options, batch_rows, memory_budget, spi
         shutil.rmtree(spill, ignore_errors=True)
 
 
-def _input_shards(input_url, storage_options):
+def _input_shards(input_url, storage_options, manifest=None):
+    """The base input's shards plus, in order, every ingested increment's (by recorded URL)."""
     edges_url, nodes_url = input_paths(input_url)
-    return (discover_shards(edges_url, what="edge shards", storage_options=storage_options),
-            discover_shards(nodes_url, what="node shards", storage_options=storage_options))
+    edges = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
+    nodes = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
+    for inc in (manifest or {}).get("increments", []):
+        for kind, shards in (("edges", edges), ("nodes", nodes)):
+            for entry in inc.get(kind, []):
+                shards.extend(discover_shards(entry["url"], what=f"ingested {kind} shard (generation "
+                                              f"{inc.get('generation')})", storage_options=storage_options))
+    return edges, nodes
+
+
+def _recorded_shards(manifest, kind):
+    out = list(manifest.get("input", {}).get(kind, []))
+    for inc in manifest.get("increments", []):
+        out += inc.get(kind, [])
+    return out
 
 
 def _check_fingerprints(manifest, edge_shards, node_shards, problems) -> None:
-    recorded = manifest.get("input", {})
     for kind, shards in (("edges", edge_shards), ("nodes", node_shards)):
-        want = [s.get("sha256") for s in recorded.get(kind, [])]
+        want = [s.get("sha256") for s in _recorded_shards(manifest, kind)]
         have = [fingerprint(s) for s in shards]
         if want != have:
             problems.add(
@@ -275,7 +300,7 @@ def _check_store(store: PartitionStore, entry, manifest, problems) -> bool:
     expect = {
         "part_id": int(entry["part_id"]),
         "num_parts": int(manifest["num_parts"]),
-        "generation": int(manifest["generation"]),
+        "generation": int(entry.get("generation", manifest["generation"])),
         "checksum": entry.get("checksum"),
         "undirected": bool(manifest.get("undirected", False)),
         "halo": int(manifest.get("halo", 0)),
@@ -316,7 +341,7 @@ def _check_store(store: PartitionStore, entry, manifest, problems) -> bool:
 
 
 def _scan_partition(store, num_nodes, undirected, halo, edge_sink, master_count, master_part,
-                    master_local, halo_in, problems) -> None:
+                    master_local, halo_in, problems, state=None) -> None:
     p = store.part_id
     where = f"partition {p}"
     data = store.to_numpy([*NODE_ARRAYS[:1], "nodes/is_master", *EDGE_ARRAYS]
@@ -353,6 +378,8 @@ def _scan_partition(store, num_nodes, undirected, halo, edge_sink, master_count,
         problems.add(where, f"{int(is_halo.sum())} halo edges, attrs counts say "
                             f"{store.attrs.get('counts', {}).get('halo_edges')}")
     src, dst = gids[row], gids[indices]
+    if state is not None:
+        _check_state_partition(state, p, gids, row, indices, owned, n, problems)
     keys = src[owned] * num_nodes + dst[owned]
     records = np.empty(len(keys), dtype=_PART_RECORD)
     records["key"], records["part"] = keys, p
@@ -533,3 +560,61 @@ def _compare_nodes(stores: dict[int, PartitionStore], node_shards, memory_budget
                 problems.add(f"partition {p}", f"{len(missing):,} node(s) have no row in the input, e.g. "
                                                f"global_nid {loaded[p]['nodes/global_nid'][missing[:5]].tolist()}")
         del loaded
+
+
+# --- the partitioner state ---------------------------------------------------------------
+
+
+def _load_state(out, manifest, storage_options, num_nodes, num_parts, problems) -> dict | None:
+    """The state's loads, replicas and masters (O(N)), or None (no state, or a problem)."""
+    if not manifest.get("state"):
+        return None
+    try:
+        url = resolve_state_url(out, manifest, storage_options=storage_options)
+    except AseprError as exc:
+        problems.add("state", str(exc))
+        return None
+    found = state_problems(url, storage_options=storage_options)
+    for message in found:
+        problems.add("state", message)
+    if found:
+        return None
+    from storage.state import open_state
+
+    state = open_state(url, verify=False, storage_options=storage_options)
+    if state.num_nodes != num_nodes or state.num_parts != num_parts:
+        problems.add("state", f"{state.num_nodes} nodes and {state.num_parts} partitions, the manifest says "
+                              f"{num_nodes} and {num_parts}")
+        return None
+    if state.num_edges != int(manifest["num_edges"]):
+        problems.add("state", f"num_edges {state.num_edges}, the manifest says {manifest['num_edges']}")
+    return {"loads": state["partitions/loads"], "replicas": state["vertices/replicas"],
+            "master": state["vertices/master"]}
+
+
+def _check_state_partition(state, p, gids, row, indices, owned, n, problems) -> None:
+    where = f"partition {p}"
+    edges = int(np.count_nonzero(owned)) if not isinstance(owned, slice) else len(row)
+    if int(state["loads"][p]) != edges:
+        problems.add(where, f"holds {edges:,} assigned edges, the state's load says {int(state['loads'][p]):,}")
+    touched = np.zeros(n, dtype=bool)
+    touched[row[owned]] = True
+    touched[indices[owned]] = True
+    bit = (state["replicas"][gids, p >> 6] >> np.uint64(p & 63)) & np.uint64(1)
+    wrong = np.flatnonzero(bit.astype(bool) != touched)
+    if len(wrong):
+        problems.add(where, f"the state's replica bit disagrees for {len(wrong):,} node(s), e.g. global_nid "
+                            f"{gids[wrong[:5]].tolist()}")
+    others = int(np.count_nonzero((state["replicas"][:, p >> 6] >> np.uint64(p & 63)) & np.uint64(1))) - int(
+        np.count_nonzero(bit))
+    if others:
+        problems.add(where, f"the state has {others:,} replica(s) here of nodes the store does not hold")
+
+
+def _check_state_masters(state, master_part, master_count, problems) -> None:
+    ok = master_count == 1
+    bad = np.flatnonzero(ok & (state["master"].astype(np.int64) != master_part))
+    if len(bad):
+        v = int(bad[0])
+        problems.add("state", f"{len(bad):,} node(s) have another master in the state than in the stores, e.g. "
+                              f"global_nid {v}: state {int(state['master'][v])}, stores {int(master_part[v])}")

@@ -92,6 +92,7 @@ from storage.manifest import (
 from storage.partition_store import STORE_VERSION, checksum_problems, open_store, store_bytes
 from storage.resources import peak_rss_bytes, stage
 from storage.schema import check_node_schema, feature_matrix, read_meta
+from storage.state import STATE_NAME, state_entry, state_identity
 from storage.validate import input_paths, open_parquet, validate_input
 
 __all__ = ["Progress", "partition_to_store", "write_partitions"]
@@ -123,7 +124,7 @@ def _local_output(out: str | Path, storage_options: dict | None) -> Path:
 
 def _owned_name(name: str) -> bool:
     return (
-        name in (MANIFEST_NAME, NODE_MAP_NAME, STAGING_NAME)
+        name in (MANIFEST_NAME, NODE_MAP_NAME, STAGING_NAME, STATE_NAME)
         or name.startswith((LOCK_NAME, f"{MANIFEST_NAME}.partial-"))
         or (name.startswith("part-") and name.endswith(".zarr"))
     )
@@ -178,6 +179,7 @@ class _Staging:
         self.gids = self.root / "gids"
         self.old = self.root / OLD_DIR
         self.node_map = self.root / NODE_MAP_NAME
+        self.state_path = self.root / STATE_NAME
 
     def exists(self) -> bool:
         return self.root.exists()
@@ -323,6 +325,19 @@ def _load_assignment(work: Path, run_key: str, edge_shards: list[Shard], node_sh
         timings=record["timings"], edge_shards=edge_shards, node_shards=node_shards,
         workdir=work, digest=record["digest"],
     )
+
+
+def _stage_state(staging: _Staging, assignment, generation: int, input_info: dict[str, Any]) -> None:
+    """Write the partitioner state (``state.zarr``) of this run into the staging directory."""
+    from pipeline.state import write_assignment_state
+
+    with stage("state", log):
+        write_assignment_state(assignment, staging.state_path, generation, input_info)
+
+
+def _staged_state_ok(staging: _Staging, generation: int) -> bool:
+    ident = state_identity(staging.state_path)
+    return ident is not None and ident[0] == generation
 
 
 # --- input identity ------------------------------------------------------------------
@@ -506,6 +521,12 @@ def _write_node_map(staging: _Staging, num_nodes: int, num_parts: int) -> str:
             )
         master_part[mastered] = p
         part_local[mastered] = np.flatnonzero(is_master)
+    return _save_node_map(staging, master_part, part_local)
+
+
+def _save_node_map(staging: _Staging, master_part: np.ndarray, part_local: np.ndarray) -> str:
+    """Write ``node_map.parquet`` into the staging directory; return its sha256."""
+    num_nodes = len(master_part)
     missing = np.flatnonzero(master_part < 0)
     if len(missing):
         raise StoreError(
@@ -577,20 +598,36 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def _recover_journal(staging: _Staging, run_key: str) -> dict | None:
+    """Finish or undo an interrupted commit; return its manifest when it was this run's.
+
+    A journal whose manifest already landed (``manifest.json`` has its generation) is
+    always completed: only the cleanup was left, and rolling it back would leave the
+    new manifest pointing at the old stores.
+    """
+    journal = staging.journal()
+    if journal is None:
+        return None
+    current = read_manifest(staging.out, missing_ok=True)
+    landed = current is not None and current.get("generation") == journal["generation"]
+    if journal.get("run_key") == run_key or landed:
+        log.warning("completing the interrupted commit of generation %d in %s", journal["generation"], staging.out)
+        _apply_journal(staging, journal, forward=True)
+        staging.clear()
+        return journal["manifest"] if journal.get("run_key") == run_key else None
+    log.warning("rolling back the interrupted commit of generation %d in %s (another configuration "
+                "or input)", journal["generation"], staging.out)
+    _apply_journal(staging, journal, forward=False)
+    staging.clear()
+    return None
+
+
 def _begin(out: Path, run_key: str, overwrite: bool) -> tuple[_Staging, int, dict | None]:
     """Recover an interrupted commit, decide resume vs clean start; return the staging."""
     staging = _Staging(out)
-    journal = staging.journal()
-    if journal is not None:
-        if journal.get("run_key") == run_key:
-            log.warning("completing the interrupted commit of generation %d in %s", journal["generation"], out)
-            _apply_journal(staging, journal, forward=True)
-            staging.clear()
-            return staging, int(journal["generation"]), journal["manifest"]
-        log.warning("rolling back the interrupted commit of generation %d in %s (another configuration "
-                    "or input)", journal["generation"], out)
-        _apply_journal(staging, journal, forward=False)
-        staging.clear()
+    committed = _recover_journal(staging, run_key)
+    if committed is not None:
+        return staging, int(committed["generation"]), committed
     old = read_manifest(out, missing_ok=True)
     if old is not None and not overwrite:
         raise StoreError(
@@ -689,7 +726,14 @@ def _write_generation(
     with _timed("commit", timings, client):
         old = read_manifest(out, missing_ok=True)
         old_names = {e["path"] for e in old["partitions"]} if old else set()
+        if old and old.get("state"):
+            old_names.add(STATE_NAME)
         names = [part_name(p) for p in range(k)]
+        state = state_identity(staging.state_path)
+        if state is not None and state[0] == generation:
+            names.append(STATE_NAME)
+        else:
+            state = None
         workers = _worker_peak_rss(client)
         manifest = {
             "format": MANIFEST_FORMAT,
@@ -705,6 +749,7 @@ def _write_generation(
             "algorithm": saved.config.get("algo"),
             "config": saved.config,
             "input": {k2: v for k2, v in input_info.items() if k2 != "feat_dim"},
+            "input_generation": generation,
             "metrics": saved.metrics,
             "timings": {k2: round(v, 4) for k2, v in timings.items()},
             "run": {
@@ -717,6 +762,8 @@ def _write_generation(
             ],
             "run_key": run_key,
         }
+        if state is not None:
+            manifest["state"] = state_entry(generation, state[1])
         journal = {
             "run_key": run_key,
             "generation": generation,
@@ -810,6 +857,8 @@ def partition_to_store(
             edge_shards = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
             node_shards = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
             saved = _load_assignment(staging.work, run_key, edge_shards, node_shards)
+            if saved is not None and not _staged_state_ok(staging, generation):
+                saved = None
             if saved is None:
                 staging.reset_work()
                 with progress("assign", 1) if progress else _NoBar() as bar:
@@ -819,6 +868,7 @@ def partition_to_store(
                     )
                     bar.update(1)
                 try:
+                    _stage_state(staging, assignment, generation, input_info)
                     saved = _save_assignment(assignment, staging.work, run_key, halo)
                 finally:
                     assignment.close()
@@ -873,8 +923,11 @@ def write_partitions(
                 staging.clear()
                 staging.begin(run_key, generation)
                 saved = None
+            if saved is not None and not _staged_state_ok(staging, generation):
+                saved = None
             if saved is None:
                 staging.reset_work()
+                _stage_state(staging, assignment, generation, input_info)
                 saved = _save_assignment(assignment, staging.work, run_key, halo)
             return _write_generation(
                 staging, saved, input_info=input_info, run_key=run_key, generation=generation,

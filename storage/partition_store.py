@@ -444,14 +444,16 @@ def _store_generation(url: str, storage_options: dict | None) -> int | None:
 def resolve_store_url(
     out: str | Path, manifest: dict[str, Any], entry: dict[str, Any], storage_options: dict | None = None
 ) -> str:
-    """Where the store of a manifest entry is, for the manifest's generation.
+    """Where the store of a manifest entry is, for the entry's generation.
 
     Normally ``OUT/<entry path>``. While a new generation is being swapped in (a
     commit in progress or interrupted), a store of the manifest's generation may
     wait in ``OUT/.asepr-staging/old/``; readers keep reading it from there.
     """
     fs, base = resolve(out, storage_options)
-    want = int(manifest["generation"])
+    # An incremental generation rewrites only the partitions it changed: each entry
+    # records the generation its store was written in (the manifest's by default).
+    want = int(entry.get("generation", manifest["generation"]))
     candidates = [join(base, entry["path"]), join(base, STAGING_NAME, OLD_DIR, entry["path"])]
     found = []
     for cand in candidates:

@@ -42,7 +42,14 @@ from storage.schema import (
     read_meta,
 )
 
-__all__ = ["ShardInfo", "ValidationReport", "validate_input", "open_parquet", "input_paths"]
+__all__ = [
+    "ShardInfo",
+    "ValidationReport",
+    "input_paths",
+    "open_parquet",
+    "validate_increment",
+    "validate_input",
+]
 
 log = logging.getLogger(__name__)
 
@@ -204,9 +211,11 @@ def _check_duplicate_shards(shards: list[Shard], infos: list[ShardInfo]) -> None
 class _NodeState:
     """O(N) state of the node pass."""
 
-    def __init__(self, num_nodes: int, num_classes: int | None):
+    def __init__(self, num_nodes: int, num_classes: int | None, offset: int = 0):
         self.num_nodes = num_nodes
         self.num_classes = num_classes
+        #: The first valid id: 0 for an input, the next free id for an increment.
+        self.offset = offset
         self.seen = np.zeros(num_nodes, dtype=bool)
         self.label_counts = np.zeros(0, dtype=np.int64)
         self.split_counts = np.zeros(4, dtype=np.int64)
@@ -222,14 +231,24 @@ def _validate_node_batch(state: _NodeState, shard: Shard, row0: int, batch: pa.R
     ids_arr = batch.column("id")
     _no_nulls(shard, "id", row0, ids_arr)
     ids = ids_arr.to_numpy()
-    bad = (ids < 0) | (ids >= n_nodes)
+    lo, hi = state.offset, state.offset + n_nodes
+    bad = (ids < lo) | (ids >= hi)
     if bad.any():
+        if lo:
+            raise _bad_values(
+                shard, "id", row0, ids, bad,
+                f"new node ids in [{lo}, {hi}): contiguous from the next free id {lo} "
+                f"({n_nodes:,} new node rows; ids 0..{lo - 1} are taken)",
+                f"number the new nodes {lo}..{hi - 1}, one row each; edges may name "
+                f"existing nodes 0..{lo - 1} without a node row.",
+            )
         raise _bad_values(
             shard, "id", row0, ids, bad,
             f"node ids in [0, {n_nodes}) (dense ids; N = {n_nodes:,} node rows)",
             "node ids must be dense 0..N-1; remap them with `asepr import edgelist` "
             "(which writes id_map.parquet).",
         )
+    ids = ids - lo if lo else ids
     dup_in_batch = np.zeros(len(ids), dtype=bool)
     if len(ids) > 1:
         order = np.argsort(ids, kind="stable")
@@ -239,11 +258,12 @@ def _validate_node_batch(state: _NodeState, shard: Shard, row0: int, batch: pa.R
     dup = state.seen[ids] | dup_in_batch
     if dup.any():
         raise _bad_values(
-            shard, "id", row0, ids, dup,
+            shard, "id", row0, ids + lo, dup,
             "each node id exactly once across all node shards (this id already has a row)",
             "keep one row per node; check for overlapping or copied node shards.",
         )
     state.seen[ids] = True
+    ids = ids + lo if lo else ids
 
     try:
         feat = feature_matrix(batch, layout)
@@ -534,6 +554,152 @@ def _validate_impl(
         duplicate_edges=duplicates,
         isolated_nodes=int(np.count_nonzero(degree == 0)),
         max_degree=int(degree.max()) if num_nodes else 0,
+        edge_shards=edge_infos,
+        node_shards=node_infos,
+        warnings=warnings,
+    )
+
+
+def validate_increment(
+    edge_shards: list[Shard],
+    node_shards: list[Shard],
+    *,
+    num_nodes: int,
+    feat_dim: int,
+    undirected: bool = False,
+    num_classes: int | None = None,
+    batch_rows: int = 1 << 20,
+) -> ValidationReport:
+    """Validate new edge and node shards for an output that already holds ``num_nodes`` nodes.
+
+    The checks are those of :func:`validate_input`, with the id ranges of an
+    increment: new node rows must carry the ids ``num_nodes .. num_nodes + n - 1``
+    (contiguous from the next free id, each once), with features of the output's width
+    ``feat_dim``; an edge endpoint must be an existing node (``< num_nodes``) or one of
+    the new nodes. Duplicate edges are not counted.
+
+    Returns
+    -------
+    ValidationReport
+        ``num_nodes`` and ``num_edges`` count the *new* nodes and edges.
+
+    Raises
+    ------
+    SchemaError, InputError
+        On the first problem found, naming the file, column and rows.
+    """
+    with stage("validate increment", log) as info:
+        report = _validate_increment_impl(edge_shards, node_shards, num_nodes, feat_dim, undirected,
+                                          num_classes, batch_rows)
+        info.update(new_nodes=report.num_nodes, new_edges=report.num_edges)
+    return report
+
+
+def _validate_increment_impl(edge_shards, node_shards, first_id, feat_dim, undirected, num_classes,
+                             batch_rows) -> ValidationReport:
+    node_infos = [ShardInfo(url=s.url, rows=0, sha256="") for s in node_shards]
+    edge_infos = [ShardInfo(url=s.url, rows=0, sha256="") for s in edge_shards]
+    warnings: list[str] = []
+    node_files = []
+    layouts: dict[str, FeatureLayout] = {}
+    for shard, info in zip(node_shards, node_infos):
+        pf = open_parquet(shard)
+        layout, present, _ = check_node_schema(pf.schema_arrow, shard.url)
+        info.rows = pf.metadata.num_rows
+        node_files.append((shard, layout, present))
+        layouts[layout.kind] = layout
+    edge_files = []
+    edge_columns: list[str] = []
+    for shard, info in zip(edge_shards, edge_infos):
+        pf = open_parquet(shard)
+        columns = check_edge_schema(pf.schema_arrow, shard.url)
+        info.rows = pf.metadata.num_rows
+        edge_files.append((shard, columns))
+        edge_columns += [c for c in columns if c not in edge_columns]
+    for shard, info in zip(node_shards + edge_shards, node_infos + edge_infos):
+        if info.rows == 0:
+            warnings.append(f"empty shard {shard.url} (0 rows)")
+    _check_duplicate_shards(node_shards + edge_shards, node_infos + edge_infos)
+
+    new_nodes = sum(i.rows for i in node_infos)
+    new_edges = sum(i.rows for i in edge_infos)
+    total_nodes = first_id + new_nodes
+    state = _NodeState(new_nodes, num_classes, offset=first_id)
+    state.feat_dim, state.feat_origin = int(feat_dim), "the partitioned output"
+    for shard, layout, present in node_files:
+        pf = open_parquet(shard)
+        columns = ["id", *layout.columns, *present]
+        node_rows = max(1024, min(batch_rows, _NODE_BATCH_BYTES // (4 * (layout.dim or 256))))
+        for row0, batch in _iter_batches(pf, shard, columns, node_rows):
+            _validate_node_batch(state, shard, row0, batch, layout, present)
+    missing = np.flatnonzero(~state.seen)
+    if len(missing):  # only possible with a repeated id, which is caught above; kept as a guard
+        raise InputError(
+            format_problem(
+                "new node shards, column 'id'",
+                f"one row for every new id {first_id}..{total_nodes - 1}",
+                f"{len(missing):,} id(s) without a row, e.g. {int(missing[0]) + first_id}",
+                "add the missing node rows.",
+            )
+        )
+    del state.seen
+
+    if new_nodes:
+        expected = (f"ids of existing nodes [0, {first_id}) or of the new nodes "
+                    f"[{first_id}, {total_nodes}) given with --nodes")
+    else:
+        expected = f"ids of existing nodes [0, {first_id}) (no new node shards were given)"
+    fix = (f"give the missing nodes' rows with --nodes (ids from {first_id} on), or drop the edge; "
+           "nothing was ingested.")
+    new_degree = np.zeros(max(new_nodes, 0), dtype=np.int64)
+    self_loops = 0
+    max_degree = 0
+    for shard, columns in edge_files:
+        pf = open_parquet(shard)
+        for row0, batch in _iter_batches(pf, shard, columns, batch_rows):
+            ends = {}
+            for column in ("src", "dst"):
+                _no_nulls(shard, column, row0, batch.column(column))
+                ids = batch.column(column).to_numpy()
+                bad = (ids < 0) | (ids >= total_nodes)
+                if bad.any():
+                    raise _bad_values(shard, column, row0, ids, bad, expected, fix)
+                ends[column] = ids
+            if "weight" in columns:
+                weight = batch.column("weight")
+                _no_nulls(shard, "weight", row0, weight)
+                w = weight.to_numpy()
+                if not np.isfinite(w).all():
+                    raise _bad_values(shard, "weight", row0, w, ~np.isfinite(w),
+                                      "finite edge weights", "replace NaN or inf weights.")
+            src, dst = ends["src"], ends["dst"]
+            self_loops += int(np.count_nonzero(src == dst))
+            for ids in (src, dst):
+                new = ids[ids >= first_id] - first_id
+                if len(new):
+                    new_degree += np.bincount(new, minlength=new_nodes)
+    if new_nodes:
+        max_degree = int(new_degree.max())
+    sc = state.split_counts
+    label_counts = state.label_counts
+    layout_kind = next(iter(layouts)) if len(layouts) == 1 else ("+".join(sorted(layouts)) or "none")
+    return ValidationReport(
+        input=f"increment of {len(edge_shards)} edge and {len(node_shards)} node shard(s)",
+        num_nodes=new_nodes,
+        num_edges=new_edges,
+        feat_dim=int(feat_dim),
+        feature_layout=layout_kind,
+        num_classes=int(num_classes if num_classes is not None else len(label_counts)),
+        labelled_nodes=int(state.labelled),
+        label_counts=[int(c) for c in label_counts],
+        split_counts={"train": int(sc[1]), "val": int(sc[2]), "test": int(sc[3]), "none": int(sc[0])},
+        categorical_columns=[],
+        edge_columns=edge_columns,
+        undirected=bool(undirected),
+        self_loops=self_loops,
+        duplicate_edges=None,
+        isolated_nodes=int(np.count_nonzero(new_degree == 0)),
+        max_degree=max_degree,
         edge_shards=edge_infos,
         node_shards=node_infos,
         warnings=warnings,

@@ -173,7 +173,7 @@ def test_second_generation_needs_overwrite_and_replaces_the_first(tmp_path, smal
     assert manifest["generation"] == 2
     check_output(out, arrays)
     # The retired stores of generation 1 are gone; nothing else is left behind.
-    assert _committed_files(out) == {"manifest.json", "node_map.parquet",
+    assert _committed_files(out) == {"manifest.json", "node_map.parquet", "state.zarr",
                                      "part-00000.zarr", "part-00001.zarr", "part-00002.zarr"}
 
 

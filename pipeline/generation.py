@@ -1,0 +1,363 @@
+"""Commit an incremental generation: rebuild only the changed partitions, then swap.
+
+``asepr ingest`` and ``asepr rebalance`` change a committed output of generation g
+into generation g+1. Both first decide, from the loaded state (O(N)), where every new
+or moved edge goes; they save that decision (the :class:`Plan`) with the new
+``state.zarr`` in the staging directory; then :func:`write_increment` rebuilds the
+partitions that change and commits them, the node map and the state *together*,
+through the same journal as ``asepr partition`` (:mod:`pipeline.write`)::
+
+    OUT/.asepr-staging/
+      run.json                    run key and generation (resumption)
+      state.zarr/                 the state of generation g+1
+      work/plan.json              the plan (saved last: it marks the decision as done)
+      work/edge-parts-*.npy       partition of every new edge row, per new edge shard
+      work/master.npy             int32 [N']   masters of generation g+1
+      work/source.npy             int32 [N]    generation g's masters (whose store has each row)
+      work/community.npy ...      (rebalance) community, move_from, move_to per community
+      route/ fetch/ gather/ gids/ spill files (:mod:`pipeline.route`, :mod:`pipeline.rebuild`)
+      .part-*.zarr.partial/ part-*.zarr/ node_map.parquet    as for a partition run
+      commit.json  old/           the journal and the replaced stores, while swapping
+
+Stages (Dask, one task per shard or partition): route the new edges (per new edge
+shard) and extract moved edges (per source partition) → rebuild edges (per changed
+partition) → gather rows of nodes new to a partition (per new node shard, and per old
+store that serves existing nodes) → rebuild nodes (per changed partition) → node map
+→ commit. Partitions that do not change keep their store and their manifest entry,
+including the generation it was written in.
+
+The manifest of g+1 keeps generation g's fields and updates the counts, metrics,
+partitions, node map and ``"state"`` entry; an ingest appends its shards to
+``"increments"`` and a rebalance its moves to ``"rebalances"``. A rerun after a crash
+completes an interrupted commit (journal), or reuses the saved plan, the spills and
+every rebuilt store whose checksums verify.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from pipeline.rebuild import (
+    extract_moves,
+    fetch_rows,
+    fetch_spill_paths,
+    moves_spill_paths,
+    rebuild_edges,
+    rebuild_nodes,
+)
+from pipeline.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
+from pipeline.write import (
+    Progress,
+    _apply_journal,
+    _finished_entry,
+    _read_json,
+    _run_tasks,
+    _save_node_map,
+    _Staging,
+    _timed,
+    _worker_peak_rss,
+    _write_json_atomic,
+)
+from storage.errors import StoreError, format_problem
+from storage.fs import Shard, discover_shards
+from storage.manifest import JOURNAL_NAME, NODE_MAP_NAME, OLD_DIR, STAGING_NAME, part_name
+from storage.partition_store import open_store, resolve_store_url
+from storage.resources import peak_rss_bytes
+from storage.state import STATE_NAME, state_entry, state_identity
+
+__all__ = ["Plan", "load_plan", "save_plan", "write_increment"]
+
+log = logging.getLogger(__name__)
+
+PLAN_NAME = "plan.json"
+
+
+@dataclass
+class Plan:
+    """An incremental run's decision, saved before any store is written.
+
+    Attributes
+    ----------
+    kind
+        ``"ingest"`` or ``"rebalance"``.
+    generation
+        The generation being written (g+1).
+    num_nodes, num_old_nodes
+        N' (after) and N (before); new nodes are ``N .. N'-1``.
+    num_edges
+        |E| after.
+    edge_shards, node_shards
+        Ingest: the new shards (URLs), in stream order.
+    sources
+        Rebalance: the partitions whose communities move away.
+    metrics
+        The quality metrics of generation g+1.
+    record
+        What the manifest appends for this run (``increments`` or ``rebalances`` entry).
+    state_checksum
+        The checksum of the staged ``state.zarr``.
+    """
+
+    kind: str
+    generation: int
+    num_nodes: int
+    num_old_nodes: int
+    num_edges: int
+    edge_shards: list[str] = field(default_factory=list)
+    node_shards: list[str] = field(default_factory=list)
+    sources: list[int] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    record: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    state_checksum: str = ""
+    run_key: str = ""
+
+
+def save_plan(staging: _Staging, plan: Plan) -> None:
+    """Save the plan last: its presence says the state and the work files are complete."""
+    _write_json_atomic(staging.work / PLAN_NAME, dataclasses.asdict(plan))
+
+
+def load_plan(staging: _Staging, run_key: str, generation: int) -> Plan | None:
+    """The saved plan of this run (same key and generation) if it and its state are complete."""
+    record = _read_json(staging.work / PLAN_NAME)
+    if not record or record.get("run_key") != run_key or record.get("generation") != generation:
+        return None
+    ident = state_identity(staging.state_path)
+    if ident is None or ident != (generation, record.get("state_checksum")):
+        return None
+    if not (staging.work / "master.npy").exists() or not (staging.work / "source.npy").exists():
+        return None
+    known = {f.name for f in dataclasses.fields(Plan)}
+    return Plan(**{k: v for k, v in record.items() if k in known})
+
+
+def _shards(urls: list[str]) -> list[Shard]:
+    return [discover_shards(u, what="new shard")[0] for u in urls]
+
+
+def _segment_parts(spills: list[tuple[Path, Path]]) -> set[int]:
+    parts: set[int] = set()
+    for _, idx_path in spills:
+        index = np.load(idx_path)
+        if len(index):
+            parts.update(int(p) for p in np.unique(index[:, 0]))
+    return parts
+
+
+def _old_node_map(out: Path, manifest: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """``(part_id, part_local_nid)`` of generation g's node map (in OUT or, mid-swap, old/)."""
+    want = manifest.get("node_map", {}).get("sha256")
+    for path in (out / NODE_MAP_NAME, out / STAGING_NAME / OLD_DIR / NODE_MAP_NAME):
+        if not path.exists():
+            continue
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            while block := fh.read(8 << 20):
+                h.update(block)
+        if want is not None and h.hexdigest() != want:
+            continue
+        table = pq.read_table(path, columns=["part_id", "part_local_nid"])
+        return (table.column("part_id").to_numpy().astype(np.int64),
+                table.column("part_local_nid").to_numpy().astype(np.int64))
+    raise StoreError(
+        format_problem(f"output {out}", f"a {NODE_MAP_NAME} with the manifest's sha256", "none",
+                       "run `asepr verify`; repartition with `asepr partition ... --overwrite`.")
+    )
+
+
+def write_increment(
+    staging: _Staging,
+    plan: Plan,
+    *,
+    old_manifest: dict[str, Any],
+    client,
+    progress: Progress | None,
+    timings: dict[str, float],
+) -> dict[str, Any]:
+    """Rebuild the partitions the plan changes and commit generation ``plan.generation``.
+
+    Returns
+    -------
+    dict
+        The committed manifest.
+    """
+    out = staging.out
+    k = int(old_manifest["num_parts"])
+    halo = int(old_manifest.get("halo", 0))
+    undirected = bool(old_manifest.get("undirected", False))
+    feat_dim = int(old_manifest.get("feat_dim", 0))
+    generation = plan.generation
+    work = staging.work
+    fetch_dir = staging.root / "fetch"
+    for d in (staging.route, staging.gather, staging.gids, fetch_dir):
+        d.mkdir(parents=True, exist_ok=True)
+    master_path = str(work / "master.npy")
+    source_path = str(work / "source.npy")
+    old_entries = {int(e["part_id"]): e for e in old_manifest["partitions"]}
+    old_urls = {p: resolve_store_url(out, old_manifest, e) for p, e in old_entries.items()}
+    edge_shards = _shards(plan.edge_shards)
+    node_shards = _shards(plan.node_shards)
+    batch_rows = int(old_manifest.get("config", {}).get("batch_rows", 1 << 20))
+
+    route_spills = [edge_spill_paths(staging.route, i) for i in range(len(edge_shards))]
+    move_spills = [moves_spill_paths(staging.route, p) for p in plan.sources]
+    with _timed("route", timings, client) as info:
+        calls = [
+            ((shard, i, str(work / f"edge-parts-{i:05d}.npy"), str(staging.route)),
+             {"num_parts": k, "halo": halo, "undirected": undirected, "master_path": master_path,
+              "batch_rows": batch_rows})
+            for i, shard in enumerate(edge_shards) if not route_spills[i][1].exists()
+        ]
+        _run_tasks("route", route_edge_shard, calls, client, progress)
+        moves = {}
+        if plan.kind == "rebalance":
+            moves = {"community_path": str(work / "community.npy"),
+                     "move_from_path": str(work / "move_from.npy"),
+                     "move_to_path": str(work / "move_to.npy")}
+            calls = [((p,), {"old_store": old_urls[p], "route_dir": str(staging.route), "num_parts": k, **moves})
+                     for p, spill in zip(plan.sources, move_spills) if not spill[1].exists()]
+            _run_tasks("extract moves", extract_moves, calls, client, progress)
+        info.update(shards=len(edge_shards), sources=len(plan.sources))
+    spills = route_spills + move_spills
+
+    master = np.load(master_path, mmap_mode="r")
+    source = np.load(source_path, mmap_mode="r")
+    n_old = plan.num_old_nodes
+    changed = _segment_parts(spills) | set(plan.sources)
+    changed |= {int(p) for p in np.unique(np.asarray(master[n_old:]))}
+    moved_master = np.flatnonzero(np.asarray(master[:n_old]) != np.asarray(source[:n_old]))
+    changed |= {int(p) for p in np.unique(np.asarray(master[moved_master]))}
+    changed |= {int(p) for p in np.unique(np.asarray(source[moved_master]))}
+    changed = sorted(changed)
+    attrs = {"num_parts": k, "generation": generation, "undirected": undirected, "halo": halo}
+    entries: dict[int, dict] = {}
+    for p in changed:
+        entry = _finished_entry(staging, p, attrs)
+        if entry is not None:
+            entries[p] = entry
+    resumed = sorted(entries)
+    todo = [p for p in changed if p not in entries]
+    if resumed:
+        log.warning("resuming: %d of %d changed partitions already rebuilt (checksums verified)",
+                    len(resumed), len(changed))
+
+    def added_path(p: int) -> str:
+        return str(staging.gids / f"added-{p:05d}.npy")
+
+    if todo:
+        with _timed("rebuild edges", timings, client) as info:
+            for p in todo:
+                shutil.rmtree(staging.partial_store(p), ignore_errors=True)
+            calls = [
+                ((p,), {"old_store": old_urls.get(p), "edge_spills": spills, "master_path": master_path,
+                        "store_path": str(staging.partial_store(p)), "gids_path": str(staging.gids_path(p)),
+                        "added_path": added_path(p), "halo": halo, **moves})
+                for p in todo
+            ]
+            edge_infos = _run_tasks("rebuild edges", rebuild_edges, calls, client, progress)
+            info.update(partitions=len(todo), added_nodes=sum(e["added"] for e in edge_infos))
+        with _timed("gather nodes", timings, client) as info:
+            added = {p: added_path(p) for p in todo}
+            calls = [((shard, j, added, str(staging.gather)), {"feat_dim": feat_dim})
+                     for j, shard in enumerate(node_shards)]
+            rows = _run_tasks("gather nodes", gather_node_shard, calls, client, progress)
+            needed = set()
+            for p in todo:
+                a = np.load(added[p])
+                a = a[a < n_old]
+                needed |= {int(q) for q in np.unique(np.asarray(source[a]))}
+            calls = [((q,), {"old_store": old_urls[q], "added_paths": added, "source_path": source_path,
+                             "num_old_nodes": n_old, "fetch_dir": str(fetch_dir), "feat_dim": feat_dim})
+                     for q in sorted(needed)]
+            fetched = _run_tasks("fetch rows", fetch_rows, calls, client, progress)
+            info.update(new_node_rows=sum(rows), fetched_rows=sum(fetched), stores=len(needed))
+        with _timed("rebuild nodes", timings, client) as info:
+            gather_spills = ([node_spill_paths(staging.gather, j) for j in range(len(node_shards))]
+                             + [fetch_spill_paths(fetch_dir, q) for q in sorted(needed)])
+            calls = [
+                ((p, e), {"old_store": old_urls.get(p), "gather_spills": gather_spills,
+                          "store_path": str(staging.partial_store(p)), "final_path": str(staging.store(p)),
+                          "gids_path": str(staging.gids_path(p)), "added_path": added_path(p),
+                          "feat_dim": feat_dim, "attrs": attrs})
+                for p, e in zip(todo, edge_infos)
+            ]
+            for entry in _run_tasks("rebuild nodes", rebuild_nodes, calls, client, progress):
+                entries[entry["part_id"]] = entry
+            info.update(partitions=len(todo))
+
+    with _timed("node map", timings, client):
+        part_of, local = _old_node_map(out, old_manifest)
+        n_new = plan.num_nodes
+        grown_part = np.full(n_new, -1, dtype=np.int64)
+        grown_local = np.full(n_new, -1, dtype=np.int64)
+        grown_part[: len(part_of)] = part_of
+        grown_local[: len(local)] = local
+        stale = np.isin(grown_part, np.asarray(changed, dtype=np.int64))
+        grown_part[stale] = -1
+        for p in changed:
+            store = open_store(staging.store(p))
+            gids = store.global_nid[...]
+            is_master = store.is_master[...]
+            mastered = gids[is_master]
+            if (grown_part[mastered] >= 0).any():
+                raise StoreError(
+                    format_problem(f"partition {p}", "masters not claimed by another partition",
+                                   "a node mastered twice", "rerun the same command to start clean.")
+                )
+            grown_part[mastered] = p
+            grown_local[mastered] = np.flatnonzero(is_master)
+        node_map_sha = _save_node_map(staging, grown_part, grown_local)
+
+    with _timed("commit", timings, client):
+        manifest = {k2: v for k2, v in old_manifest.items()}
+        manifest.setdefault("input_generation", int(old_manifest["generation"]))
+        manifest.update(
+            generation=generation,
+            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            num_nodes=int(plan.num_nodes),
+            num_edges=int(plan.num_edges),
+            metrics=plan.metrics,
+            timings={k2: round(v, 4) for k2, v in timings.items()},
+            run={
+                "kind": plan.kind,
+                "changed_partitions": changed,
+                "resumed_partitions": resumed,
+                "peak_rss_bytes": {"driver": peak_rss_bytes(), "workers": _worker_peak_rss(client)},
+            },
+            node_map={"path": NODE_MAP_NAME, "sha256": node_map_sha},
+            partitions=[
+                {"part_id": p, "path": part_name(p), "generation": generation, **entries[p]}
+                if p in entries else old_entries[p]
+                for p in range(k)
+            ],
+            run_key=plan.run_key,
+            state=state_entry(generation, plan.state_checksum),
+        )
+        if plan.kind == "ingest":
+            manifest["increments"] = [*old_manifest.get("increments", []), plan.record]
+        else:
+            manifest["rebalances"] = [*old_manifest.get("rebalances", []), plan.record]
+        journal = {
+            "run_key": plan.run_key,
+            "generation": generation,
+            "items": [part_name(p) for p in changed] + [NODE_MAP_NAME, STATE_NAME],
+            "retire": [],
+            "manifest": manifest,
+        }
+        _write_json_atomic(staging.root / JOURNAL_NAME, journal)
+        _apply_journal(staging, journal, forward=True)
+        staging.clear()
+    log.info("committed generation %d of %s (%s): %d of %d partitions rebuilt", generation, out, plan.kind,
+             len(changed), k)
+    return manifest
