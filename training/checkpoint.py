@@ -88,7 +88,7 @@ class RunDir:
                 format_problem(f"checkpoint {path}", "a file of the latest complete round", "no such file",
                                "the run directory was modified; start a new run without --resume.")
             ) from exc
-        except Exception as exc:  # noqa: BLE001 - any unreadable checkpoint gets the same message
+        except Exception as exc:
             raise StoreError(
                 format_problem(f"checkpoint {path}", "a checkpoint written by `asepr train`",
                                f"unreadable ({type(exc).__name__}: {exc})",

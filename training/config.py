@@ -58,8 +58,10 @@ class TrainConfig:
         ``"sage"``, ``"gcn"`` or ``"gat"`` (``torch_geometric.nn`` convolutions).
     hidden, num_layers, dropout, heads
         Width, depth, dropout and (GAT only) attention heads of the hidden layers.
+        Dropout defaults to 0.5 for node classification and 0 for link prediction.
     lr, weight_decay
         Adam on the local model (its moments persist across rounds and are checkpointed).
+        ``lr`` defaults to 0.01 for node classification and 0.001 for link prediction.
     rounds, local_epochs
         R reconciliation rounds of E local epochs each.
     reconcile
@@ -67,7 +69,8 @@ class TrainConfig:
     mu, tau
         Weight and temperature of the cross-layer contrastive loss.
     kd_steps, kd_temperature, kd_lr
-        Ensemble distillation: S student steps at temperature T with Adam(kd_lr).
+        Ensemble distillation: S student steps at temperature T with Adam(kd_lr);
+        ``kd_lr`` defaults to ``lr / 2``.
     batch_size, fanouts
         ``batch_size=0`` trains full-batch on the local partition (the default);
         otherwise mini-batches of that many seed nodes with a uniform neighbour sampler
@@ -91,9 +94,9 @@ class TrainConfig:
     model: str = "sage"
     hidden: int = 128
     num_layers: int = 2
-    dropout: float = 0.5
+    dropout: float | None = None
     heads: int = 4
-    lr: float = 0.01
+    lr: float | None = None
     weight_decay: float = 5e-4
     rounds: int = 10
     local_epochs: int = 5
@@ -102,7 +105,7 @@ class TrainConfig:
     tau: float = 0.5
     kd_steps: int = 10
     kd_temperature: float = 2.0
-    kd_lr: float = 0.005
+    kd_lr: float | None = None
     batch_size: int = 0
     fanouts: tuple[int, ...] = field(default=(10, 10))
     link_val_fraction: float = 0.05
@@ -125,6 +128,15 @@ class TrainConfig:
         if self.model not in MODELS:
             raise ValueError(f'Unsupported model "{self.model}". Valid choices are "sage", "gcn", "gat".')
         object.__setattr__(self, "reconcile", "+".join(parse_reconcile(self.reconcile)))
+        # Task-dependent defaults (measured on Cora): dot-product link prediction with
+        # GraphSAGE collapses to a constant embedding at lr 0.01 (MRR 0.02, chance level),
+        # and learns at lr 0.001 without dropout (MRR 0.53 after 60 epochs).
+        if self.lr is None:
+            object.__setattr__(self, "lr", 0.01 if self.task == "node" else 0.001)
+        if self.dropout is None:
+            object.__setattr__(self, "dropout", 0.5 if self.task == "node" else 0.0)
+        if self.kd_lr is None:
+            object.__setattr__(self, "kd_lr", self.lr / 2)
         object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
         for name in ("hidden", "num_layers", "heads", "rounds", "local_epochs", "eval_every"):
             if int(getattr(self, name)) < 1:

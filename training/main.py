@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from storage.errors import AseprError
 from training.config import MODELS, TASKS, TrainConfig
@@ -38,15 +39,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--local-epochs", type=int, default=d.local_epochs)
     p.add_argument("--hidden", type=int, default=d.hidden)
     p.add_argument("--layers", type=int, default=d.num_layers)
-    p.add_argument("--dropout", type=float, default=d.dropout)
+    p.add_argument("--dropout", type=float, default=None, help="default 0.5 (node), 0 (link)")
     p.add_argument("--heads", type=int, default=d.heads, help="GAT attention heads")
-    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--lr", type=float, default=None, help="default 0.01 (node), 0.001 (link)")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
     p.add_argument("--mu", type=float, default=d.mu, help="weight of the contrastive loss")
     p.add_argument("--tau", type=float, default=d.tau, help="temperature of the contrastive loss")
     p.add_argument("--kd-steps", type=int, default=d.kd_steps)
     p.add_argument("--kd-temperature", type=float, default=d.kd_temperature)
-    p.add_argument("--kd-lr", type=float, default=d.kd_lr)
+    p.add_argument("--kd-lr", type=float, default=None, help="default lr / 2")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="0: full-batch (default)")
     p.add_argument("--fanouts", type=lambda s: tuple(int(x) for x in s.split(",")), default=d.fanouts,
                    help="neighbours per layer in mini-batch mode, e.g. 10,10")
@@ -119,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     rank = 0
     try:
-        rank, world, _ = init_process_group(config)
+        rank, _world, _ = init_process_group(config)
         run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config)
         quiet = args.quiet
 

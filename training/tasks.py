@@ -17,8 +17,8 @@ bins that are all_reduced (exact up to ties within one bin).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -95,7 +95,7 @@ class NodeTask:
 
     @property
     def num_train(self) -> int:
-        return int(len(self.train_idx))
+        return len(self.train_idx)
 
     def _sampler_(self) -> NeighborSampler:
         if self._sampler is None:

@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 import uuid
-from typing import Sequence
+from collections.abc import Sequence
 
 from storage.errors import AseprError, format_problem
 
@@ -63,12 +63,15 @@ def launch_trainers(trainer_args: Sequence[str], nproc: int, *, monitor_interval
     try:
         elastic_launch(config, sys.executable)("-u", "-m", "training.main", *trainer_args)
     except ChildFailedError as exc:
-        failures = sorted(exc.failures.items())
-        described = "; ".join(f"rank {f.rank} (pid {f.pid}) {_describe(f)}" for _, f in failures)
+        first_rank, first = exc.get_first_failure()
+        others = [f"rank {r} {_describe(f)}" for r, f in sorted(exc.failures.items()) if r != first_rank]
+        described = f"rank {first_rank} (pid {first.pid}) failed first: {_describe(first)}"
+        if others:
+            described += "; then the agent stopped " + ", ".join(others)
         raise TrainLaunchError(
             format_problem(
                 f"trainer job of {nproc} ranks",
-                "every rank to finish", described + " (the other ranks were stopped)",
+                "every rank to finish", described,
                 "see the rank's error above; rerun the same command with --resume to continue from "
                 "the last complete round.",
             )
