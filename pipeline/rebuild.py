@@ -6,8 +6,9 @@ by two Dask tasks with one writer each, like :mod:`pipeline.finalize`:
 
 * :func:`rebuild_edges` reads the old store's CSR, drops the edges that move away
   (rebalance), adds the routed new edges and the edges moved in, and writes the node
-  ids, master flags and CSR. The old CSR stays sorted under the new local ids (new
-  nodes only slot in between), so only the new edges are sorted, then merged.
+  ids, master flags and CSR. The old rows stay sorted under the new local ids (the
+  map from old to new local ids is monotonic), so only the new edges are sorted, and
+  one numba pass merges them into the old rows.
 * :func:`rebuild_nodes` writes the node rows: the old rows that stay, copied block
   by block from the old store, and the rows of the nodes new to the partition, from
   spill files that :func:`pipeline.route.gather_node_shard` (new nodes, from the new
@@ -36,6 +37,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numba
 import numpy as np
 import zarr
 
@@ -143,6 +145,47 @@ def extract_moves(
     return counts.tolist()
 
 
+@numba.njit(cache=True, nogil=True)
+def _merge_rows(old_row_of, old_indptr, old_indices, old_map, old_halo, old_keep, new_indptr, new_cols,
+                new_halo, out_indptr, out_cols, out_halo):  # pragma: no cover - numba
+    """Merge each row's kept old entries with its new ones, ordered by (column, halo flag).
+
+    Row ``i`` of the result is old row ``old_row_of[i]`` (-1: none), whose columns are
+    mapped to the new local ids by ``old_map`` (monotonic, so they stay sorted), merged
+    with ``new_cols[new_indptr[i]:new_indptr[i+1]]`` (sorted by column, then flag).
+    """
+    pos = 0
+    for i in range(old_row_of.shape[0]):
+        out_indptr[i] = pos
+        r = old_row_of[i]
+        a, a_end = 0, 0
+        if r >= 0:
+            a, a_end = old_indptr[r], old_indptr[r + 1]
+        b, b_end = new_indptr[i], new_indptr[i + 1]
+        while a < a_end or b < b_end:
+            if a < a_end and not old_keep[a]:
+                a += 1
+                continue
+            take_old = False
+            if a < a_end:
+                if b >= b_end:
+                    take_old = True
+                else:
+                    col = old_map[old_indices[a]]
+                    take_old = col < new_cols[b] or (col == new_cols[b] and old_halo[a] <= new_halo[b])
+            if take_old:
+                out_cols[pos] = old_map[old_indices[a]]
+                out_halo[pos] = old_halo[a]
+                a += 1
+            else:
+                out_cols[pos] = new_cols[b]
+                out_halo[pos] = new_halo[b]
+                b += 1
+            pos += 1
+    out_indptr[old_row_of.shape[0]] = pos
+    return pos
+
+
 def rebuild_edges(
     part_id: int,
     *,
@@ -176,20 +219,41 @@ def rebuild_edges(
     dict with ``digests``, ``counts`` and ``index_dtype`` (as :func:`pipeline.finalize.finalize_edges`).
     """
     master = np.load(master_path, mmap_mode="r")
-    num_nodes = len(master)
     if old_store is not None:
-        gids_old, rows, indices, is_halo_old = _old_edges(old_store, halo)
+        old = open_store(old_store)
+        gids_old = old.global_nid[...]
+        old_indptr = old.indptr[...]
+        old_indices = old.indices[...]
+        old_halo = old.is_halo[...] if halo and old.is_halo is not None else np.zeros(len(old_indices), bool)
     else:
         gids_old = np.zeros(0, np.int64)
-        rows = indices = np.zeros(0, np.int64)
-        is_halo_old = np.zeros(0, bool)
-    if move_to_path is not None and len(rows):
-        moving, _ = _moving(gids_old, rows, indices, is_halo_old, part_id, community_path, move_from_path)
-        keep = ~moving
-        rows, indices, is_halo_old = rows[keep], indices[keep], is_halo_old[keep]
-        del moving, keep
-    src_old, dst_old = gids_old[rows], gids_old[indices]
-    del rows, indices
+        old_indptr = np.zeros(1, np.int64)
+        old_indices = np.zeros(0, np.int32)
+        old_halo = np.zeros(0, bool)
+    n_old = len(gids_old)
+    old_keep = np.ones(len(old_indices), dtype=bool)
+    if move_to_path is not None and len(old_indices):
+        rows = np.repeat(np.arange(n_old, dtype=np.int64), np.diff(old_indptr))
+        moving, _ = _moving(gids_old, rows, old_indices.astype(np.int64), old_halo, part_id, community_path,
+                            move_from_path)
+        old_keep = ~moving
+        del rows, moving
+    # Which old nodes stay: an endpoint of a kept edge, or mastered here.
+    masters_here = np.flatnonzero(np.asarray(master) == part_id).astype(np.int64)
+    alive = np.zeros(n_old, dtype=bool)
+    if old_keep.all():
+        alive[np.diff(old_indptr) > 0] = True
+        alive[old_indices] = True
+    else:
+        rows = np.repeat(np.arange(n_old, dtype=np.int64), np.diff(old_indptr))
+        alive[rows[old_keep]] = True
+        alive[old_indices[old_keep]] = True
+        del rows
+    pos = np.searchsorted(gids_old, masters_here)
+    inside = pos < n_old
+    hit = pos[inside][gids_old[pos[inside]] == masters_here[inside]]
+    alive[hit] = True
+
     records = read_segments(edge_spills, part_id, EDGE_RECORD)
     empty = np.zeros(0, dtype=EDGE_RECORD)
     owned, copies = records.get(KIND_ASSIGNED, empty), records.get(KIND_HALO, empty)
@@ -200,40 +264,35 @@ def rebuild_edges(
     halo_new[len(owned):] = True
     del owned, copies
 
-    present = np.zeros(num_nodes, dtype=bool)
-    for ends in (src_old, dst_old, src_new, dst_new):
-        present[ends] = True
-    present[np.flatnonzero(np.asarray(master) == part_id)] = True
-    global_nid = np.flatnonzero(present).astype(np.int64)
+    global_nid = np.union1d(gids_old[alive], np.union1d(np.concatenate([src_new, dst_new]), masters_here))
+    global_nid = global_nid.astype(np.int64)
     n = len(global_nid)
-    rank = np.cumsum(present, dtype=np.int64)
-    rank -= 1
-    del present
-    width = max(n, 1)
-    # Old keys come out sorted: ranks are monotonic in global_nid, the old CSR was
-    # sorted by (row, column[, halo]) over the same order. Only the new keys are sorted;
-    # the stable sort of two sorted runs is a linear merge (timsort).
-    key_old = rank[src_old] * width + rank[dst_old]
-    key_new = rank[src_new] * width + rank[dst_new]
-    del src_old, dst_old, src_new, dst_new, rank
-    if halo:
-        key_old = key_old * 2 + is_halo_old
-        key_new = key_new * 2 + halo_new
-    key_new.sort()
-    key = np.concatenate([key_old, key_new])
-    del key_old, key_new
-    key.sort(kind="stable")
-    is_halo = None
-    if halo:
-        is_halo = (key & 1).astype(bool)
-        key >>= 1
-    index_dtype = np.int32 if n < 2**31 else np.int64
-    row = key // width
-    indices_new = (key % width).astype(index_dtype)
+    old_map = np.searchsorted(global_nid, gids_old)  # old local -> new local (for alive nodes)
+    old_row_of = np.full(n, -1, dtype=np.int64)
+    old_row_of[old_map[alive]] = np.flatnonzero(alive)
+    # New edges in the new local space, sorted by (row, column, halo flag).
+    row_new = np.searchsorted(global_nid, src_new)
+    col_new = np.searchsorted(global_nid, dst_new)
+    del src_new, dst_new
+    key = (row_new * max(n, 1) + col_new) * 2 + halo_new
+    order = np.argsort(key, kind="stable")
     del key
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row, minlength=n), out=indptr[1:])
-    del row
+    row_new, col_new, halo_new = row_new[order], col_new[order], halo_new[order]
+    new_indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row_new, minlength=n), out=new_indptr[1:])
+    del row_new, order
+    total = int(old_keep.sum()) + len(col_new)
+    index_dtype = np.int32 if n < 2**31 else np.int64
+    indptr = np.empty(n + 1, dtype=np.int64)
+    indices = np.empty(total, dtype=index_dtype)
+    is_halo = np.empty(total, dtype=bool)
+    written = _merge_rows(old_row_of, old_indptr.astype(np.int64), old_indices, old_map.astype(np.int64),
+                          old_halo, old_keep, new_indptr, col_new.astype(np.int64), halo_new, indptr, indices,
+                          is_halo)
+    if written != total:
+        raise StoreError(format_problem(f"partition {part_id}", f"{total} edges after the merge", f"{written}",
+                                        "the staging directory is damaged; rerun the same command."))
+    del old_indices, old_map, old_row_of, col_new, halo_new, old_keep
     is_master = np.asarray(master[global_nid]) == part_id
 
     shutil.rmtree(store_path, ignore_errors=True)
@@ -242,20 +301,16 @@ def rebuild_edges(
         "nodes/global_nid": write_array(group, "nodes/global_nid", global_nid),
         "nodes/is_master": write_array(group, "nodes/is_master", is_master),
         "edges/indptr": write_array(group, "edges/indptr", indptr),
-        "edges/indices": write_array(group, "edges/indices", indices_new),
+        "edges/indices": write_array(group, "edges/indices", indices),
     }
     if halo:
         digests["edges/is_halo"] = write_array(group, "edges/is_halo", is_halo)
-    pos = np.searchsorted(gids_old, global_nid)
     known = np.zeros(n, dtype=bool)
-    if len(gids_old):
-        inside = pos < len(gids_old)
-        known[inside] = gids_old[pos[inside]] == global_nid[inside]
+    known[np.searchsorted(global_nid, gids_old[alive])] = True
     _save_npy_atomic(added_path, global_nid[~known])
     _save_npy_atomic(gids_path, global_nid)
-    halo_edges = int(is_halo.sum()) if halo else 0
-    counts = {"nodes": int(n), "masters": int(is_master.sum()), "edges": len(indices_new),
-              "halo_edges": halo_edges}
+    counts = {"nodes": int(n), "masters": int(is_master.sum()), "edges": int(total),
+              "halo_edges": int(is_halo.sum()) if halo else 0}
     return {"part_id": int(part_id), "digests": digests, "counts": counts,
             "index_dtype": np.dtype(index_dtype).name, "added": int((~known).sum())}
 

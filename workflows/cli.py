@@ -116,9 +116,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_modules():
-    from workflows import commands_bench, commands_partition, commands_train
+    from workflows import commands_bench, commands_ingest, commands_partition, commands_train
 
-    return [commands_partition, commands_train, commands_bench]
+    return [commands_partition, commands_ingest, commands_train, commands_bench]
 
 
 def _setup_logging(args: argparse.Namespace) -> None:

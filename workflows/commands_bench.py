@@ -28,6 +28,23 @@ def _bench_partition(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_ingest(args: argparse.Namespace) -> int:
+    from workflows.bench_ingest import QUICK, bench_ingest
+
+    sizes = dict(QUICK) if args.quick else {
+        "nodes": 2_000_000, "base_edges": 20_000_000, "new_edges": 2_000_000, "dim": 16, "classes": 16, "k": 16,
+    }
+    for key in ("nodes", "base_edges", "new_edges", "dim", "classes", "k"):
+        if getattr(args, key) is not None:
+            sizes[key] = getattr(args, key)
+    bench_ingest(
+        Path(args.out), **sizes, seed=args.seed, workdir=Path(args.workdir) if args.workdir else None,
+        keep=args.keep, verify=args.verify,
+    )
+    print(f"wrote {args.out}/ingest.md and ingest.parquet")
+    return 0
+
+
 def register(sub, add_common) -> None:
     p = sub.add_parser("bench", help="side-by-side benchmarks that write tables")
     bench_sub = p.add_subparsers(dest="bench_command", required=True, metavar="BENCH")
@@ -46,3 +63,19 @@ def register(sub, add_common) -> None:
     q.add_argument("--scoring", choices=["candidates", "hdrf"])
     q.add_argument("--attr-clusters", type=int)
     q.set_defaults(handler=_bench_partition, command="bench")
+
+    q = bench_sub.add_parser("ingest", help="ingest of new edges against a full repartition: time, RSS, RF")
+    add_common(q)
+    q.add_argument("--out", default="report")
+    q.add_argument("--quick", action="store_true", help="a small graph (200k edges) that runs in seconds")
+    q.add_argument("--nodes", type=int, help="nodes of the synthetic graph (default 2,000,000)")
+    q.add_argument("--base-edges", type=int, help="edges partitioned first (default 20,000,000)")
+    q.add_argument("--new-edges", type=int, help="edges ingested after (default 2,000,000)")
+    q.add_argument("--dim", type=int, help="feature width (default 16)")
+    q.add_argument("--classes", type=int, help="classes of the synthetic graph (default 16)")
+    q.add_argument("-k", type=int, help="partitions (default 16)")
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--workdir", help="where the inputs and outputs go (default OUT/work, removed after)")
+    q.add_argument("--keep", action="store_true", help="keep the work directory")
+    q.add_argument("--verify", action="store_true", help="also run `asepr verify` on both outputs (untimed)")
+    q.set_defaults(handler=_bench_ingest, command="bench")

@@ -19,7 +19,7 @@ from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
 from storage.errors import AseprError, InputError, format_problem
 from workflows.dask_client import add_dask_arguments, client_from_args
 
-__all__ = ["config_from_args", "inspect_text", "metrics_table", "partition_table", "register"]
+__all__ = ["config_from_args", "drift_text", "inspect_text", "metrics_table", "partition_table", "register"]
 
 # CLI flag (argparse dest) → PartitionConfig field.
 _CONFIG_FLAGS = {
@@ -210,10 +210,36 @@ def partition_table(manifest: dict[str, Any], sizes: dict[int, int] | None = Non
 
 
 _STAGE_ORDER = (
-    "validate", "degrees", "attribute clustering", "structural clustering", "mapping", "metis",
-    "assignment", "masters", "metrics", "route", "finalize edges", "gather nodes",
-    "finalize nodes", "node map", "commit",
+    "validate", "load state", "degrees", "attribute clustering", "attribute clusters",
+    "structural clustering", "mapping", "metis", "assignment", "masters", "metrics", "plan moves",
+    "write state", "route", "finalize edges", "rebuild edges", "gather nodes", "finalize nodes",
+    "rebuild nodes", "node map", "commit",
 )
+
+
+def drift_text(out: str | Path, manifest: dict[str, Any]) -> str | None:
+    """The balance drift of a manifest and whether ``asepr rebalance`` is advised."""
+    metrics = manifest.get("metrics", {})
+    drift = metrics.get("drift")
+    if not drift:
+        return None
+    cap = 1.0 + float(drift.get("epsilon", 0.05))
+    lines = ["drift"]
+    lines.append(f"  {'edge balance (max/mean)':28s} {drift['edge_balance']:.3f} (cap {cap:.3f})")
+    if "community_balance" in drift:
+        lines.append(f"  {'community volume balance':28s} {drift['community_balance']:.3f} (cap {cap:.3f})")
+    ingest = metrics.get("ingest")
+    if ingest and ingest.get("new_edges"):
+        share = ingest.get("off_community_edges", 0) / ingest["new_edges"]
+        lines.append(f"  {'last ingest off community':28s} {100 * share:.1f} % of its {ingest['new_edges']:,} edges "
+                     "(placed on neither endpoint's community partition)")
+    over = drift.get("overloaded") or []
+    if drift.get("rebalance_advised"):
+        lines.append(f"  rebalance advised: partition(s) {', '.join(map(str, over))} past the cap; "
+                     f"run `asepr rebalance {out}`")
+    else:
+        lines.append("  no rebalance needed: every partition is within its cap")
+    return "\n".join(lines)
 
 
 def inspect_text(out: str | Path, manifest: dict[str, Any]) -> str:
@@ -238,6 +264,16 @@ def inspect_text(out: str | Path, manifest: dict[str, Any]) -> str:
                                     if k != "extra"),
         metrics_table(manifest),
     ]
+    increments = manifest.get("increments", [])
+    if increments:
+        last = increments[-1]
+        lines.insert(4, (
+            f"increments   {len(increments)} ingested (+{sum(i.get('new_edges', 0) for i in increments):,} edges, "
+            f"+{sum(i.get('new_nodes', 0) for i in increments):,} nodes); last in generation {last.get('generation')}"
+        ))
+    drift = drift_text(out, manifest)
+    if drift:
+        lines.append(drift)
     timings = manifest.get("timings", {})
     if timings:
         # "... kernel" entries are parts of their stage, not stages of their own.
