@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +30,10 @@ def test_demo_runs_from_any_directory(tmp_path):
     result = _asepr("demo", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "2,708" in result.stdout and "5,278" in result.stdout
+    # The 4 trainers learn (Cora's majority class is 0.30) and are compared with the baseline.
+    m = re.search(r"final test accuracy (\S+) with 4 partitioned ranks vs (\S+) centralized", result.stdout)
+    assert m, result.stdout[-2000:]
+    assert float(m.group(1)) >= 0.70 and float(m.group(2)) >= 0.70
     assert list(tmp_path.iterdir()) == []  # nothing left behind in the working directory
 
 
