@@ -3,7 +3,10 @@
 One run generates a synthetic graph (:func:`pipeline.synth.generate`), cuts its edge
 stream after the first ``base`` edges, partitions those (``asepr partition``), ingests
 the rest (``asepr ingest``), and partitions all edges from scratch, each phase in its
-own child process, so that its wall time and peak RSS are its own. Everything runs
+own child process, so that its wall time and peak RSS are its own. With ``repeat`` > 1
+the ingest (into a fresh hard-linked copy of generation 1 each time) and the full
+repartition alternate that many times, and the summary compares their medians: on a
+shared machine one pair of runs can land on very different loads. Everything runs
 through the pipeline's public APIs on local threads (no Dask cluster), so both sides
 get the same two resources. ``ingest.md`` and ``ingest.parquet`` record per phase the
 wall time, peak RSS, replication factor and edge balance, with the input, k, seed,
@@ -102,7 +105,7 @@ def _phase(args: dict[str, Any]) -> dict[str, Any]:
     else:
         manifest = partition_to_store(args["input"], args["out"], config)
     wall = time.perf_counter() - start
-    rss = peak_rss_bytes()
+    rss = _own_peak_rss() or peak_rss_bytes()
     result = {
         "wall_s": wall,
         "peak_rss_mib": rss / 2**20,
@@ -122,6 +125,23 @@ def _phase(args: dict[str, Any]) -> dict[str, Any]:
         if not report.ok:
             result["verify_problems"] = [str(p) for p in report.problems[:5]]
     return result
+
+
+def _own_peak_rss() -> int | None:
+    """This process's own RSS high-water mark (``VmHWM``), or None off Linux.
+
+    ``getrusage`` is no good here: Linux carries the parent's high-water mark across
+    fork and exec into ``ru_maxrss``, so every phase would report at least the RSS that
+    the bench driver had when it started the child.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 def _run_child(args: dict[str, Any]) -> dict[str, Any]:
@@ -150,6 +170,7 @@ def bench_ingest(
     keep: bool = False,
     verify: bool = False,
     shard_rows: int = 1_000_000,
+    repeat: int = 1,
     echo=print,
 ) -> list[dict]:
     """Generate, split, partition the base, ingest the rest, repartition everything; write tables.
@@ -170,21 +191,26 @@ def bench_ingest(
     echo(f"generated {nodes:,} nodes and {base_edges + new_edges:,} edges in {time.perf_counter() - t0:.1f} s")
     rows_base, rows_new = split_stream(work / "full", work / "base", work / "increment", base_edges)
     common = {"k": k, "seed": seed, "verify": verify}
-    phases = [
-        ("partition base", {"phase": "partition", "input": str(work / "base"), "out": str(work / "out"), **common},
-         rows_base),
-        ("ingest", {"phase": "ingest", "out": str(work / "out"), "edges": str(work / "increment" / "edges"),
-                    **common}, rows_new),
-        ("full repartition", {"phase": "partition", "input": str(work / "full"), "out": str(work / "out-full"),
-                              **common}, rows_base + rows_new),
-    ]
+    phases = [("partition base", {"phase": "partition", "input": str(work / "base"), "out": str(work / "gen1"),
+                                  **common}, rows_base, None)]
+    for r in range(max(1, repeat)):
+        ingest_phase = ("ingest", {"phase": "ingest", "out": str(work / f"out-{r}"),
+                                   "edges": str(work / "increment" / "edges"), **common}, rows_new, r)
+        full_phase = ("full repartition", {"phase": "partition", "input": str(work / "full"),
+                                           "out": str(work / f"out-full-{r}"), **common}, rows_base + rows_new, r)
+        phases += [ingest_phase, full_phase] if r % 2 == 0 else [full_phase, ingest_phase]
     info = machine_info()
     versions = {"asepr": _version(), "zarr": _module_version("zarr"), "dask": _module_version("dask")}
     rows = []
-    for name, args, edges_in in phases:
+    for name, args, edges_in, rep_index in phases:
+        if name == "ingest":
+            # A fresh generation 1 each time: hard links, since a commit only adds and renames files.
+            shutil.copytree(work / "gen1", args["out"], copy_function=os.link)
         figures = _run_child(args)
+        if rep_index is not None and not keep:
+            shutil.rmtree(args["out"], ignore_errors=True)
         row = {
-            "phase": name, "input": f"synth(nodes={nodes}, edges={base_edges + new_edges}, dim={dim}, "
+            "phase": name, "repeat": rep_index if rep_index is not None else 0, "input": f"synth(nodes={nodes}, edges={base_edges + new_edges}, dim={dim}, "
                                     f"classes={classes}, seed={seed})",
             "nodes": nodes, "edges_processed": int(edges_in), "edges_total": figures["num_edges"], "k": k,
             "seed": seed, "wall_s": figures["wall_s"], "peak_rss_mib": figures["peak_rss_mib"],
@@ -203,14 +229,23 @@ def bench_ingest(
     return rows
 
 
+def _median(rows, phase, key):
+    import statistics
+
+    return statistics.median(r[key] for r in rows if r["phase"] == phase)
+
+
 def _report(rows, started, synth, k, seed, info, versions) -> str:
     by = {r["phase"]: r for r in rows}
     ing, full = by["ingest"], by["full repartition"]
-    ratio_t = ing["wall_s"] / full["wall_s"] if full["wall_s"] else float("nan")
-    ratio_m = ing["peak_rss_mib"] / full["peak_rss_mib"] if full["peak_rss_mib"] else float("nan")
+    t_ing, t_full = _median(rows, "ingest", "wall_s"), _median(rows, "full repartition", "wall_s")
+    m_ing, m_full = _median(rows, "ingest", "peak_rss_mib"), _median(rows, "full repartition", "peak_rss_mib")
+    ratio_t = t_ing / t_full if t_full else float("nan")
+    ratio_m = m_ing / m_full if m_full else float("nan")
     rf_gap = ing["rf"] / full["rf"] - 1.0 if full["rf"] else float("nan")
-    columns = ["phase", "edges_processed", "edges_total", "k", "wall_s", "peak_rss_mib", "rf", "edge_balance",
-               "changed_partitions", "verify_ok"]
+    repeats = sum(r["phase"] == "ingest" for r in rows)
+    columns = ["phase", "repeat", "edges_processed", "edges_total", "k", "wall_s", "peak_rss_mib", "rf",
+               "edge_balance", "changed_partitions", "verify_ok"]
     stages = json.loads(ing["timings"])
     stage_lines = [f"| {name} | {sec:.2f} |" for name, sec in stages.items() if "kernel" not in name]
     return "\n".join([
@@ -220,17 +255,18 @@ def _report(rows, started, synth, k, seed, info, versions) -> str:
          f"{json.dumps(asdict(synth))}; the first {by['partition base']['edges_processed']:,} edges of the "
          f"stream are partitioned, the last {ing['edges_processed']:,} ingested; the full repartition reads all "
          f"{full['edges_processed']:,}. Each phase ran in its own process on local threads (no Dask cluster); "
-         "`peak_rss_mib` is that process's high-water mark."),
+         "`peak_rss_mib` is that process's own high-water mark (VmHWM)."),
         f"Versions: {json.dumps(versions)}. Machine: {json.dumps(info)}.",
         "",
         _markdown([{**r, "verify_ok": {True: "yes", False: "NO", None: "not run"}[r["verify_ok"]]} for r in rows],
                   columns),
         "",
-        (f"**Ingest / full repartition: wall time {100 * ratio_t:.1f} % (target <= 20 %), peak RSS "
-         f"{100 * ratio_m:.1f} % (target <= 100 %); replication factor {100 * rf_gap:+.1f} % against the full "
-         "repartition's.**"),
+        (f"**Ingest / full repartition{' (medians of ' + str(repeats) + ' runs each)' if repeats > 1 else ''}: "
+         f"wall time {t_ing:.1f} s / {t_full:.1f} s = {100 * ratio_t:.1f} % (target <= 20 %), peak RSS "
+         f"{m_ing:.0f} / {m_full:.0f} MiB = {100 * ratio_m:.1f} % (target <= 100 %); replication factor "
+         f"{ing['rf']:.3f} / {full['rf']:.3f} ({100 * rf_gap:+.1f} %).**"),
         "",
-        "Ingest stages (seconds):",
+        "Ingest stages (seconds, the first ingest run):",
         "",
         "| stage | s |",
         "|---|---|",

@@ -39,7 +39,7 @@ def _bench_ingest(args: argparse.Namespace) -> int:
             sizes[key] = getattr(args, key)
     bench_ingest(
         Path(args.out), **sizes, seed=args.seed, workdir=Path(args.workdir) if args.workdir else None,
-        keep=args.keep, verify=args.verify,
+        keep=args.keep, verify=args.verify, repeat=args.repeat,
     )
     print(f"wrote {args.out}/ingest.md and ingest.parquet")
     return 0
@@ -78,4 +78,6 @@ def register(sub, add_common) -> None:
     q.add_argument("--workdir", help="where the inputs and outputs go (default OUT/work, removed after)")
     q.add_argument("--keep", action="store_true", help="keep the work directory")
     q.add_argument("--verify", action="store_true", help="also run `asepr verify` on both outputs (untimed)")
+    q.add_argument("--repeat", type=int, default=1,
+                   help="alternate the ingest and the full repartition this many times; compare medians")
     q.set_defaults(handler=_bench_ingest, command="bench")

@@ -94,3 +94,31 @@ def input_edges(*dirs: Path) -> Counter:
         t = read_all(d.parent, d.name) if d.name == "edges" else read_all(d, "edges")
         out.update(zip(t.column("src").to_numpy().tolist(), t.column("dst").to_numpy().tolist()))
     return out
+
+
+def skewed_edges(out: Path, directory: Path, count: int = 5000, seed: int = 1) -> Path:
+    """Intra-community edges for the small communities of the partition holding the most.
+
+    They grow that partition's community volume past the cap (its largest community
+    is left alone, so that smaller ones can move): the drift a rebalance repairs.
+    """
+    from storage.state import read_state
+    from tests.storage.helpers import edge_table
+
+    state = read_state(out)
+    volume, part_of = state["communities/volume"], state["communities/part_id"]
+    community = state["vertices/community_id"]
+    k = len(state["partitions/loads"])
+    counts = [np.count_nonzero((part_of == p) & (volume > 0)) for p in range(k)]
+    p = int(np.argmax(counts))
+    mine = np.flatnonzero((part_of == p) & (volume > 0))
+    nodes = np.flatnonzero((part_of[community] == p) & (community != mine[np.argmax(volume[mine])]))
+    rng = np.random.default_rng(seed)
+    src = rng.choice(nodes, count)
+    by = nodes[np.argsort(community[nodes], kind="stable")]
+    lo = np.searchsorted(community[by], community[src])
+    hi = np.searchsorted(community[by], community[src], side="right")
+    dst = by[lo + (rng.random(len(src)) * (hi - lo)).astype(np.int64)]
+    directory.mkdir(parents=True)
+    pq.write_table(edge_table(src, dst), directory / "skewed.parquet")
+    return directory
