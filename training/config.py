@@ -79,6 +79,12 @@ class TrainConfig:
         Link prediction: the held-out shares of the edges (chosen by a hash of the
         global edge, so every rank and the centralized run hold out the same edges), and
         the negatives ranked against each held-out edge.
+    feature_projection
+        0 (default) trains on the stored features. P > 0 first multiplies features wider
+        than P by one seeded Gaussian matrix (d × P, scaled by 1/√P; the same on every
+        rank and in the centralized run), which roughly preserves distances
+        (Johnson–Lindenstrauss) and makes the first layer d/P times cheaper: for
+        bag-of-words features with thousands of dimensions.
     seed
         All randomness (init, dropout, sampling, negatives) derives from it, per round
         and rank, so a resumed run reproduces an uninterrupted one.
@@ -111,6 +117,7 @@ class TrainConfig:
     link_val_fraction: float = 0.05
     link_test_fraction: float = 0.10
     link_eval_negatives: int = 100
+    feature_projection: int = 0
     seed: int = 0
     timeout_s: float = 300.0
     threads: int = 0
@@ -141,7 +148,7 @@ class TrainConfig:
         for name in ("hidden", "num_layers", "heads", "rounds", "local_epochs", "eval_every"):
             if int(getattr(self, name)) < 1:
                 raise bad(name, "an integer >= 1")
-        for name in ("kd_steps", "batch_size", "threads", "link_eval_negatives"):
+        for name in ("kd_steps", "batch_size", "threads", "link_eval_negatives", "feature_projection"):
             if int(getattr(self, name)) < 0:
                 raise bad(name, "an integer >= 0")
         for name in ("lr", "kd_lr", "tau", "kd_temperature", "timeout_s"):

@@ -31,7 +31,7 @@ from torch_geometric.data import Data
 from storage import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, open_partition, read_manifest
 from storage.errors import StoreError, format_problem
 
-__all__ = ["LocalGraph", "build_local_graph", "load_local_graph", "rank_partitions"]
+__all__ = ["LocalGraph", "build_local_graph", "load_local_graph", "project_features", "rank_partitions"]
 
 log = logging.getLogger(__name__)
 
@@ -195,3 +195,20 @@ def load_local_graph(
         graph.edge_index.shape[1], graph.own_edges.shape[1],
     )
     return graph
+
+
+def project_features(x: torch.Tensor, dim: int, seed: int) -> torch.Tensor:
+    """``x @ R`` with R a seeded d × ``dim`` Gaussian matrix scaled by 1/√dim.
+
+    R depends only on (d, dim, seed), so every rank and the centralized run project
+    identically. Sparse rows (bag-of-words) are multiplied as a sparse matrix.
+    """
+    d = int(x.shape[1])
+    if dim <= 0 or d <= dim:
+        return x
+    g = torch.Generator().manual_seed(int(seed) * 1_000_003 + d)
+    r = torch.randn(d, dim, generator=g) / dim**0.5
+    density = float((x != 0).float().mean()) if x.numel() else 1.0
+    if density < 0.1:
+        return torch.sparse.mm(x.to_sparse(), r)
+    return x @ r

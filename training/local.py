@@ -17,7 +17,7 @@ __all__ = ["train_local"]
 
 def _forward(model, x, batch):
     rows = x if batch.n_id is None else x[batch.n_id]
-    return model(rows, batch.edge_index, return_embeddings=True)
+    return model(rows, batch.graph, return_embeddings=True)
 
 
 def train_local(model, optimizer, task, config, generator: torch.Generator, *,

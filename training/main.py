@@ -54,6 +54,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link-val-fraction", type=float, default=d.link_val_fraction)
     p.add_argument("--link-test-fraction", type=float, default=d.link_test_fraction)
     p.add_argument("--eval-negatives", type=int, default=d.link_eval_negatives)
+    p.add_argument("--feature-projection", type=int, default=d.feature_projection,
+                   help="project features wider than P to P dimensions (seeded Gaussian); 0: off")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds a rank waits on a dead peer")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads per rank (0: cores / ranks)")

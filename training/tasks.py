@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from training.comm import Comm
 from training.data import LocalGraph
+from training.models import graph_operator
 from training.sampler import NeighborSampler
 
 __all__ = ["Batch", "LinkTask", "NodeTask", "auc_from_histograms", "make_task"]
@@ -36,11 +37,12 @@ HITS_K = 50
 
 @dataclass
 class Batch:
-    """One step's input: rows ``n_id`` of the graph (None: all), edges over those rows,
+    """One step's input: rows ``n_id`` of the graph (None: all), the graph over those rows
+    (:func:`~training.models.graph_operator`),
     the task loss of the model output, and the rows the contrastive loss compares."""
 
     n_id: torch.Tensor | None
-    edge_index: torch.Tensor
+    graph: torch.Tensor
     loss: Callable[[torch.Tensor], torch.Tensor]
     anchors: torch.Tensor
 
@@ -85,6 +87,7 @@ class NodeTask:
         self.binary = self.num_classes == 2
         self.metric = "roc_auc" if self.binary else "accuracy"
         self.edge_index = graph.edge_index
+        self.mp = graph_operator(config.model, self.edge_index, graph.num_nodes)
         self.train_idx = torch.nonzero(graph.train_mask).view(-1)
         self.master_idx = torch.nonzero(graph.is_master).view(-1)
         self._sampler = None
@@ -108,14 +111,15 @@ class NodeTask:
             return
         if not self.config.batch_size:
             idx = self.train_idx
-            yield Batch(None, self.edge_index, lambda out: F.cross_entropy(out[idx], y[idx]), self.master_idx)
+            yield Batch(None, self.mp, lambda out: F.cross_entropy(out[idx], y[idx]), self.master_idx)
             return
         order = self.train_idx[torch.randperm(len(self.train_idx), generator=generator)]
         for seeds in torch.split(order, self.config.batch_size):
             n_id, ei = self._sampler_().sample(seeds, self.config.fanouts, generator)
             k = len(seeds)
             target = y[seeds]
-            yield Batch(n_id, ei, lambda out, k=k, target=target: F.cross_entropy(out[:k], target),
+            yield Batch(n_id, graph_operator(self.config.model, ei, len(n_id)),
+                        lambda out, k=k, target=target: F.cross_entropy(out[:k], target),
                         torch.arange(k))
 
     # -- distillation ------------------------------------------------------------------
@@ -124,7 +128,7 @@ class NodeTask:
 
     def kd_outputs(self, model) -> torch.Tensor:
         """Logits on the master nodes (full-batch)."""
-        return model(self.graph.x, self.edge_index)[self.master_idx]
+        return model(self.graph.x, self.mp)[self.master_idx]
 
     def kd_loss(self, student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
         t = temperature
@@ -135,7 +139,7 @@ class NodeTask:
     @torch.no_grad()
     def evaluate(self, model, comm: Comm) -> dict[str, float]:
         model.eval()
-        out = model(self.graph.x, self.edge_index)
+        out = model(self.graph.x, self.mp)
         y = self.graph.y
         parts = []
         for mask in (self.graph.val_mask, self.graph.test_mask):
@@ -175,6 +179,7 @@ class LinkTask:
         keep = self._role(gid[ei[0].numpy()], gid[ei[1].numpy()]) == 0
         self.edge_index = ei[:, torch.from_numpy(keep)]
         self.num_nodes = graph.num_nodes
+        self.mp = graph_operator(config.model, self.edge_index, graph.num_nodes)
         self._sampler = None
         self._kd_pairs = None
         # Evaluation negatives are drawn once (the same every round, so curves compare).
@@ -224,7 +229,7 @@ class LinkTask:
             neg_u = pos[0]
             neg_v = torch.randint(0, n, (pos.shape[1],), generator=generator)
             anchors = torch.arange(self.num_nodes)
-            yield Batch(None, self.edge_index,
+            yield Batch(None, self.mp,
                         lambda z: self._pair_loss(z, pos[0], pos[1], neg_u, neg_v), anchors)
             return
         if self._sampler is None:
@@ -237,7 +242,8 @@ class LinkTask:
             n_id, ei = self._sampler.sample(seeds, self.config.fanouts, generator)
             k = len(chunk)
             iu, iv, iw = inverse[:k], inverse[k: 2 * k], inverse[2 * k:]
-            yield Batch(n_id, ei, lambda z, iu=iu, iv=iv, iw=iw: self._pair_loss(z, iu, iv, iu, iw),
+            yield Batch(n_id, graph_operator(self.config.model, ei, len(n_id)),
+                        lambda z, iu=iu, iv=iv, iw=iw: self._pair_loss(z, iu, iv, iu, iw),
                         torch.arange(len(seeds)))
 
     # -- distillation: mean edge logits of the local models on train pairs + negatives --
@@ -249,7 +255,7 @@ class LinkTask:
 
     def kd_outputs(self, model) -> torch.Tensor:
         u, v = self._kd_pairs
-        z = model(self.graph.x, self.edge_index)
+        z = model(self.graph.x, self.mp)
         return self._scores(z, u, v)
 
     def kd_loss(self, student: torch.Tensor, teacher: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -260,7 +266,7 @@ class LinkTask:
     @torch.no_grad()
     def evaluate(self, model, comm: Comm) -> dict[str, float]:
         model.eval()
-        z = model(self.graph.x, self.edge_index)
+        z = model(self.graph.x, self.mp)
         parts = []
         for name, pos in (("val", self.val_pos), ("test", self.test_pos)):
             neg_v = self.eval_neg[name]
