@@ -12,7 +12,32 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["NeighborSampler"]
+__all__ = ["NeighborSampler", "sample_in_edges"]
+
+
+def sample_in_edges(ptr: torch.Tensor, src_by_dst: torch.Tensor, frontier: torch.Tensor, fanout: int,
+                    generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One hop: for every ``frontier`` row of a CSR by destination (``ptr``, ``src_by_dst``),
+    at most ``fanout`` of its in-edges, uniformly without replacement.
+
+    Returns ``(seg, src)``: ``src[i]`` is a sampled in-neighbour of ``frontier[seg[i]]``
+    (``seg`` is non-decreasing). Also the remote half of the fully-decentralized
+    baseline's sampler (:mod:`training.fds`), which serves other ranks' frontiers.
+    """
+    start = ptr[frontier]
+    deg = ptr[frontier + 1] - start
+    total = int(deg.sum())
+    if total == 0:
+        empty = torch.empty(0, dtype=torch.int64)
+        return empty, src_by_dst[empty]
+    seg = torch.repeat_interleave(torch.arange(len(frontier)), deg)
+    seg_start = torch.cumsum(deg, 0) - deg
+    edge = start[seg] + (torch.arange(total) - seg_start[seg])
+    key = seg.to(torch.float64) + torch.rand(total, generator=generator, dtype=torch.float64)
+    order = torch.argsort(key)
+    seg_sorted = seg[order]
+    keep = (torch.arange(total) - seg_start[seg_sorted]) < fanout
+    return seg_sorted[keep], src_by_dst[edge[order[keep]]]
 
 
 class NeighborSampler:
@@ -45,21 +70,10 @@ class NeighborSampler:
             for fanout in fanouts:
                 if not len(frontier):
                     break
-                start = self.ptr[frontier]
-                deg = self.ptr[frontier + 1] - start
-                total = int(deg.sum())
-                if total == 0:
+                seg, src = sample_in_edges(self.ptr, self.src_by_dst, frontier, fanout, generator)
+                if not len(seg):
                     break
-                seg = torch.repeat_interleave(torch.arange(len(frontier)), deg)
-                seg_start = torch.cumsum(deg, 0) - deg
-                edge = start[seg] + (torch.arange(total) - seg_start[seg])
-                key = seg.to(torch.float64) + torch.rand(total, generator=generator, dtype=torch.float64)
-                order = torch.argsort(key)
-                seg_sorted = seg[order]
-                keep = (torch.arange(total) - seg_start[seg_sorted]) < fanout
-                chosen = edge[order[keep]]
-                src = self.src_by_dst[chosen]
-                dst = frontier[seg_sorted[keep]]
+                dst = frontier[seg]
                 new = torch.unique(src[pos[src] < 0])
                 pos[new] = torch.arange(count, count + len(new))
                 count += len(new)
