@@ -282,10 +282,15 @@ def rebuild_edges(
     old_map = np.searchsorted(global_nid, gids_old)  # old local -> new local (for alive nodes)
     old_row_of = np.full(n, -1, dtype=np.int64)
     old_row_of[old_map[alive]] = np.flatnonzero(alive)
-    # New edges in the new local space, sorted by (row, column, halo flag).
-    row_new = np.searchsorted(global_nid, src_new)
-    col_new = np.searchsorted(global_nid, dst_new)
-    del src_new, dst_new
+    # New edges in the new local space, sorted by (row, column, halo flag). A table over
+    # all N ids translates them: one O(N) int32 array (pages touched only where a node of
+    # this partition lies) instead of a binary search per endpoint, which measured 10x
+    # slower for unsorted needles.
+    lookup = np.empty(len(master), dtype=np.int32 if n < 2**31 else np.int64)
+    lookup[global_nid] = np.arange(n, dtype=lookup.dtype)
+    row_new = lookup[src_new].astype(np.int64)
+    col_new = lookup[dst_new].astype(np.int64)
+    del src_new, dst_new, lookup
     key = (row_new * max(n, 1) + col_new) * 2 + halo_new
     order = np.argsort(key, kind="stable")
     del key
@@ -473,7 +478,8 @@ def rebuild_nodes(
 
     group = zarr.open_group(store_path, mode="r+")
     digests = dict(edges_info["digests"])
-    x_writer = ArrayWriter(group, "nodes/x", (n, feat_dim), np.float32)
+    # 16 MiB blocks: two rebuilds run at once, each holding a block of old rows and one of new.
+    x_writer = ArrayWriter(group, "nodes/x", (n, feat_dim), np.float32, block_bytes=16 << 20)
     y = np.empty(n, dtype=np.int64)
     split = np.empty(n, dtype=np.int8)
     for start in range(0, n, x_writer.block_rows):
