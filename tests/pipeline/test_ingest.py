@@ -11,6 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import pipeline.rebuild
 import pipeline.route
@@ -424,3 +426,82 @@ def test_state_arrays_follow_the_stream(case, gen1, gen2):
     assert ((r1 & r2) == r1).all()
     assert json.loads(json.dumps(s2.attrs["kernel"])) == s1.attrs["kernel"]
 
+
+
+# --- kernel properties ------------------------------------------------------------------------
+
+
+@settings(deadline=None, max_examples=60)
+@given(seed=st.integers(0, 2**32 - 1), num_nodes=st.integers(1, 40), old_edges=st.integers(0, 120),
+       new_edges=st.integers(0, 60))
+def test_merging_new_edges_into_old_rows_equals_sorting_everything(seed, num_nodes, old_edges, new_edges):
+    """The rebuild's row merge gives the CSR that sorting all (row, column, halo) keys gives."""
+    from pipeline.rebuild import _merge_rows, _union_sorted
+
+    rng = np.random.default_rng(seed)
+    gids_old = np.sort(rng.choice(num_nodes, size=int(rng.integers(1, num_nodes + 1)), replace=False))
+    n_old = len(gids_old)
+    rows, cols = rng.integers(0, n_old, old_edges), rng.integers(0, n_old, old_edges)
+    halo = rng.random(old_edges) < 0.3
+    order = np.lexsort((halo, cols, rows))
+    rows, cols, halo = rows[order], cols[order], halo[order]
+    old_indptr = np.zeros(n_old + 1, np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_old), out=old_indptr[1:])
+    keep = rng.random(old_edges) < 0.8
+    src, dst = rng.integers(0, num_nodes, new_edges), rng.integers(0, num_nodes, new_edges)
+    new_halo = rng.random(new_edges) < 0.3
+    global_nid = _union_sorted(gids_old, np.sort(np.r_[src, dst]))
+    np.testing.assert_array_equal(global_nid, np.union1d(gids_old, np.r_[src, dst]))
+    n = len(global_nid)
+    old_map = np.searchsorted(global_nid, gids_old)
+    old_row_of = np.full(n, -1, np.int64)
+    old_row_of[old_map] = np.arange(n_old)
+    r, c = np.searchsorted(global_nid, src), np.searchsorted(global_nid, dst)
+    o = np.lexsort((new_halo, c, r))
+    r, c, h = r[o], c[o], new_halo[o]
+    new_indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(r, minlength=n), out=new_indptr[1:])
+    total = int(keep.sum()) + new_edges
+    indptr, indices, is_halo = np.empty(n + 1, np.int64), np.empty(total, np.int32), np.empty(total, bool)
+    assert _merge_rows(old_row_of, old_indptr, cols.astype(np.int32), old_map.astype(np.int64), halo, keep,
+                       new_indptr, c.astype(np.int64), h, indptr, indices, is_halo) == total
+    # Reference: every kept old edge and every new edge, in new local ids, sorted.
+    all_r = np.r_[old_map[rows[keep]], r]
+    all_c = np.r_[old_map[cols[keep]], c]
+    all_h = np.r_[halo[keep], h]
+    o = np.lexsort((all_h, all_c, all_r))
+    expect_indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(all_r, minlength=n), out=expect_indptr[1:])
+    np.testing.assert_array_equal(indptr, expect_indptr)
+    np.testing.assert_array_equal(indices, all_c[o])
+    np.testing.assert_array_equal(is_halo, all_h[o])
+
+
+@settings(deadline=None, max_examples=40)
+@given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 6), communities=st.integers(1, 60),
+       keep_home=st.booleans())
+def test_new_communities_all_get_a_partition_home_first_under_the_cap(seed, k, communities, keep_home):
+    from pipeline.mapping import place_new_communities
+
+    rng = np.random.default_rng(seed)
+    volume = rng.integers(0, 50, communities).astype(np.int64)
+    part = np.where(rng.random(communities) < 0.5, rng.integers(0, k, communities), -1).astype(np.int32)
+    attr = rng.integers(0, 3, communities).astype(np.int32)
+    home = rng.integers(-1, k, 3).astype(np.int32) if keep_home else None
+    before = part.copy()
+    todo = (volume > 0) & (part < 0)
+    placed = place_new_communities(part, volume, attr, home, k, epsilon=0.05)
+    assert placed == int(todo.sum())
+    assert ((part[todo] >= 0) & (part[todo] < k)).all()
+    np.testing.assert_array_equal(part[~todo], before[~todo])  # existing communities stay
+    if home is None:
+        return
+    cap = 1.05 * volume.sum() / k
+    load = np.bincount(before[(before >= 0) & (volume > 0)], weights=volume[(before >= 0) & (volume > 0)],
+                       minlength=k)
+    order = np.flatnonzero(todo)[np.lexsort((np.flatnonzero(todo), -volume[todo]))]
+    for c in order:  # replay: home when it fits under the cap, else the least community volume
+        h = home[attr[c]]
+        want = h if h >= 0 and load[h] + volume[c] <= cap else int(np.argmin(load))
+        assert part[c] == want
+        load[want] += volume[c]
