@@ -92,6 +92,8 @@ def split_stream(full: Path, base: Path, increment: Path, base_edges: int) -> tu
 
 def _phase(args: dict[str, Any]) -> dict[str, Any]:
     """Run one phase in this process; return its figures (called in the child)."""
+    import resource
+
     from pipeline import PartitionConfig
     from pipeline.ingest import ingest
     from pipeline.verify import verify_output
@@ -99,15 +101,20 @@ def _phase(args: dict[str, Any]) -> dict[str, Any]:
     from storage.resources import peak_rss_bytes
 
     config = PartitionConfig(num_parts=int(args["k"]), seed=int(args["seed"]))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = usage.ru_utime + usage.ru_stime
     start = time.perf_counter()
     if args["phase"] == "ingest":
         manifest = ingest(args["out"], args["edges"])
     else:
         manifest = partition_to_store(args["input"], args["out"], config)
     wall = time.perf_counter() - start
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = usage.ru_utime + usage.ru_stime - cpu0
     rss = _own_peak_rss() or peak_rss_bytes()
     result = {
         "wall_s": wall,
+        "cpu_s": cpu,
         "peak_rss_mib": rss / 2**20,
         "generation": manifest["generation"],
         "num_nodes": manifest["num_nodes"],
@@ -213,14 +220,16 @@ def bench_ingest(
             "phase": name, "repeat": rep_index if rep_index is not None else 0, "input": f"synth(nodes={nodes}, edges={base_edges + new_edges}, dim={dim}, "
                                     f"classes={classes}, seed={seed})",
             "nodes": nodes, "edges_processed": int(edges_in), "edges_total": figures["num_edges"], "k": k,
-            "seed": seed, "wall_s": figures["wall_s"], "peak_rss_mib": figures["peak_rss_mib"],
+            "seed": seed, "wall_s": figures["wall_s"], "cpu_s": figures["cpu_s"],
+            "peak_rss_mib": figures["peak_rss_mib"],
             "rf": figures["rf"], "edge_balance": figures["edge_balance"],
             "changed_partitions": figures["changed_partitions"],
             "verify_ok": figures.get("verify_ok"), "timings": json.dumps(figures["timings"]),
             "synth": json.dumps(asdict(synth)), "versions": json.dumps(versions), "machine": json.dumps(info),
         }
         rows.append(row)
-        echo(f"{name:17s} {edges_in:>12,} edges  {row['wall_s']:8.1f} s  peak RSS {row['peak_rss_mib']:8.0f} MiB  "
+        echo(f"{name:17s} {edges_in:>12,} edges  {row['wall_s']:8.1f} s  (CPU {row['cpu_s']:7.1f} s)  "
+             f"peak RSS {row['peak_rss_mib']:8.0f} MiB  "
              f"RF {row['rf']:.3f}" + ("" if row["verify_ok"] is None else f"  verify {row['verify_ok']}"))
     pq.write_table(pa.Table.from_pylist(rows), out / "ingest.parquet")
     (out / "ingest.md").write_text(_report(rows, started, synth, k, seed, info, versions))
@@ -244,7 +253,8 @@ def _report(rows, started, synth, k, seed, info, versions) -> str:
     ratio_m = m_ing / m_full if m_full else float("nan")
     rf_gap = ing["rf"] / full["rf"] - 1.0 if full["rf"] else float("nan")
     repeats = sum(r["phase"] == "ingest" for r in rows)
-    columns = ["phase", "repeat", "edges_processed", "edges_total", "k", "wall_s", "peak_rss_mib", "rf",
+    c_ing, c_full = _median(rows, "ingest", "cpu_s"), _median(rows, "full repartition", "cpu_s")
+    columns = ["phase", "repeat", "edges_processed", "edges_total", "k", "wall_s", "cpu_s", "peak_rss_mib", "rf",
                "edge_balance", "changed_partitions", "verify_ok"]
     stages = json.loads(ing["timings"])
     stage_lines = [f"| {name} | {sec:.2f} |" for name, sec in stages.items() if "kernel" not in name]
@@ -264,7 +274,12 @@ def _report(rows, started, synth, k, seed, info, versions) -> str:
         (f"**Ingest / full repartition{' (medians of ' + str(repeats) + ' runs each)' if repeats > 1 else ''}: "
          f"wall time {t_ing:.1f} s / {t_full:.1f} s = {100 * ratio_t:.1f} % (target <= 20 %), peak RSS "
          f"{m_ing:.0f} / {m_full:.0f} MiB = {100 * ratio_m:.1f} % (target <= 100 %); replication factor "
-         f"{ing['rf']:.3f} / {full['rf']:.3f} ({100 * rf_gap:+.1f} %).**"),
+         f"{ing['rf']:.3f} / {full['rf']:.3f} ({100 * rf_gap:+.1f} %). CPU time (user + system, all threads): "
+         f"{c_ing:.1f} s / {c_full:.1f} s = {100 * c_ing / c_full if c_full else float('nan'):.1f} %.**"),
+        "",
+        ("`wall_s` is the phase's wall time and the target's measure; `cpu_s` is less sensitive to other "
+         "load on a shared machine, which the load averages below record."),
+        f"Load average (1, 5, 15 min) at the end of the run: {', '.join(f'{x:.2f}' for x in os.getloadavg())}.",
         "",
         "Ingest stages (seconds, the first ingest run):",
         "",
