@@ -79,6 +79,15 @@ class TrainConfig:
         Link prediction: the held-out shares of the edges (chosen by a hash of the
         global edge, so every rank and the centralized run hold out the same edges), and
         the negatives ranked against each held-out edge.
+    feature_norm
+        ``"l2"`` (default) divides each node's feature row by its L2 norm (rows of zeros
+        stay zero), ``"l1"`` by its L1 norm (PyG's ``NormalizeFeatures``), ``"none"``
+        keeps the stored values. A per-row operation, so every rank and the centralized
+        run normalise identically. Measured on amazon-computers (767-d bag of words,
+        GraphSAGE, centralized, 30 epochs): validation accuracy 0.737 with l2, 0.375
+        (the majority class) with l1, whose rows of up to 700 ones become values too
+        small to learn from at lr 0.01; with raw features, 4 ranks stayed at the majority
+        class for 6 rounds (first loss 4.4).
     feature_projection
         0 (default) trains on the stored features. P > 0 first multiplies features wider
         than P by one seeded Gaussian matrix (d × P, scaled by 1/√P; the same on every
@@ -117,6 +126,7 @@ class TrainConfig:
     link_val_fraction: float = 0.05
     link_test_fraction: float = 0.10
     link_eval_negatives: int = 100
+    feature_norm: str = "l2"
     feature_projection: int = 0
     seed: int = 0
     timeout_s: float = 300.0
@@ -132,6 +142,8 @@ class TrainConfig:
 
         if self.task not in TASKS:
             raise ValueError(f'Unsupported task "{self.task}". Valid choices are "node", "link".')
+        if self.feature_norm not in ("l2", "l1", "none"):
+            raise ValueError(f'Unsupported feature_norm "{self.feature_norm}". Valid choices are "l1", "l2", "none".')
         if self.model not in MODELS:
             raise ValueError(f'Unsupported model "{self.model}". Valid choices are "sage", "gcn", "gat".')
         object.__setattr__(self, "reconcile", "+".join(parse_reconcile(self.reconcile)))

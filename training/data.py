@@ -31,7 +31,8 @@ from torch_geometric.data import Data
 from storage import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, open_partition, read_manifest
 from storage.errors import StoreError, format_problem
 
-__all__ = ["LocalGraph", "build_local_graph", "load_local_graph", "project_features", "rank_partitions"]
+__all__ = ["LocalGraph", "build_local_graph", "load_local_graph", "normalize_features", "project_features",
+           "rank_partitions"]
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +196,14 @@ def load_local_graph(
         graph.edge_index.shape[1], graph.own_edges.shape[1],
     )
     return graph
+
+
+def normalize_features(x: torch.Tensor, norm: str) -> torch.Tensor:
+    """Row-normalise features: ``"l1"``, ``"l2"`` or ``"none"`` (zero rows stay zero)."""
+    if norm == "none" or not x.numel():
+        return x
+    p = 1 if norm == "l1" else 2
+    return x / x.norm(p=p, dim=1, keepdim=True).clamp(min=1e-12)
 
 
 def project_features(x: torch.Tensor, dim: int, seed: int) -> torch.Tensor:

@@ -44,7 +44,7 @@ from storage.resources import peak_rss_bytes
 from training.checkpoint import RunDir
 from training.comm import Comm
 from training.config import TrainConfig
-from training.data import LocalGraph, load_local_graph, project_features, rank_partitions
+from training.data import LocalGraph, load_local_graph, normalize_features, project_features, rank_partitions
 from training.local import train_local
 from training.models import build_model, flatten, num_parameters, unflatten_into
 from training.reconcile import distill, weighted_average
@@ -166,6 +166,7 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
     part_ids = list(graph.part_ids)
     out = (info or {}).get("out", "the input")
     num_classes = comm.max_int(int(graph.y.max()) + 1 if graph.num_nodes else 0)
+    graph.x = normalize_features(graph.x, config.feature_norm)
     if config.feature_projection:
         graph.x = project_features(graph.x, config.feature_projection, config.seed)
     in_dim = graph.x.shape[1]
