@@ -4,7 +4,8 @@ Rank r opens only its own partition store (:mod:`training.data`), trains a PyG m
 locally (:mod:`training.models`, :mod:`training.local`), and meets the other ranks
 once per round to reconcile the local models (:mod:`training.reconcile`) in the round
 loop of :mod:`training.distributed`. :mod:`training.centralized` is the one-process
-accuracy ceiling. ``python -m training.main`` is the per-rank entry point.
+accuracy ceiling, and :mod:`training.fds` the fully-decentralized (DistDGL-style)
+baseline. ``python -m training.main`` is the per-rank entry point.
 """
 
 from training.centralized import load_input_graph, run_centralized
@@ -13,6 +14,7 @@ from training.comm import ByteCounter, Comm
 from training.config import TrainConfig
 from training.data import LocalGraph, load_local_graph, rank_partitions
 from training.distributed import TrainerError, init_process_group, run_trainer, train_rounds
+from training.fds import run_fds
 from training.models import GNN, build_model
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "load_local_graph",
     "rank_partitions",
     "run_centralized",
+    "run_fds",
     "run_trainer",
     "train_rounds",
 ]

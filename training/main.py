@@ -1,6 +1,7 @@
 """The trainer entry point: ``python -m training.main OUT [flags]``, one process per rank.
 
-``asepr train OUT --nproc K`` launches K of these through ``torch.distributed.run``;
+``asepr train OUT --nproc K`` launches K of these through ``torch.distributed.run``
+(``--strategy fds``: the fully-decentralized baseline, OUT being the input directory);
 ``torchrun --nproc-per-node K -m training.main OUT ...`` and SLURM ``srun`` work the
 same (see :func:`training.distributed.init_process_group`). Rank 0 prints one line per
 round. Exit status: 0 on success, 1 when this rank failed (bad input, a dead peer or a
@@ -18,6 +19,7 @@ from typing import Any
 
 from storage.errors import AseprError
 from training.config import MODELS, TASKS, TrainConfig
+from training.fds.partition import PARTITIONERS
 
 __all__ = ["add_train_arguments", "config_from_args", "config_to_args", "default_run_dir", "format_row", "main"]
 
@@ -25,6 +27,8 @@ log = logging.getLogger("training.main")
 
 # flag dest → TrainConfig field (when they differ)
 _RENAMES = {"layers": "num_layers", "eval_negatives": "link_eval_negatives", "timeout": "timeout_s"}
+#: ``--strategy``: ASEPR's local graphs with reconciliation, or the fully-decentralized baseline.
+STRATEGY_CHOICES = ("asepr", "fds")
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +39,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", choices=TASKS, default=d.task)
     p.add_argument("--model", choices=MODELS, default=d.model)
     p.add_argument("--reconcile", default=d.reconcile, help='"avg", "avg+kd", "avg+con" or "avg+kd+con"')
+    p.add_argument("--strategy", choices=STRATEGY_CHOICES, default="asepr",
+                   help="asepr: local graphs and reconciliation (OUT: a partition output); fds: the "
+                        "fully-decentralized DistDGL-style baseline (OUT: the INPUT directory)")
+    p.add_argument("--fds-partition", choices=PARTITIONERS, default="auto",
+                   help="fds vertex partition: metis, hash, or auto (metis up to 5M edges)")
     p.add_argument("--rounds", type=int, default=d.rounds)
     p.add_argument("--local-epochs", type=int, default=d.local_epochs)
     p.add_argument("--hidden", type=int, default=d.hidden)
@@ -87,9 +96,9 @@ def config_to_args(config: TrainConfig) -> list[str]:
     return args
 
 
-def default_run_dir(out: str | Path, config: TrainConfig) -> Path:
-    """``OUT.runs/<task>-<model>-<strategy>`` beside the partition output."""
-    strategy = config.reconcile.replace("+", "-")
+def default_run_dir(out: str | Path, config: TrainConfig, strategy: str = "asepr") -> Path:
+    """``OUT.runs/<task>-<model>-<strategy>`` beside the partition output (or the input, for fds)."""
+    strategy = "fds" if strategy == "fds" else config.reconcile.replace("+", "-")
     return Path(f"{str(out).rstrip('/')}.runs") / f"{config.task}-{config.model}-{strategy}"
 
 
@@ -104,7 +113,7 @@ def format_row(row: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.main", description=__doc__.splitlines()[0])
-    parser.add_argument("out", help="the partition output directory")
+    parser.add_argument("out", help="the partition output directory (the input directory with --strategy fds)")
     parser.add_argument("-v", "--verbose", action="count", default=0)
     parser.add_argument("-q", "--quiet", action="store_true")
     add_train_arguments(parser)
@@ -123,14 +132,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     rank = 0
     try:
         rank, _world, _ = init_process_group(config)
-        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config)
+        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config, args.strategy)
         quiet = args.quiet
 
         def on_round(row: dict[str, Any]) -> None:
             if not quiet:
                 print(format_row(row), flush=True)
 
-        run_trainer(args.out, run_dir, config, resume=args.resume, on_round=on_round)
+        if args.strategy == "fds":
+            from training.fds import run_fds
+
+            run_fds(args.out, run_dir, config, partition=args.fds_partition, resume=args.resume, on_round=on_round)
+        else:
+            run_trainer(args.out, run_dir, config, resume=args.resume, on_round=on_round)
         return 0
     except AseprError as exc:
         print(f"asepr train: rank {rank}: error: {exc}", file=sys.stderr)

@@ -3,7 +3,9 @@
 ``asepr train OUT --nproc K ...`` is ``torchrun --standalone --nproc-per-node K -m
 training.main OUT ...`` (:mod:`workflows.launch`); rank 0 prints one line per round,
 and a summary table of the run's ``metrics.csv`` follows. ``asepr train --centralized
-INPUT ...`` trains the same model on the whole input in this process.
+INPUT ...`` trains the same model on the whole input in this process. ``asepr train
+INPUT --strategy fds --nproc K ...`` launches K ranks of the fully-decentralized
+baseline (:mod:`training.fds`) on the input, through the same launcher.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from storage.errors import AseprError, format_problem
 
-__all__ = ["register", "summary_table"]
+__all__ = ["fds_bytes_line", "register", "summary_table"]
 
 
 def summary_table(rows: list[dict[str, Any]], title: str) -> str:
@@ -44,6 +46,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"asepr train: error: {exc}", file=sys.stderr)
         return 2
+    if args.strategy == "fds":
+        return _train_fds(args, config)
     if args.centralized:
         from training.centralized import run_centralized
 
@@ -68,12 +72,49 @@ def _cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def fds_bytes_line(row: dict[str, Any]) -> str:
+    """The last FDS round's bytes, all ranks together, per category."""
+    from training.fds import CATEGORIES
+
+    parts = [f"{c} {float(row.get(f'cluster_bytes_round_{c}', 0)) / 2**20:,.2f}" for c in CATEGORIES]
+    return f"MiB sent in round {row['round']} by all ranks: " + ", ".join(parts)
+
+
+def _train_fds(args: argparse.Namespace, config) -> int:
+    from training.checkpoint import RunDir
+    from training.fds import fds_config
+    from training.main import config_to_args, default_run_dir
+    from workflows.launch import launch_trainers
+
+    if args.centralized or not args.out or args.nproc is None:
+        raise AseprError(format_problem("asepr train --strategy fds", "INPUT (the input directory) and --nproc K",
+                                        f"INPUT {args.out!r}, --nproc {args.nproc}, --centralized {args.centralized!r}",
+                                        "run `asepr train INPUT --strategy fds --nproc K` (without --centralized)."))
+    try:
+        config = fds_config(config)
+    except AseprError as exc:
+        print(f"asepr train: error: {exc}", file=sys.stderr)
+        return 2
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config, "fds")
+    forwarded = [*config_to_args(config), "--strategy", "fds", "--fds-partition", args.fds_partition,
+                 "--run-dir", str(run_dir)]
+    forwarded += ["--resume"] * bool(args.resume) + ["-q"] * bool(args.quiet) + ["-v"] * int(args.verbose)
+    launch_trainers([args.out, *forwarded], args.nproc)
+    rows = RunDir(run_dir).read_metrics()
+    partition = (RunDir(run_dir).read_run_info() or {}).get("partition", args.fds_partition)
+    print(summary_table(rows, f"{args.nproc} trainers, {config.model}, fds ({partition} partition, "
+                              f"{config.batch_size} seeds per rank and step) on {args.out} (run directory {run_dir})"))
+    if rows:
+        print(fds_bytes_line(rows[-1]))
+    return 0
+
+
 def register(sub, add_common) -> None:
     from training.main import add_train_arguments
 
     p = sub.add_parser("train", help="train K local GNNs with reconciliation rounds (torchrun), or the baseline")
     add_common(p)
-    p.add_argument("out", nargs="?", help="the partition output of `asepr partition`")
+    p.add_argument("out", nargs="?", help="the partition output of `asepr partition` (the INPUT for --strategy fds)")
     p.add_argument("--nproc", type=int, default=None, help="trainer processes (default: one per partition)")
     p.add_argument("--centralized", metavar="INPUT", help="train on the whole INPUT in one process instead")
     add_train_arguments(p)
@@ -81,7 +122,7 @@ def register(sub, add_common) -> None:
 
 
 def _prepare_and_train(args: argparse.Namespace) -> int:
-    if not args.centralized and args.out and args.nproc is None:
+    if not args.centralized and args.out and args.nproc is None and args.strategy != "fds":
         from storage import read_manifest
 
         args.nproc = int(read_manifest(args.out)["num_parts"])

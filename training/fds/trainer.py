@@ -1,0 +1,342 @@
+"""The FDS trainer: synchronous data-parallel SGD over a vertex-partitioned graph.
+
+Every rank runs the same loop in lockstep (DistDGL's training loop):
+
+1. setup: the vertex partition (:mod:`training.fds.partition`; rank 0 computes METIS
+   and writes it into the run directory), each rank's share of the input
+   (:mod:`training.fds.graph`), the same initial model everywhere (rank 0's
+   parameters, one all_reduce under ``model``);
+2. every step: a mini-batch of the rank's own training vertices, its sampled
+   computation graph over the **whole** graph (remote hops answered by the owners) and
+   the feature rows it touches (remote rows fetched from their owners)
+   (:mod:`training.fds.remote`); forward, backward, then **one** all_reduce of a flat
+   buffer ``[Σ gradients, Σ loss, seeds]`` under ``gradients``; the gradient is divided
+   by the global number of seeds (the mean over the global batch of W·B vertices) and
+   every rank takes the same Adam step, so the replicas stay identical (checked every
+   round). Every rank takes ``max_r ceil(train_r / B)`` steps per epoch; a rank out of
+   seeds takes empty steps (it still serves the others and joins the all_reduce);
+3. R "rounds" of E epochs, to line up with ASEPR's R rounds × E local epochs: after each
+   round, exact full-neighbourhood evaluation (:mod:`training.fds.inference`, bytes
+   under ``eval``) with :class:`training.tasks.NodeTask`'s metric, a metrics row and a
+   checkpoint through :class:`training.checkpoint.RunDir` (rank 0 commits).
+
+The run directory is :class:`training.checkpoint.RunDir`'s, plus the partition::
+
+    RUN/
+      run.json               also: strategy "fds", partitioner, steps per epoch, per-rank
+                             vertices / training vertices / in-edges / remote in-edges / halo
+      fds-partition.npy      int32 [|V|]: the owner rank of each global_nid (METIS only;
+                             a resumed run reuses it)
+      metrics.csv
+      checkpoints/round-R/
+        rank-0000r.pt        rank r's byte counters and feature rows fetched / served
+        global.pt            the model (identical on every rank) and the Adam state
+
+Bytes are counted by :class:`training.comm.Comm` under the categories ``features``,
+``feature_requests``, ``sampling``, ``gradients``, ``model``, ``eval`` and ``control``.
+A metrics row has every column of :func:`training.distributed.train_rounds`' rows
+(``bytes_sent_round`` is rank 0's bytes, as there) plus ``steps``, ``rows_fetched_round``
+(rank 0's remote feature rows), and the round's bytes summed over all ranks:
+``cluster_bytes_round`` and one ``cluster_bytes_round_<category>`` per category.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from storage.errors import format_problem
+from storage.resources import peak_rss_bytes
+from storage.schema import read_meta
+from training.checkpoint import RunDir
+from training.comm import Comm
+from training.config import TrainConfig
+from training.data import build_local_graph, normalize_features, project_features
+from training.distributed import TrainerError
+from training.fds.graph import FdsGraph, load_fds_graph
+from training.fds.inference import LayerwiseInference
+from training.fds.partition import PartitionBook, count_input_rows, metis_owner, resolve_partitioner
+from training.fds.remote import DistNeighborSampler, FeatureFetcher
+from training.models import build_model, flatten, graph_operator, num_parameters, unflatten_into
+from training.tasks import NodeTask, round_seed
+
+__all__ = ["CATEGORIES", "FDS_DEFAULT_BATCH", "fds_config", "run_fds", "train_fds"]
+
+log = logging.getLogger(__name__)
+
+#: Seeds per rank and step when the config says full-batch (FDS is always mini-batch).
+FDS_DEFAULT_BATCH = 1024
+#: The byte categories of an FDS run, in the order of the metrics columns.
+CATEGORIES = ("features", "feature_requests", "sampling", "gradients", "model", "eval", "control")
+
+
+def fds_config(config: TrainConfig) -> TrainConfig:
+    """``config`` as FDS runs it: mini-batch (``batch_size`` 0 → 1024), no reconciliation."""
+    if config.task != "node":
+        raise TrainerError(format_problem("--strategy fds", "--task node (FDS trains node classification)",
+                                          f"--task {config.task}",
+                                          "use --task node, or the asepr strategy for link prediction."))
+    return dataclasses.replace(config, reconcile="avg", batch_size=config.batch_size or FDS_DEFAULT_BATCH)
+
+
+def _threads(config: TrainConfig, world: int) -> int:
+    return config.threads or max(1, (os.cpu_count() or 1) // max(world, 1))
+
+
+def _uncounted(t: torch.Tensor, comm: Comm, op) -> torch.Tensor:
+    """Bookkeeping for the metrics row (as ``distributed._round_bytes``): not counted."""
+    if comm.world_size > 1:
+        dist.all_reduce(t, op=op, group=comm.group)
+    return t
+
+
+class _Logits(torch.nn.Module):
+    """Precomputed logits in the shape of a model, so NodeTask.evaluate scores them as it
+    scores every other strategy's model."""
+
+    def __init__(self, logits: torch.Tensor):
+        super().__init__()
+        self.logits = logits
+
+    def forward(self, x, graph):
+        return self.logits
+
+
+def run_fds(input_url: str | Path, run_dir: str | Path, config: TrainConfig, *, partition: str = "auto",
+            resume: bool = False, comm: Comm | None = None, storage_options: dict | None = None,
+            on_round: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Train the FDS baseline on this rank; return the metrics rows (rank 0's log).
+
+    Parameters
+    ----------
+    input_url
+        The input directory (``edges/`` and ``nodes/`` Parquet shards), as for
+        :func:`training.centralized.run_centralized`.
+    run_dir
+        Checkpoints, ``metrics.csv`` and (METIS) ``fds-partition.npy`` go here.
+    config
+        The same settings as the other strategies (see :func:`fds_config`).
+    partition
+        ``"auto"`` (METIS up to 5 M edges, else hash), ``"metis"`` or ``"hash"``.
+    resume
+        Continue from the latest complete round of ``run_dir`` (same config, world size
+        and partitioner).
+    """
+    config = fds_config(config)
+    comm = comm or Comm()
+    torch.set_num_threads(_threads(config, comm.world_size))
+    rank, world = comm.rank, comm.world_size
+    runs = RunDir(run_dir)
+    num_nodes, num_edges = count_input_rows(input_url, storage_options=storage_options)
+    meta = read_meta(input_url, storage_options) or {}
+    if int(meta.get("num_nodes", num_nodes)) != num_nodes:
+        raise TrainerError(format_problem(f"input {input_url}", f"{meta['num_nodes']} node rows (meta.json)",
+                                          f"{num_nodes} rows", "run `asepr validate` on the input."))
+    kind = resolve_partitioner(partition, num_edges)
+    t0 = time.perf_counter()
+    cut = None
+    if resume:
+        saved = runs.read_run_info() or {}
+        if saved and (saved.get("strategy") != "fds" or saved.get("partition") != kind):
+            raise TrainerError(format_problem(
+                f"run directory {runs.path}", f"an fds run partitioned by {kind}",
+                f"strategy {saved.get('strategy', 'asepr')}, partition {saved.get('partition')}",
+                "resume with the original --strategy and --fds-partition, or start a new run."))
+    elif kind == "metis" and rank == 0:
+        owner, cut = metis_owner(input_url, world, num_nodes=num_nodes, seed=config.seed,
+                                 storage_options=storage_options)
+        PartitionBook("metis", world, num_nodes, owner_array=owner).save(run_dir)
+    comm.barrier()
+    if kind == "metis":
+        book = PartitionBook.load(run_dir, world, num_nodes)
+    else:
+        book = PartitionBook("hash", world, num_nodes, seed=config.seed)
+    partition_seconds = time.perf_counter() - t0
+    t_load = time.perf_counter()
+    graph = load_fds_graph(input_url, book, rank, storage_options=storage_options)
+    load_seconds = time.perf_counter() - t_load
+    info = {"input": str(input_url), "strategy": "fds", "partition": kind,
+            "partition_seconds": round(partition_seconds, 3), "metis_symmetric_cut": cut}
+    return train_fds(graph, run_dir, config, comm=comm, resume=resume, on_round=on_round, info=info,
+                     load_seconds=load_seconds)
+
+
+def _rank_stats(graph: FdsGraph, comm: Comm) -> list[dict[str, int]]:
+    remote = graph.book.owner(graph.in_src) != comm.rank
+    mine = torch.tensor([graph.num_owned, len(graph.train_idx), graph.num_in_edges, int(remote.sum()),
+                         len(torch.unique(graph.in_src[remote]))], dtype=torch.int64)
+    names = ("vertices", "train", "in_edges", "remote_in_edges", "halo")
+    return [dict(zip(names, t.tolist())) for t in comm.all_gather(mine, "control")]
+
+
+def _epoch(model, optimizer, graph: FdsGraph, config: TrainConfig, comm: Comm, sampler: DistNeighborSampler,
+           fetcher: FeatureFetcher, steps: int, generator: torch.Generator) -> tuple[float, float]:
+    """One epoch of ``steps`` synchronous steps; returns (Σ loss, Σ seeds) over all ranks."""
+    train_idx = graph.train_idx
+    batches = list(torch.split(train_idx[torch.randperm(len(train_idx), generator=generator)], config.batch_size))
+    batches += [train_idx[:0]] * (steps - len(batches))
+    params = list(model.parameters())
+    loss_total, seeds_total = 0.0, 0.0
+    for local_nid in batches:
+        seeds = graph.global_nid[local_nid]
+        n_id, edge_index = sampler.sample(seeds, config.fanouts, generator)
+        x = fetcher.fetch(n_id)
+        model.train()
+        optimizer.zero_grad()
+        k = len(seeds)
+        loss_value = 0.0
+        if k:
+            out = model(x, graph_operator(config.model, edge_index, len(n_id)))
+            loss = F.cross_entropy(out[:k], graph.y[local_nid], reduction="sum")
+            loss.backward()
+            loss_value = float(loss.detach())
+        wire = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel()) for p in params]
+                         + [torch.tensor([loss_value, float(k)])])
+        comm.all_reduce(wire, "gradients")
+        total = float(wire[-1])
+        loss_total += float(wire[-2])
+        seeds_total += total
+        if total > 0:
+            offset = 0
+            for p in params:
+                p.grad = (wire[offset: offset + p.numel()] / total).view_as(p).clone()
+                offset += p.numel()
+            optimizer.step()
+    return loss_total, seeds_total
+
+
+def _check_replicas(model, comm: Comm) -> None:
+    flat = flatten(model).to(torch.float64)
+    mine = torch.stack([flat.sum(), (flat * torch.arange(1, flat.numel() + 1, dtype=torch.float64)).sum()])
+    sums = comm.all_gather(mine, "control")
+    if any(not torch.equal(s, sums[0]) for s in sums):
+        raise TrainerError(format_problem("fds model replicas", "identical parameters on every rank",
+                                          "different parameters", "report this: the synchronous step diverged."))
+
+
+def train_fds(graph: FdsGraph, run_dir: str | Path, config: TrainConfig, *, comm: Comm, resume: bool = False,
+              on_round: Callable[[dict[str, Any]], None] | None = None, info: dict[str, Any] | None = None,
+              load_seconds: float = 0.0) -> list[dict[str, Any]]:
+    """The FDS round loop on an already loaded rank graph (see :func:`run_fds`)."""
+    config = fds_config(config)
+    rank, world = comm.rank, comm.world_size
+    runs = RunDir(run_dir)
+    source = (info or {}).get("input", "the input")
+    num_classes = comm.max_int(int(graph.y.max()) + 1 if graph.num_owned else 0)
+    graph.x = normalize_features(graph.x, config.feature_norm)
+    if config.feature_projection:
+        graph.x = project_features(graph.x, config.feature_projection, config.seed)
+    in_dim = comm.max_int(int(graph.x.shape[1]) if graph.num_owned else 0)
+    if not graph.num_owned:
+        graph.x = torch.zeros((0, in_dim))
+    elif graph.x.shape[1] != in_dim:
+        raise TrainerError(format_problem(f"node shards of {source}", f"feature width {in_dim} on every rank",
+                                          f"width {graph.x.shape[1]}", "run `asepr validate` on the input."))
+    if num_classes < 2:
+        raise TrainerError(format_problem(f"labels of {source}", "at least 2 classes for --task node",
+                                          f"{num_classes} classes", "use an input with labels."))
+    torch.manual_seed(config.seed)
+    model = build_model(config, in_dim, num_classes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    steps_per_epoch = comm.max_int(math.ceil(len(graph.train_idx) / config.batch_size))
+    ranks = _rank_stats(graph, comm)
+    info = {**(info or {}), "strategy": "fds", "world_size": world, "config": config.to_dict(), "task": config.task,
+            "num_parameters": num_parameters(model), "steps_per_epoch": steps_per_epoch, "ranks": ranks,
+            "remote_in_edges": sum(r["remote_in_edges"] for r in ranks),
+            "in_edges": sum(r["in_edges"] for r in ranks)}
+    rows: list[dict[str, Any]] = []
+    start_round, elapsed = 0, 0.0
+    sampler = DistNeighborSampler(graph, comm)
+    fetcher = FeatureFetcher(graph, comm)
+    if resume:
+        saved_info, latest = runs.read_run_info(), runs.latest_round()
+        if saved_info is None or latest is None:
+            raise TrainerError(format_problem(f"run directory {runs.path}", "a complete checkpoint to resume",
+                                              "none", "run without --resume to start a new run."))
+        conflicts = config.resume_conflicts(saved_info.get("config", {}))
+        if conflicts or int(saved_info.get("world_size", world)) != world:
+            raise TrainerError(format_problem(
+                f"run directory {runs.path}", "the same config and world size as the run being resumed",
+                f"differences in {conflicts or ['world_size']}",
+                "resume with the original flags (only --rounds may change), or start a new run."))
+        g, r = runs.load_global(latest), runs.load_rank(latest, rank)
+        unflatten_into(model, g["global"].to(torch.float32))
+        optimizer.load_state_dict(g["optimizer"])
+        comm.bytes.load_state_dict(r["bytes"])
+        fetcher.rows_fetched, fetcher.rows_served = int(r["rows_fetched"]), int(r["rows_served"])
+        rows, elapsed, start_round = list(g["metrics_rows"]), float(g["elapsed"]), latest + 1
+    elif rank == 0:
+        runs.clear()
+        runs.write_run_info(info)
+    comm.barrier()
+    # Every rank starts from rank 0's parameters (as DDP broadcasts them); the first round's
+    # bytes include this sync.
+    sent_before = dict(comm.bytes.sent)
+    wire = flatten(model) if rank == 0 else torch.zeros(num_parameters(model))
+    unflatten_into(model, comm.all_reduce(wire, "model"))
+    infer = LayerwiseInference(graph, comm, config.model)
+    owned = build_local_graph(graph.global_nid.numpy(), np.zeros((graph.num_owned, 0), np.float32),
+                              graph.y.numpy(), graph.split.numpy(), np.ones(graph.num_owned, bool),
+                              np.zeros(0, np.int64), np.zeros(0, np.int64), None, undirected=False)
+    scorer = NodeTask(owned, num_classes, config)
+    if rank == 0:
+        log.info("fds: %d ranks, %s partition, %s model with %d parameters, %d steps per epoch of %d seeds per rank",
+                 world, info.get("partition"), config.model, num_parameters(model), steps_per_epoch,
+                 config.batch_size)
+    for rnd in range(start_round, config.rounds):
+        t0 = time.perf_counter()
+        if rnd > start_round:
+            sent_before = dict(comm.bytes.sent)
+        fetched_before = fetcher.rows_fetched
+        torch.manual_seed(round_seed(config.seed, rnd, rank))
+        gen = torch.Generator().manual_seed(round_seed(config.seed, rnd, rank, 1))
+        loss_sum, seeds = 0.0, 0.0
+        for _ in range(config.local_epochs):
+            loss_sum, seeds = _epoch(model, optimizer, graph, config, comm, sampler, fetcher, steps_per_epoch, gen)
+        train_seconds = time.perf_counter() - t0
+        _check_replicas(model, comm)
+        row: dict[str, Any] | None = None
+        if (rnd + 1) % config.eval_every == 0 or rnd + 1 == config.rounds:
+            metrics = scorer.evaluate(_Logits(infer.logits(model)), comm)
+            round_sent = {c: comm.bytes.sent.get(c, 0.0) - sent_before.get(c, 0.0) for c in CATEGORIES}
+            cluster = _uncounted(torch.tensor([round_sent[c] for c in CATEGORIES], dtype=torch.float64), comm,
+                                 dist.ReduceOp.SUM)
+            max_sent = _uncounted(torch.tensor([comm.bytes.total_sent], dtype=torch.float64), comm, dist.ReduceOp.MAX)
+            seconds = time.perf_counter() - t0
+            elapsed += seconds
+            row = {"round": rnd + 1, "generation": 0, "seconds": round(seconds, 4),
+                   "elapsed_s": round(elapsed, 4), "train_seconds": round(train_seconds, 4),
+                   "loss": loss_sum / seeds if seeds else float("nan"), "kd_loss": float("nan"),
+                   "metric": scorer.metric, "val": metrics["val"], "test": metrics["test"],
+                   **{k: v for k, v in metrics.items() if k not in ("val", "test")},
+                   "bytes_sent_round": sum(round_sent.values()), "bytes_sent_total_max": float(max_sent.item()),
+                   "world_size": world, "peak_rss_mib": round(peak_rss_bytes() / 2**20, 1),
+                   "steps": steps_per_epoch * config.local_epochs,
+                   "rows_fetched_round": fetcher.rows_fetched - fetched_before,
+                   "cluster_bytes_round": float(cluster.sum()),
+                   **{f"cluster_bytes_round_{c}": float(v) for c, v in zip(CATEGORIES, cluster.tolist())}}
+            rows.append(row)
+        else:
+            elapsed += time.perf_counter() - t0
+        runs.save_rank(rnd, rank, {"bytes": comm.bytes.state_dict(), "rows_fetched": fetcher.rows_fetched,
+                                   "rows_served": fetcher.rows_served})
+        comm.barrier()
+        if rank == 0:
+            runs.commit(rnd, world, {"global": flatten(model), "optimizer": optimizer.state_dict(), "generation": 0,
+                                     "elapsed": elapsed, "load_seconds": load_seconds}, rows)
+            if row is not None:
+                log.info("round %d: %s", rnd + 1, row)
+                if on_round is not None:
+                    on_round(row)
+    return rows
