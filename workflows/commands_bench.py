@@ -45,6 +45,17 @@ def _bench_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_train(args: argparse.Namespace) -> int:
+    from training.main import config_from_args
+    from workflows.bench_train import TRAIN_STRATEGIES, bench_train
+
+    bench_train(args.datasets, args.k, args.strategies or TRAIN_STRATEGIES, Path(args.out),
+                config=config_from_args(args), cache=Path(args.cache) if args.cache else None,
+                keep_runs=args.keep_runs)
+    print(f"wrote {args.out}/train.md, train.parquet and train_rounds.parquet")
+    return 0
+
+
 def register(sub, add_common) -> None:
     p = sub.add_parser("bench", help="side-by-side benchmarks that write tables")
     bench_sub = p.add_subparsers(dest="bench_command", required=True, metavar="BENCH")
@@ -81,3 +92,18 @@ def register(sub, add_common) -> None:
     q.add_argument("--repeat", type=int, default=1,
                    help="alternate the ingest and the full repartition this many times; compare medians")
     q.set_defaults(handler=_bench_ingest, command="bench")
+
+    q = bench_sub.add_parser("train", help="training strategies x datasets x k: accuracy, time to target, bytes")
+    add_common(q)
+    from training.main import add_train_arguments
+
+    q.add_argument("--datasets", nargs="+", default=["amazon-computers", "coauthor-physics"],
+                   help="shared dataset names or input directories")
+    q.add_argument("-k", nargs="+", type=int, default=[4, 8])
+    q.add_argument("--strategies", nargs="+", default=None,
+                   help="centralized, avg, avg+kd, avg+con, avg+kd+con, fds (default: all but fds)")
+    q.add_argument("--out", default="report")
+    q.add_argument("--cache", help="where imported inputs and partitions are kept (default OUT/inputs)")
+    q.add_argument("--keep-runs", action="store_true", help="keep every run directory under OUT/runs")
+    add_train_arguments(q)
+    q.set_defaults(handler=_bench_train, command="bench")

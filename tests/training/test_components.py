@@ -62,7 +62,7 @@ def test_config_validation_names_the_field():
     assert TrainConfig(rounds=3).resume_conflicts(TrainConfig(rounds=9).to_dict()) == []
     assert TrainConfig(lr=0.1).resume_conflicts(TrainConfig().to_dict()) == ["kd_lr", "lr"]
     # task-dependent defaults
-    assert (TrainConfig().lr, TrainConfig().dropout, TrainConfig().kd_lr) == (0.01, 0.5, 0.005)
+    assert (TrainConfig().lr, TrainConfig().dropout, TrainConfig().kd_lr) == (0.01, 0.5, 0.001)
     assert (TrainConfig(task="link").lr, TrainConfig(task="link").dropout) == (0.001, 0.0)
 
 
