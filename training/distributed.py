@@ -208,8 +208,8 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
         elapsed = float(g["elapsed"])
         start_round = latest + 1
         if int(g.get("generation", generation)) != generation and rank == 0:
-            log.warning("resuming round %d on generation %d (the checkpoint was trained on generation %d)",
-                        start_round, generation, int(g["generation"]))
+            log.warning("resuming at round %d on generation %d (the checkpoint was trained on generation %d)",
+                        start_round + 1, generation, int(g["generation"]))
     elif rank == 0:
         runs.clear()
         runs.write_run_info(info)

@@ -19,6 +19,7 @@ This module only orchestrates: the training is :mod:`training`, the launch
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import shutil
 import time
@@ -73,6 +74,25 @@ def summarise_run(rows: list[dict[str, Any]], target: float | None, local_epochs
         "bytes_per_epoch": sum(sent) / len(sent) / max(local_epochs, 1),
         "peak_rss_mib_rank0": float(last.get("peak_rss_mib", float("nan"))),
     }
+
+
+def _finished(run_dir: Path, config: TrainConfig) -> list[dict[str, Any]] | None:
+    """The metrics of an earlier complete run of the same config in ``run_dir`` (reused), else None."""
+    runs = RunDir(run_dir)
+    info = runs.read_run_info()
+    rows = runs.read_metrics()
+    if not info or not rows or int(rows[-1]["round"]) != config.rounds:
+        return None
+    saved = dict(info.get("config", {}))
+    mine = config.to_dict()
+    return rows if all(saved.get(k) == v for k, v in mine.items() if k not in ("timeout_s", "threads")) else None
+
+
+def _wall(run_dir: Path) -> float:
+    try:
+        return float(json.loads((run_dir / "bench.json").read_text())["wall_s"])
+    except (FileNotFoundError, ValueError, KeyError):
+        return float("nan")
 
 
 def _partition(input_dir: Path, cache: Path, name: str, k: int, seed: int) -> Path:
@@ -154,9 +174,13 @@ def bench_train(
             from training.centralized import run_centralized
 
             echo(f"bench train: {name}: centralized")
-            t0 = time.perf_counter()
-            central_rows = run_centralized(input_dir, runs_dir / name / "centralized", config)
-            wall = time.perf_counter() - t0
+            run_dir = runs_dir / name / "centralized"
+            central_rows = _finished(run_dir, dataclasses.replace(config, reconcile="avg"))
+            if central_rows is None:
+                t0 = time.perf_counter()
+                central_rows = run_centralized(input_dir, run_dir, config)
+                (run_dir / "bench.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
+            wall = _wall(run_dir)
             target = TARGET_FRACTION * max(float(r["val"]) for r in central_rows)
             row = {**base, "k": 1, "strategy": "centralized", "wall_s": wall,
                    **summarise_run(central_rows, target, config.local_epochs)}
@@ -170,16 +194,21 @@ def bench_train(
                     continue
                 echo(f"bench train: {name}: k={k}: {strategy}")
                 run_dir = runs_dir / name / f"k{k}-{strategy.replace('+', '-')}"
+                run_config = dataclasses.replace(config, reconcile="avg" if strategy == "fds" else strategy)
                 if strategy == "fds":
-                    args = [str(input_dir), *config_to_args(dataclasses.replace(config, reconcile="avg")),
-                            "--strategy", "fds", "--run-dir", str(run_dir), "-q"]
-                else:
-                    args = [str(parts), *config_to_args(dataclasses.replace(config, reconcile=strategy)),
+                    args = [str(input_dir), *config_to_args(run_config), "--strategy", "fds",
                             "--run-dir", str(run_dir), "-q"]
-                t0 = time.perf_counter()
-                launch_trainers(args, k)
-                wall = time.perf_counter() - t0
-                rows = RunDir(run_dir).read_metrics()
+                else:
+                    args = [str(parts), *config_to_args(run_config), "--run-dir", str(run_dir), "-q"]
+                rows = _finished(run_dir, run_config) if keep_runs else None
+                if rows is None:
+                    t0 = time.perf_counter()
+                    launch_trainers(args, k)
+                    (run_dir / "bench.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
+                    rows = RunDir(run_dir).read_metrics()
+                else:
+                    echo("  (reusing the finished run in " + str(run_dir) + ")")
+                wall = _wall(run_dir)
                 summary = summarise_run(rows, target, config.local_epochs)
                 results.append({**base, "k": k, "strategy": strategy, "wall_s": wall,
                                 "replication_factor": manifest.get("metrics", {}).get("replication_factor"),
@@ -187,6 +216,10 @@ def bench_train(
                 run_curves += [{**r, "strategy": strategy} for r in rows]
                 echo(f"  final test {summary.get('final_test', float('nan')):.4f}, rounds to target "
                      f"{summary.get('rounds_to_target')}, {summary.get('bytes_per_round', 0) / 2**20:.2f} MiB/rank/round")
+                # The report so far is rewritten after every run: a long benchmark stopped
+                # midway keeps what it measured.
+                _write(results, curves + [{**c, "dataset": name, "k": k} for c in run_curves], plots, out,
+                       config, strategies, started, machine)
             curves += [{**c, "dataset": name, "k": k} for c in run_curves]
             metric = (central_rows or rows or [{}])[-1].get("metric", "metric")
             plots += _plots(run_curves, out, name, k, metric)

@@ -56,6 +56,14 @@ def _bench_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_all(args: argparse.Namespace) -> int:
+    from workflows.bench_all import bench_all
+
+    bench_all(Path(args.out), quick=args.quick, cache=Path(args.cache) if args.cache else None)
+    print(f"wrote {args.out}/report.md")
+    return 0
+
+
 def register(sub, add_common) -> None:
     p = sub.add_parser("bench", help="side-by-side benchmarks that write tables")
     bench_sub = p.add_subparsers(dest="bench_command", required=True, metavar="BENCH")
@@ -107,3 +115,10 @@ def register(sub, add_common) -> None:
     q.add_argument("--keep-runs", action="store_true", help="keep every run directory under OUT/runs")
     add_train_arguments(q)
     q.set_defaults(handler=_bench_train, command="bench")
+
+    q = bench_sub.add_parser("all", help="partition + train (with fds) + ingest, one report")
+    add_common(q)
+    q.add_argument("--quick", action="store_true", help="the small sizes the tests run (a few minutes)")
+    q.add_argument("--out", default="report")
+    q.add_argument("--cache", help="where imported inputs and partitions are kept (default OUT/inputs)")
+    q.set_defaults(handler=_bench_all, command="bench")

@@ -1,14 +1,18 @@
 """`asepr demo`: the whole flow on the bundled Cora graph.
 
-Import, validate, partition into 4 with ASEP (one Zarr store per partition plus
-``manifest.json``), verify every invariant, print the metrics and partitions, then
-train 4 GraphSAGE ranks with reconciliation rounds (``avg+kd+con``, through torchrun's
-API) and compare their final accuracy with the centralized baseline.
+Import and validate; hold the last 10 % of the edge stream back; partition the rest
+into 4 with ASEP (one Zarr store per partition plus ``manifest.json``), verify every
+invariant and print the metrics and partitions; train 4 GraphSAGE ranks with
+reconciliation rounds (``avg+kd+con``, through torchrun's API); ingest the held-back
+edges as generation 2 (``pipeline.ingest``), verify again, and resume training on
+generation 2; finally compare the final accuracy with the centralized baseline on the
+whole graph.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import tempfile
 import time
@@ -27,14 +31,19 @@ from training.config import TrainConfig
 from training.main import config_to_args
 from workflows.commands_partition import metrics_table, partition_table
 from workflows.commands_train import summary_table
+from workflows.bench_ingest import split_stream
 from workflows.launch import launch_trainers
 
 __all__ = ["DEMO_PARTS", "bundled_cora", "run_demo"]
 
 #: Partitions (and trainer ranks) of the demo run.
 DEMO_PARTS = 4
-#: The demo's training: small and quick (about a minute for both runs on 2 cores).
-DEMO_TRAIN = TrainConfig(hidden=64, rounds=5, local_epochs=3, kd_steps=5)
+#: The demo's training: small and quick (about a minute for all runs on 2 cores).
+DEMO_TRAIN = TrainConfig(hidden=64, rounds=6, local_epochs=3, kd_steps=5)
+#: Rounds trained on generation 1, before the held-back edges are ingested.
+DEMO_ROUNDS_GEN1 = 4
+#: The share of the edge stream (its end) held back for the ingest step.
+DEMO_HELD_BACK = 0.10
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +82,14 @@ def run_demo(workdir: str | Path | None = None, echo=print) -> dict:
         echo("asepr demo: validating the input, streaming")
         report = validate_input(input_dir)
         echo(report.summary())
+        first_dir, new_dir = base / "cora-first", base / "cora-new"
+        num_edges = int(meta["num_edges"])
+        kept, held = split_stream(input_dir, first_dir, new_dir, num_edges - round(DEMO_HELD_BACK * num_edges))
+        echo(f"asepr demo: holding back the last {held:,} of {num_edges:,} edges for the ingest step")
         out_dir = base / "cora-parts"
-        echo(f"asepr demo: partitioning into {DEMO_PARTS} with ASEP into {out_dir}")
+        echo(f"asepr demo: partitioning the first {kept:,} edges into {DEMO_PARTS} with ASEP into {out_dir}")
         manifest = partition_to_store(
-            input_dir, out_dir, PartitionConfig(num_parts=DEMO_PARTS, algo="asep"), overwrite=True
+            first_dir, out_dir, PartitionConfig(num_parts=DEMO_PARTS, algo="asep"), overwrite=True
         )
         echo("asepr demo: verifying every invariant of the output")
         verified = verify_output(out_dir)
@@ -85,7 +98,7 @@ def run_demo(workdir: str | Path | None = None, echo=print) -> dict:
             raise StoreError(f"asepr demo: the partition output {out_dir} failed verification")
         echo(metrics_table(manifest))
         echo(partition_table(manifest))
-        training = _train(input_dir, out_dir, base, echo)
+        training = _train(input_dir, out_dir, new_dir, base, echo)
         echo(
             f"asepr demo: done in {time.perf_counter() - start:.1f} s, "
             f"peak RSS {peak_rss_bytes() / 2**20:.0f} MiB"
@@ -94,15 +107,27 @@ def run_demo(workdir: str | Path | None = None, echo=print) -> dict:
                 "manifest": manifest, "verify": verified, **training}
 
 
-def _train(input_dir: Path, out_dir: Path, base: Path, echo) -> dict:
-    """Train DEMO_PARTS ranks on the partitions, then the centralized baseline; compare."""
+def _train(input_dir: Path, out_dir: Path, new_dir: Path, base: Path, echo) -> dict:
+    """Train on generation 1, ingest the held-back edges, resume on generation 2, compare."""
+    from pipeline.ingest import ingest
     from training.centralized import run_centralized
 
     config = DEMO_TRAIN
     run_dir = base / "runs" / "asepr"
-    echo(f"asepr demo: training {DEMO_PARTS} GraphSAGE ranks, {config.rounds} rounds of "
+    first = dataclasses.replace(config, rounds=DEMO_ROUNDS_GEN1)
+    echo(f"asepr demo: training {DEMO_PARTS} GraphSAGE ranks, {first.rounds} rounds of "
          f"{config.local_epochs} local epochs, reconciliation {config.reconcile} (torchrun, gloo)")
-    launch_trainers([str(out_dir), *config_to_args(config), "--run-dir", str(run_dir), "-q"], DEMO_PARTS)
+    launch_trainers([str(out_dir), *config_to_args(first), "--run-dir", str(run_dir), "-q"], DEMO_PARTS)
+    echo(f"asepr demo: ingesting the held-back edges ({new_dir / 'edges'}) as the next generation")
+    manifest = ingest(out_dir, new_dir / "edges")
+    verified = verify_output(out_dir)
+    echo(verified.summary())
+    if not verified.ok:
+        raise StoreError(f"asepr demo: the output {out_dir} failed verification after the ingest")
+    echo(f"asepr demo: generation {manifest['generation']} holds {manifest['num_edges']:,} edges; "
+         f"resuming training on it for {config.rounds - first.rounds} more rounds (--resume)")
+    launch_trainers([str(out_dir), *config_to_args(config), "--run-dir", str(run_dir), "--resume", "-q"],
+                    DEMO_PARTS)
     rows = RunDir(run_dir).read_metrics()
     echo(summary_table(rows, f"asepr: {DEMO_PARTS} ranks, each on its own partition"))
     echo(f"asepr demo: the centralized baseline (same model, whole graph, {config.rounds * config.local_epochs} epochs)")
