@@ -44,7 +44,13 @@ from storage.resources import peak_rss_bytes
 from training.checkpoint import RunDir
 from training.comm import Comm
 from training.config import TrainConfig
-from training.data import LocalGraph, load_local_graph, normalize_features, project_features, rank_partitions
+from training.data import (
+    LocalGraph,
+    load_local_graph,
+    normalize_features,
+    project_features,
+    rank_partitions,
+)
 from training.local import train_local
 from training.models import build_model, flatten, num_parameters, unflatten_into
 from training.reconcile import distill, weighted_average

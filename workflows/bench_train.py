@@ -249,17 +249,17 @@ def _write(results, curves, plots, out: Path, config: TrainConfig, strategies, s
     lines = [
         "# asepr bench train",
         "",
-        f"Run {started}; {machine['cores']} cores, {machine['memory_gib']} GiB; "
-        f"strategies {', '.join(strategies)}; model {config.model}, hidden {config.hidden}, "
-        f"{config.num_layers} layers, {config.rounds} rounds × {config.local_epochs} local epochs "
-        f"(the centralized run: {config.rounds * config.local_epochs} epochs, one row per "
-        f"{config.local_epochs}); seed {config.seed}; feature projection {config.feature_projection or 'off'}; "
-        f"feature norm {config.feature_norm}; defaults of TrainConfig otherwise.",
+        (f"Run {started}; {machine['cores']} cores, {machine['memory_gib']} GiB; "
+         f"strategies {', '.join(strategies)}; model {config.model}, hidden {config.hidden}, "
+         f"{config.num_layers} layers, {config.rounds} rounds × {config.local_epochs} local epochs "
+         f"(the centralized run: {config.rounds * config.local_epochs} epochs, one row per "
+         f"{config.local_epochs}); seed {config.seed}; feature projection {config.feature_projection or 'off'}; "
+         f"feature norm {config.feature_norm}; defaults of TrainConfig otherwise."),
         "",
-        "`rounds to 95%`: the first round whose validation metric reaches 95 % of the centralized run's "
-        "best validation metric; `s to 95%`: the training seconds (summed round times, without process "
-        "start-up) at that round. `wall_s`: the whole launch, start-up included. Bytes: sent per rank, as "
-        "counted by `training.comm` (ring cost model for all_reduce / all_gather, exact for all_to_all).",
+        ("`rounds to 95%`: the first round whose validation metric reaches 95 % of the centralized run's "
+         "best validation metric; `s to 95%`: the training seconds (summed round times, without process "
+         "start-up) at that round. `wall_s`: the whole launch, start-up included. Bytes: sent per rank, as "
+         "counted by `training.comm` (ring cost model for all_reduce / all_gather, exact for all_to_all)."),
         "",
         _markdown(table_rows, columns),
         "",

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from storage.errors import AseprError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 log = logging.getLogger("asepr")
 

@@ -29,9 +29,9 @@ from storage.validate import validate_input
 from training.checkpoint import RunDir
 from training.config import TrainConfig
 from training.main import config_to_args
+from workflows.bench_ingest import split_stream
 from workflows.commands_partition import metrics_table, partition_table
 from workflows.commands_train import summary_table
-from workflows.bench_ingest import split_stream
 from workflows.launch import launch_trainers
 
 __all__ = ["DEMO_PARTS", "bundled_cora", "run_demo"]
