@@ -56,13 +56,15 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tau", type=float, default=d.tau, help="temperature of the contrastive loss")
     p.add_argument("--kd-steps", type=int, default=d.kd_steps)
     p.add_argument("--kd-temperature", type=float, default=d.kd_temperature)
-    p.add_argument("--kd-lr", type=float, default=None, help="default lr / 2")
+    p.add_argument("--kd-lr", type=float, default=None, help="default lr / 10")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="0: full-batch (default)")
     p.add_argument("--fanouts", type=lambda s: tuple(int(x) for x in s.split(",")), default=d.fanouts,
                    help="neighbours per layer in mini-batch mode, e.g. 10,10")
     p.add_argument("--link-val-fraction", type=float, default=d.link_val_fraction)
     p.add_argument("--link-test-fraction", type=float, default=d.link_test_fraction)
     p.add_argument("--eval-negatives", type=int, default=d.link_eval_negatives)
+    p.add_argument("--feature-norm", choices=["l2", "l1", "none"], default=d.feature_norm,
+                   help="row normalisation of the features (default l2)")
     p.add_argument("--feature-projection", type=int, default=d.feature_projection,
                    help="project features wider than P to P dimensions (seeded Gaussian); 0: off")
     p.add_argument("--seed", type=int, default=d.seed)
