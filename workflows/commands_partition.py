@@ -271,6 +271,13 @@ def inspect_text(out: str | Path, manifest: dict[str, Any]) -> str:
             f"increments   {len(increments)} ingested (+{sum(i.get('new_edges', 0) for i in increments):,} edges, "
             f"+{sum(i.get('new_nodes', 0) for i in increments):,} nodes); last in generation {last.get('generation')}"
         ))
+    rebalances = manifest.get("rebalances", [])
+    if rebalances:
+        last = rebalances[-1]
+        lines.insert(5 if increments else 4, (
+            f"rebalances   {len(rebalances)}; last in generation {last.get('generation')}: moved "
+            f"{last.get('moved_communities', 0):,} communities and {last.get('moved_edges', 0):,} edges"
+        ))
     drift = drift_text(out, manifest)
     if drift:
         lines.append(drift)

@@ -92,7 +92,8 @@ def test_rebalance_command_and_advice(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "committed generation 3" in text and "community balance" in text
     assert main(["inspect", str(out)]) == 0
-    assert "no rebalance needed" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "no rebalance needed" in text and "rebalances   1; last in generation 3" in text
     assert main(["verify", str(out)]) == 0
     assert main(["rebalance", str(out), "--workers", "0"]) == 0
     assert "nothing to rebalance" in capsys.readouterr().out
