@@ -189,6 +189,21 @@ def test_new_nodes_get_clusters_communities_and_masters(tmp_path, gen1, case):
     assert report.ok, report.summary()
 
 
+def test_nodes_without_edges_can_be_ingested_alone(gen1, tmp_path):
+    out = _copy(gen1, tmp_path / "out")
+    n0 = read_manifest(out)["num_nodes"]
+    (tmp_path / "nodes").mkdir()
+    pq.write_table(node_table(np.arange(n0, n0 + 3), np.ones((3, 8))), tmp_path / "nodes" / "n.parquet")
+    (tmp_path / "edges").mkdir()
+    pq.write_table(edge_table(np.zeros(0, np.int64), np.zeros(0, np.int64)), tmp_path / "edges" / "none.parquet")
+    manifest = ingest(out, tmp_path / "edges", tmp_path / "nodes")
+    assert manifest["num_nodes"] == n0 + 3 and manifest["generation"] == 2
+    master = read_state(out)["vertices/master"][n0:]
+    assert ((master >= 0) & (master < 4)).all()
+    report = verify_output(out)
+    assert report.ok, report.summary()
+
+
 # --- exactly once ------------------------------------------------------------------------------
 
 
