@@ -298,12 +298,21 @@ def _module_version(name: str) -> str:
 
 
 def _version() -> str:
+    """The asepr version: the git commit of the checkout (with ``+dirty`` for local edits)."""
+    repo = Path(__file__).resolve().parents[1]
     try:
-        from importlib.metadata import version
+        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        try:
+            from importlib.metadata import version
 
-        return version("asepr")
-    except Exception:  # noqa: BLE001
-        return "?"
+            return version("asepr")
+        except Exception:  # noqa: BLE001 - a version string is informative only
+            return "?"
 
 
 if __name__ == "__main__":  # a phase in a child process
