@@ -388,6 +388,17 @@ def test_outputs_that_cannot_be_ingested_into(gen1, tmp_path, case):
         ingest(bad, case["root"] / "inc" / "edges", case["root"] / "inc" / "nodes")
 
 
+def test_a_second_writer_is_refused(gen1, tmp_path, case):
+    import os
+
+    from storage.lock import OutputLock
+
+    out = _copy(gen1, tmp_path / "out")
+    with OutputLock(out), pytest.raises(StoreError, match=f"pid {os.getpid()}"):
+        ingest(out, case["root"] / "inc" / "edges", case["root"] / "inc" / "nodes")
+    assert read_manifest(out)["generation"] == 1 and not (out / STAGING_NAME).exists()
+
+
 # --- algorithms, halo, undirected, Dask ---------------------------------------------------------
 
 
