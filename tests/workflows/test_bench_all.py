@@ -21,7 +21,7 @@ def test_bench_all_quick_writes_every_part(tmp_path, capsys):
         assert col in train[0]
     curves = pq.read_table(out / "train_rounds.parquet").column_names
     assert {"round", "val", "elapsed_s", "bytes_sent_round", "strategy", "dataset", "k"} <= set(curves)
-    assert {"algo", "replication_factor"} <= set(pq.read_table(out / "partition.parquet").column_names)
+    assert {"algo", "rf", "edge_balance"} <= set(pq.read_table(out / "partition.parquet").column_names)
     assert pq.read_table(out / "ingest" / "ingest.parquet").num_rows > 0
     pngs = sorted(p.name for p in out.glob("train-*.png"))
     assert pngs and all(f"({p})" in (out / "train.md").read_text() for p in pngs)
