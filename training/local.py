@@ -4,6 +4,12 @@ Full-batch by default; with ``batch_size > 0`` the task yields sampled mini-batc
 (:mod:`training.sampler`). With ``con``, the global model of this round and the rank's
 previous local model run on the same batch (frozen, without dropout) and the
 cross-layer contrastive loss pulls the local layers towards the global ones.
+
+Both frozen models are fixed for the whole call and run without dropout, so on the
+full local graph their layer outputs are the same at every step: they are computed once
+per call and reused (identical results; on amazon-computers, k = 4, 20 local epochs, it
+removes two of the three forward passes of every contrastive step). Sampled mini-batches
+differ from step to step and run the frozen models on each batch.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ def train_local(model, optimizer, task, config, generator: torch.Generator, *,
         global_model.eval()
         previous_model.eval()
     last = float("nan")
+    full_graph_frozen = None  # (global layers, previous layers) on the full local graph
     for _ in range(config.local_epochs):
         model.train()
         total, steps = 0.0, 0
@@ -41,9 +48,14 @@ def train_local(model, optimizer, task, config, generator: torch.Generator, *,
             loss = batch.loss(out)
             task_loss = float(loss.detach())
             if contrast and len(batch.anchors):
-                with torch.no_grad():
-                    _, g_layers = _forward(global_model, x, batch)
-                    _, p_layers = _forward(previous_model, x, batch)
+                if batch.n_id is None and full_graph_frozen is not None:
+                    g_layers, p_layers = full_graph_frozen
+                else:
+                    with torch.no_grad():
+                        _, g_layers = _forward(global_model, x, batch)
+                        _, p_layers = _forward(previous_model, x, batch)
+                    if batch.n_id is None:
+                        full_graph_frozen = (g_layers, p_layers)
                 loss = loss + config.mu * contrastive_loss(layers, g_layers, p_layers, batch.anchors, config.tau)
             loss.backward()
             optimizer.step()
