@@ -34,10 +34,14 @@ import torch
 
 from storage.errors import StoreError, format_problem
 
-__all__ = ["RunDir"]
+__all__ = ["RunDir", "TrainerError"]
 
 LATEST = "latest.json"
 KEEP_ROUNDS = 2
+
+
+class TrainerError(StoreError):
+    """A trainer could not continue (a peer died, a collective timed out, bad run directory)."""
 
 
 def write_bytes_atomic(path: Path, data: bytes) -> None:
@@ -131,6 +135,22 @@ class RunDir:
         except (ValueError, KeyError, TypeError) as exc:
             raise StoreError(format_problem(f"{self.checkpoints / LATEST}", '{"round": N, "path": ...}',
                                             f"unreadable ({exc})", "start a new run without --resume.")) from exc
+
+    def check_resume(self, config, world_size: int) -> int:
+        """The latest complete round to resume from; TrainerError if there is none, or if
+        ``config`` (a TrainConfig) or ``world_size`` differ from the saved run's in a way
+        that changes the result."""
+        saved_info, latest = self.read_run_info(), self.latest_round()
+        if saved_info is None or latest is None:
+            raise TrainerError(format_problem(f"run directory {self.path}", "a complete checkpoint to resume",
+                                              "none", "run without --resume to start a new run."))
+        conflicts = config.resume_conflicts(saved_info.get("config", {}))
+        if conflicts or int(saved_info.get("world_size", world_size)) != world_size:
+            raise TrainerError(format_problem(
+                f"run directory {self.path}", "the same config and world size as the run being resumed",
+                f"differences in {conflicts or ['world_size']}",
+                "resume with the original flags (only --rounds may change), or start a new run."))
+        return latest
 
     def load_global(self, round_index: int) -> dict[str, Any]:
         return self._load(self.round_dir(round_index) / "global.pt")

@@ -39,9 +39,9 @@ import torch
 import torch.distributed as dist
 
 from storage import read_manifest
-from storage.errors import StoreError, format_problem
+from storage.errors import format_problem
 from storage.resources import peak_rss_bytes
-from training.checkpoint import RunDir
+from training.checkpoint import RunDir, TrainerError
 from training.comm import Comm
 from training.config import TrainConfig
 from training.data import (
@@ -59,10 +59,6 @@ from training.tasks import make_task, round_seed
 __all__ = ["TrainerError", "global_weights", "init_process_group", "run_trainer", "train_rounds"]
 
 log = logging.getLogger(__name__)
-
-
-class TrainerError(StoreError):
-    """A trainer could not continue (a peer died, a collective timed out, bad run directory)."""
 
 
 def _slurm_master_addr() -> str | None:
@@ -193,17 +189,7 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
     info = {**(info or {}), "world_size": world, "config": config.to_dict(), "task": config.task,
             "num_parameters": num_parameters(model)}
     if resume:
-        saved_info = runs.read_run_info()
-        latest = runs.latest_round()
-        if saved_info is None or latest is None:
-            raise TrainerError(format_problem(f"run directory {runs.path}", "a complete checkpoint to resume",
-                                              "none", "run without --resume to start a new run."))
-        conflicts = config.resume_conflicts(saved_info.get("config", {}))
-        if conflicts or int(saved_info.get("world_size", world)) != world:
-            raise TrainerError(format_problem(
-                f"run directory {runs.path}", "the same config and world size as the run being resumed",
-                f"differences in {conflicts or ['world_size']}",
-                "resume with the original flags (only --rounds may change), or start a new run."))
+        latest = runs.check_resume(config, world)
         g = runs.load_global(latest)
         r = runs.load_rank(latest, rank)
         global_flat = g["global"].to(torch.float32)

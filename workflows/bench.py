@@ -25,7 +25,7 @@ from storage.resources import peak_rss_bytes
 from storage.schema import read_meta
 from workflows.datasets import resolve_dataset
 
-__all__ = ["bench_partition", "machine_info", "partition_summary"]
+__all__ = ["bench_partition", "machine_info", "markdown_table", "partition_summary"]
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ def machine_info() -> dict:
     }
 
 
-def _markdown(rows: list[dict], columns: list[str]) -> str:
+def markdown_table(rows: list[dict], columns: list[str]) -> str:
     def fmt(v):
         if isinstance(v, float):
             return f"{v:.3f}" if abs(v) < 1000 else f"{v:,.0f}"
@@ -161,7 +161,7 @@ def bench_partition(
         "(their time is `prep_s`, shared by all algorithms); `peak_rss_mib` is the process "
         "high-water mark so far.",
         "",
-        _markdown(rows, columns),
+        markdown_table(rows, columns),
         "",
     ]
     (out / "partition.md").write_text("\n".join(text))

@@ -19,7 +19,7 @@ from typing import Any
 
 from storage.importers import import_dataset
 from training.config import TrainConfig
-from workflows.bench import _markdown, bench_partition, machine_info
+from workflows.bench import bench_partition, machine_info, markdown_table
 from workflows.bench_ingest import QUICK, bench_ingest
 from workflows.bench_train import bench_train
 from workflows.demo import bundled_cora
@@ -108,7 +108,7 @@ def bench_all(out: Path, *, quick: bool = False, cache: Path | None = None, echo
         "",
         "## ASEPR (avg+kd+con) against the fully-decentralized baseline (fds)",
         "",
-        _markdown(headline(train_rows), ["dataset", "k", "asepr MiB/epoch", "fds MiB/epoch", "fds/asepr bytes",
+        markdown_table(headline(train_rows), ["dataset", "k", "asepr MiB/epoch", "fds MiB/epoch", "fds/asepr bytes",
                                          "asepr s to 95%", "fds s to 95%", "fds/asepr time", "asepr test",
                                          "fds test", "centralized test", "avg s to 95%", "avg test"]),
         "",

@@ -35,7 +35,7 @@ from storage.manifest import read_manifest
 from training.checkpoint import RunDir
 from training.config import TrainConfig
 from training.main import config_to_args
-from workflows.bench import _markdown, machine_info
+from workflows.bench import markdown_table, machine_info
 from workflows.datasets import resolve_dataset
 from workflows.launch import launch_trainers
 
@@ -261,7 +261,7 @@ def _write(results, curves, plots, out: Path, config: TrainConfig, strategies, s
          "start-up) at that round. `wall_s`: the whole launch, start-up included. Bytes: sent per rank, as "
          "counted by `training.comm` (ring cost model for all_reduce / all_gather, exact for all_to_all)."),
         "",
-        _markdown(table_rows, columns),
+        markdown_table(table_rows, columns),
         "",
     ]
     for p in plots:

@@ -59,11 +59,10 @@ import torch.nn.functional as F
 from storage.errors import format_problem
 from storage.resources import peak_rss_bytes
 from storage.schema import read_meta
-from training.checkpoint import RunDir
+from training.checkpoint import RunDir, TrainerError
 from training.comm import Comm
 from training.config import TrainConfig
 from training.data import build_local_graph, normalize_features, project_features
-from training.distributed import TrainerError
 from training.fds.graph import FdsGraph, load_fds_graph
 from training.fds.inference import LayerwiseInference
 from training.fds.partition import PartitionBook, count_input_rows, metis_owner, resolve_partitioner
@@ -260,16 +259,7 @@ def train_fds(graph: FdsGraph, run_dir: str | Path, config: TrainConfig, *, comm
     sampler = DistNeighborSampler(graph, comm)
     fetcher = FeatureFetcher(graph, comm)
     if resume:
-        saved_info, latest = runs.read_run_info(), runs.latest_round()
-        if saved_info is None or latest is None:
-            raise TrainerError(format_problem(f"run directory {runs.path}", "a complete checkpoint to resume",
-                                              "none", "run without --resume to start a new run."))
-        conflicts = config.resume_conflicts(saved_info.get("config", {}))
-        if conflicts or int(saved_info.get("world_size", world)) != world:
-            raise TrainerError(format_problem(
-                f"run directory {runs.path}", "the same config and world size as the run being resumed",
-                f"differences in {conflicts or ['world_size']}",
-                "resume with the original flags (only --rounds may change), or start a new run."))
+        latest = runs.check_resume(config, world)
         g, r = runs.load_global(latest), runs.load_rank(latest, rank)
         unflatten_into(model, g["global"].to(torch.float32))
         optimizer.load_state_dict(g["optimizer"])
