@@ -52,6 +52,24 @@ def _save_npy_atomic(path: str | Path, array: np.ndarray) -> None:
     os.replace(tmp, path)
 
 
+def write_structure(store_path: Path, global_nid: np.ndarray, is_master: np.ndarray, indptr: np.ndarray,
+                    indices: np.ndarray, is_halo: np.ndarray | None) -> dict[str, str]:
+    """Create the partition's store afresh (over any leftover of an earlier attempt) and
+    write its node ids, master flags and CSR (``is_halo`` only for ``--halo 1``); return
+    each array's digest."""
+    shutil.rmtree(store_path, ignore_errors=True)
+    group = create_store(store_path)
+    digests = {
+        "nodes/global_nid": write_array(group, "nodes/global_nid", global_nid),
+        "nodes/is_master": write_array(group, "nodes/is_master", is_master),
+        "edges/indptr": write_array(group, "edges/indptr", indptr),
+        "edges/indices": write_array(group, "edges/indices", indices),
+    }
+    if is_halo is not None:
+        digests["edges/is_halo"] = write_array(group, "edges/is_halo", is_halo)
+    return digests
+
+
 def finalize_edges(
     part_id: int,
     *,
@@ -122,16 +140,7 @@ def finalize_edges(
     del key
     is_master = np.asarray(master[global_nid]) == part_id
 
-    shutil.rmtree(store_path, ignore_errors=True)
-    group = create_store(store_path)
-    digests = {
-        "nodes/global_nid": write_array(group, "nodes/global_nid", global_nid),
-        "nodes/is_master": write_array(group, "nodes/is_master", is_master),
-        "edges/indptr": write_array(group, "edges/indptr", indptr),
-        "edges/indices": write_array(group, "edges/indices", indices),
-    }
-    if halo:
-        digests["edges/is_halo"] = write_array(group, "edges/is_halo", is_halo)
+    digests = write_structure(store_path, global_nid, is_master, indptr, indices, is_halo if halo else None)
     _save_npy_atomic(gids_path, global_nid)
     counts = {
         "nodes": int(n),

@@ -75,7 +75,7 @@ from storage.partition_store import open_store, resolve_store_url
 from storage.resources import peak_rss_bytes
 from storage.state import STATE_NAME, state_entry, state_identity
 
-__all__ = ["Plan", "load_plan", "save_plan", "write_increment"]
+__all__ = ["Plan", "begin_generation", "load_plan", "save_plan", "write_increment"]
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,19 @@ class Plan:
     timings: dict[str, float] = field(default_factory=dict)
     state_checksum: str = ""
     run_key: str = ""
+
+
+def begin_generation(staging: _Staging, run_key: str, generation: int, command: str, out: Path) -> None:
+    """Open the staging run of ``generation``: resume an interrupted run of the same
+    command and input (same ``run_key``), otherwise discard whatever is staged and start clean."""
+    run = staging.state()
+    if run and run.get("run_key") == run_key and run.get("generation") == generation:
+        log.warning("resuming the interrupted %s of generation %d in %s", command, generation, out)
+    else:
+        if staging.exists():
+            log.warning("discarding an interrupted run in %s (another command or input); starting clean", out)
+        staging.clear()
+    staging.begin(run_key, generation)
 
 
 def save_plan(staging: _Staging, plan: Plan) -> None:

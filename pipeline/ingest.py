@@ -52,7 +52,7 @@ import numpy as np
 from pipeline.assign import AssignState
 from pipeline.attr_cluster import AttrModel
 from pipeline.degrees import compute_degrees
-from pipeline.generation import Plan, load_plan, save_plan, write_increment
+from pipeline.generation import Plan, begin_generation, load_plan, save_plan, write_increment
 from pipeline.mapping import place_new_communities
 from pipeline.masters import choose_new_masters, count_new_edges_per_replica, replica_offsets
 from pipeline.metrics import drift_metrics, locality_batch, partition_metrics
@@ -409,16 +409,7 @@ def ingest(
         )
         timings = {"validate": time.perf_counter() - start}
         generation = int(manifest["generation"]) + 1
-        run = staging.state()
-        if run and run.get("run_key") == run_key and run.get("generation") == generation:
-            log.warning("resuming the interrupted ingest of generation %d in %s", generation, out_path)
-            staging.begin(run_key, generation)
-        else:
-            if staging.exists():
-                log.warning("discarding an interrupted run in %s (another command or input); starting clean",
-                            out_path)
-            staging.clear()
-            staging.begin(run_key, generation)
+        begin_generation(staging, run_key, generation, "ingest", out_path)
         plan = load_plan(staging, run_key, generation)
         if plan is None:
             staging.reset_work()

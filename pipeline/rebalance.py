@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.generation import Plan, load_plan, save_plan, write_increment
+from pipeline.generation import Plan, begin_generation, load_plan, save_plan, write_increment
 from pipeline.metrics import drift_metrics, partition_metrics
 from pipeline.partition import edge_cap
 from pipeline.rebuild import _old_edges
@@ -229,16 +229,7 @@ def rebalance(
                         1.0 + eps, manifest["generation"])
             return manifest
         generation = int(manifest["generation"]) + 1
-        run = staging.state()
-        if run and run.get("run_key") == run_key and run.get("generation") == generation:
-            log.warning("resuming the interrupted rebalance of generation %d in %s", generation, out_path)
-            staging.begin(run_key, generation)
-        else:
-            if staging.exists():
-                log.warning("discarding an interrupted run in %s (another command or input); starting clean",
-                            out_path)
-            staging.clear()
-            staging.begin(run_key, generation)
+        begin_generation(staging, run_key, generation, "rebalance", out_path)
         timings = {"load state": time.perf_counter() - start}
         plan = load_plan(staging, run_key, generation)
         if plan is None:

@@ -56,7 +56,7 @@ import numba
 import numpy as np
 import zarr
 
-from pipeline.finalize import _row_index, _save_npy_atomic
+from pipeline.finalize import _row_index, _save_npy_atomic, write_structure
 from pipeline.route import (
     EDGE_RECORD,
     KIND_ASSIGNED,
@@ -73,7 +73,6 @@ from storage.partition_store import (
     STORE_VERSION,
     ArrayWriter,
     combine_digests,
-    create_store,
     open_store,
     store_bytes,
     write_array,
@@ -327,16 +326,7 @@ def rebuild_edges(
     del old_indices, old_map, old_row_of, col_new, halo_new, old_keep
     is_master = np.asarray(master[global_nid]) == part_id
 
-    shutil.rmtree(store_path, ignore_errors=True)
-    group = create_store(store_path)
-    digests = {
-        "nodes/global_nid": write_array(group, "nodes/global_nid", global_nid),
-        "nodes/is_master": write_array(group, "nodes/is_master", is_master),
-        "edges/indptr": write_array(group, "edges/indptr", indptr),
-        "edges/indices": write_array(group, "edges/indices", indices),
-    }
-    if halo:
-        digests["edges/is_halo"] = write_array(group, "edges/is_halo", is_halo)
+    digests = write_structure(store_path, global_nid, is_master, indptr, indices, is_halo if halo else None)
     known = np.zeros(n, dtype=bool)
     known[np.searchsorted(global_nid, gids_old[alive])] = True
     _save_npy_atomic(added_path, global_nid[~known])

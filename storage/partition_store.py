@@ -371,12 +371,33 @@ class PartitionStore:
         return entry.get("checksum") is not None and entry["checksum"] != self.attrs.get("checksum")
 
 
-def _open_group(url: str, storage_options: dict | None) -> zarr.Group:
+def open_group_readonly(url: str, storage_options: dict | None = None) -> zarr.Group:
+    """Open a Zarr group for reading: a plain path locally, else through fsspec."""
     fs, path = resolve(url, storage_options)
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     if protocol in ("file", "local"):
         return zarr.open_group(path, mode="r")
     return zarr.open_group(url, mode="r", storage_options=storage_options)
+
+
+def open_finished_group(url: str, storage_options: dict | None, *, what: str, fmt: str, noun: str,
+                        written_by: str, fix_unreadable: str, fix_unfinished: str) -> zarr.Group:
+    """Open a group that a writer finished: readable, attrs ``format == fmt`` and a
+    checksum (set last). StoreError naming ``what`` and ``url`` otherwise."""
+    try:
+        group = open_group_readonly(url, storage_options)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError, OSError) as exc:
+        raise StoreError(
+            format_problem(f"{what} {url}", written_by, f"nothing readable ({type(exc).__name__}: {exc})",
+                           fix_unreadable)
+        ) from exc
+    attrs = dict(group.attrs)
+    if attrs.get("format") != fmt or "checksum" not in attrs:
+        raise StoreError(
+            format_problem(f"{what} {url}", f'a finished {noun} (attrs format "{fmt}" and a checksum)',
+                           f"attrs {sorted(attrs)}", fix_unfinished)
+        )
+    return group
 
 
 def open_store(path: str | Path, *, storage_options: dict | None = None) -> PartitionStore:
@@ -388,27 +409,13 @@ def open_store(path: str | Path, *, storage_options: dict | None = None) -> Part
         The directory is not a finished partition store.
     """
     url = str(path)
-    try:
-        group = _open_group(url, storage_options)
-    except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError, OSError) as exc:
-        raise StoreError(
-            format_problem(
-                f"partition store {url}",
-                "a Zarr group written by `asepr partition`",
-                f"nothing readable ({type(exc).__name__}: {exc})",
-                "rerun `asepr partition ... --overwrite` to rewrite the output.",
-            )
-        ) from exc
+    group = open_finished_group(
+        url, storage_options, what="partition store", fmt=STORE_FORMAT, noun="store",
+        written_by="a Zarr group written by `asepr partition`",
+        fix_unreadable="rerun `asepr partition ... --overwrite` to rewrite the output.",
+        fix_unfinished="the store is unfinished or foreign; rerun `asepr partition`.",
+    )
     attrs = dict(group.attrs)
-    if attrs.get("format") != STORE_FORMAT or "checksum" not in attrs:
-        raise StoreError(
-            format_problem(
-                f"partition store {url}",
-                f'a finished store (attrs format "{STORE_FORMAT}" and a checksum)',
-                f"attrs {sorted(attrs)}",
-                "the store is unfinished or foreign; rerun `asepr partition`.",
-            )
-        )
     names = [*NODE_ARRAYS, *EDGE_ARRAYS] + (["edges/is_halo"] if attrs.get("halo") else [])
     arrays = {}
     for name in names:
@@ -435,7 +442,7 @@ def open_store(path: str | Path, *, storage_options: dict | None = None) -> Part
 
 def _store_generation(url: str, storage_options: dict | None) -> int | None:
     try:
-        attrs = _open_group(url, storage_options).attrs
+        attrs = open_group_readonly(url, storage_options).attrs
         return int(attrs["generation"]) if "checksum" in attrs else None
     except Exception:  # noqa: BLE001 - any unreadable store simply is not this generation
         return None

@@ -58,7 +58,14 @@ from zarr.codecs import BloscCodec, BloscShuffle
 from storage.errors import StoreError, format_problem
 from storage.fs import join, resolve, url_of
 from storage.manifest import OLD_DIR, STAGING_NAME, read_manifest
-from storage.partition_store import CHUNK_BYTES, array_digest, combine_digests, zarr_array_digest
+from storage.partition_store import (
+    CHUNK_BYTES,
+    array_digest,
+    combine_digests,
+    open_finished_group,
+    open_group_readonly,
+    zarr_array_digest,
+)
 
 __all__ = [
     "OPTIONAL_STATE_ARRAYS",
@@ -234,33 +241,14 @@ def write_state(
     return checksum
 
 
-def _open_group(url: str, storage_options: dict | None) -> zarr.Group:
-    fs, path = resolve(url, storage_options)
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    if protocol in ("file", "local"):
-        return zarr.open_group(path, mode="r")
-    return zarr.open_group(url, mode="r", storage_options=storage_options)
-
-
 def _group_or_error(url: str, storage_options: dict | None) -> zarr.Group:
-    try:
-        group = _open_group(url, storage_options)
-    except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError, OSError) as exc:
-        raise StoreError(
-            format_problem(
-                f"state {url}", "a state.zarr written by `asepr partition` or `asepr ingest`",
-                f"nothing readable ({type(exc).__name__}: {exc})",
-                "rerun `asepr partition ... --overwrite` to rewrite the output and its state.",
-            )
-        ) from exc
+    group = open_finished_group(
+        url, storage_options, what="state", fmt=STATE_FORMAT, noun="state",
+        written_by="a state.zarr written by `asepr partition` or `asepr ingest`",
+        fix_unreadable="rerun `asepr partition ... --overwrite` to rewrite the output and its state.",
+        fix_unfinished="the state is unfinished or foreign; rerun `asepr partition --overwrite`.",
+    )
     attrs = dict(group.attrs)
-    if attrs.get("format") != STATE_FORMAT or "checksum" not in attrs:
-        raise StoreError(
-            format_problem(
-                f"state {url}", f'a finished state (attrs format "{STATE_FORMAT}" and a checksum)',
-                f"attrs {sorted(attrs)}", "the state is unfinished or foreign; rerun `asepr partition --overwrite`.",
-            )
-        )
     if int(attrs.get("format_version", 0)) > STATE_VERSION:
         raise StoreError(
             format_problem(f"state {url}, attrs format_version", f"a version <= {STATE_VERSION}",
@@ -369,7 +357,7 @@ def state_entry(generation: int, checksum: str) -> dict[str, Any]:
 def state_identity(url: str | Path, storage_options: dict | None = None) -> tuple[int, str] | None:
     """``(generation, checksum)`` of a finished state at ``url``; None when there is none."""
     try:
-        attrs = _open_group(str(url), storage_options).attrs
+        attrs = open_group_readonly(str(url), storage_options).attrs
         if attrs.get("format") != STATE_FORMAT:
             return None
         return int(attrs["generation"]), str(attrs.get("checksum"))

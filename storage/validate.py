@@ -410,30 +410,8 @@ def _validate_impl(
     warnings: list[str] = []
 
     # --- schemas, row counts --------------------------------------------------------
-    node_files = []
-    layouts: dict[str, FeatureLayout] = {}
-    categorical: list[str] = []
-    for shard, info in zip(node_shards, node_infos):
-        pf = open_parquet(shard)
-        layout, present, cats = check_node_schema(pf.schema_arrow, shard.url)
-        info.rows = pf.metadata.num_rows
-        node_files.append((shard, layout, present))
-        layouts[layout.kind] = layout
-        categorical += [c for c in cats if c not in categorical]
-    edge_files = []
-    edge_columns: list[str] = []
-    for shard, info in zip(edge_shards, edge_infos):
-        pf = open_parquet(shard)
-        columns = check_edge_schema(pf.schema_arrow, shard.url)
-        info.rows = pf.metadata.num_rows
-        edge_files.append((shard, columns))
-        edge_columns += [c for c in columns if c not in edge_columns]
-    for shard, info in zip(node_shards + edge_shards, node_infos + edge_infos):
-        if info.rows == 0:
-            warnings.append(f"empty shard {shard.url} (0 rows)")
-    # After the schema pass, so a truncated file is reported as such, not as a copy.
-    _check_duplicate_shards(node_shards + edge_shards, node_infos + edge_infos)
-
+    node_files, edge_files, layouts, categorical, edge_columns = _schema_pass(
+        node_shards, node_infos, edge_shards, edge_infos, warnings)
     num_nodes = sum(i.rows for i in node_infos)
     num_edges = sum(i.rows for i in edge_infos)
     base_url = str(input_url) if input_url is not None else f"{edges} + {nodes}"
@@ -595,19 +573,22 @@ def validate_increment(
     return report
 
 
-def _validate_increment_impl(edge_shards, node_shards, first_id, feat_dim, undirected, num_classes,
-                             batch_rows) -> ValidationReport:
-    node_infos = [ShardInfo(url=s.url, rows=0, sha256="") for s in node_shards]
-    edge_infos = [ShardInfo(url=s.url, rows=0, sha256="") for s in edge_shards]
-    warnings: list[str] = []
+def _schema_pass(node_shards, node_infos, edge_shards, edge_infos, warnings: list[str]):
+    """Check every shard's schema from its footer and record its row count.
+
+    Returns ``(node_files, edge_files, layouts, categorical, edge_columns)``; warns about
+    empty shards and raises on duplicate ones (after the schema checks, so that a
+    truncated file is reported as such, not as a copy)."""
     node_files = []
     layouts: dict[str, FeatureLayout] = {}
+    categorical: list[str] = []
     for shard, info in zip(node_shards, node_infos):
         pf = open_parquet(shard)
-        layout, present, _ = check_node_schema(pf.schema_arrow, shard.url)
+        layout, present, cats = check_node_schema(pf.schema_arrow, shard.url)
         info.rows = pf.metadata.num_rows
         node_files.append((shard, layout, present))
         layouts[layout.kind] = layout
+        categorical += [c for c in cats if c not in categorical]
     edge_files = []
     edge_columns: list[str] = []
     for shard, info in zip(edge_shards, edge_infos):
@@ -620,7 +601,16 @@ def _validate_increment_impl(edge_shards, node_shards, first_id, feat_dim, undir
         if info.rows == 0:
             warnings.append(f"empty shard {shard.url} (0 rows)")
     _check_duplicate_shards(node_shards + edge_shards, node_infos + edge_infos)
+    return node_files, edge_files, layouts, categorical, edge_columns
 
+
+def _validate_increment_impl(edge_shards, node_shards, first_id, feat_dim, undirected, num_classes,
+                             batch_rows) -> ValidationReport:
+    node_infos = [ShardInfo(url=s.url, rows=0, sha256="") for s in node_shards]
+    edge_infos = [ShardInfo(url=s.url, rows=0, sha256="") for s in edge_shards]
+    warnings: list[str] = []
+    node_files, edge_files, layouts, _, edge_columns = _schema_pass(
+        node_shards, node_infos, edge_shards, edge_infos, warnings)
     new_nodes = sum(i.rows for i in node_infos)
     new_edges = sum(i.rows for i in edge_infos)
     total_nodes = first_id + new_nodes

@@ -43,18 +43,30 @@ def _changed(manifest: dict) -> str:
     return f"; {len(changed)} of {manifest['num_parts']} partitions rebuilt"
 
 
-def _cmd_ingest(args: argparse.Namespace) -> int:
-    from pipeline.ingest import ingest
+def _commit_generation(args: argparse.Namespace, step, nothing: str) -> dict | None:
+    """Run ``step(client)`` (an ingest or a rebalance) on ``args.out``; return its manifest
+    when it committed a new generation and output is wanted, else None (after saying why)."""
     from storage.manifest import read_manifest
 
     before = read_manifest(args.out)
     with client_from_args(args) as client:
-        manifest = ingest(args.out, args.new_edges, args.nodes, client=client, progress=_progress_factory(args))
+        manifest = step(client)
     if args.quiet:
-        return 0
+        return None
     if manifest["generation"] == before["generation"]:
-        print(f"nothing new to ingest: every shard was ingested before; {args.out} stays at generation "
-              f"{manifest['generation']}")
+        print(f"{nothing}; {args.out} stays at generation {manifest['generation']}")
+        return None
+    return manifest
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from pipeline.ingest import ingest
+
+    manifest = _commit_generation(
+        args, lambda client: ingest(args.out, args.new_edges, args.nodes, client=client,
+                                    progress=_progress_factory(args)),
+        "nothing new to ingest: every shard was ingested before")
+    if manifest is None:
         return 0
     inc = manifest.get("increments", [{}])[-1]
     print(
@@ -71,16 +83,11 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 def _cmd_rebalance(args: argparse.Namespace) -> int:
     from pipeline.rebalance import rebalance
-    from storage.manifest import read_manifest
 
-    before = read_manifest(args.out)
-    with client_from_args(args) as client:
-        manifest = rebalance(args.out, client=client, progress=_progress_factory(args))
-    if args.quiet:
-        return 0
-    if manifest["generation"] == before["generation"]:
-        print(f"nothing to rebalance: no community can move under the caps; {args.out} stays at generation "
-              f"{manifest['generation']}")
+    manifest = _commit_generation(
+        args, lambda client: rebalance(args.out, client=client, progress=_progress_factory(args)),
+        "nothing to rebalance: no community can move under the caps")
+    if manifest is None:
         return 0
     rec = manifest.get("rebalances", [{}])[-1]
     print(

@@ -26,6 +26,7 @@ from storage.errors import InputError, InputNotFoundError, SchemaError, StoreErr
 from storage.manifest import LOCK_NAME, STAGING_NAME, read_manifest, write_manifest
 from storage.partition_store import open_partition
 from storage.state import read_state
+from tests.pipeline.crash import Crash, crash_at
 from tests.pipeline.ingest_cases import edge_multiset, input_edges, split_case
 from tests.storage.helpers import edge_table, node_table
 
@@ -250,21 +251,11 @@ def test_a_directory_that_grew_ingests_only_its_new_shards(case, gen1, tmp_path)
 # --- crash safety ---------------------------------------------------------------------------------
 
 
-class _Crash(BaseException):
-    """Stands for a kill: not an Exception, so only BaseException handlers see it."""
+_WRITERS = (pipeline.route, pipeline.rebuild, pipeline.write)
 
 
-def _crash_at(monkeypatch, stage: str, after: int = 1):
-    hits = {"n": 0}
-
-    def hook(name):
-        if name == stage:
-            hits["n"] += 1
-            if hits["n"] >= after:
-                raise _Crash(stage)
-
-    for module in (pipeline.route, pipeline.rebuild, pipeline.write):
-        monkeypatch.setattr(module, "pause_point", hook)
+def _crash_at(monkeypatch, stage: str, after: int = 1) -> None:
+    crash_at(monkeypatch, stage, _WRITERS, after)
 
 
 @pytest.mark.parametrize("stage,after", [
@@ -279,7 +270,7 @@ def test_killed_ingest_leaves_generation_1_and_a_rerun_completes_it(case, gen1, 
     out = _copy(gen1, tmp_path / "out")
     before = read_manifest(out)
     _crash_at(monkeypatch, stage, after)
-    with pytest.raises(_Crash):
+    with pytest.raises(Crash):
         ingest(out, case["root"] / "inc" / "edges", case["root"] / "inc" / "nodes")
     monkeypatch.undo()
     assert read_manifest(out) == before

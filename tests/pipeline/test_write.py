@@ -28,6 +28,7 @@ from pipeline.write import partition_to_store, write_partitions
 from storage.errors import AseprError, InputError, SchemaError, StoreError
 from storage.manifest import STAGING_NAME, read_manifest
 from storage.partition_store import combine_digests, open_partition, zarr_array_digest
+from tests.pipeline.crash import Crash, crash_at
 from tests.storage.helpers import edge_table, node_table, write_input
 
 NUM_NODES, NUM_EDGES = 1000, 6000
@@ -215,21 +216,11 @@ def test_more_partitions_than_busy_nodes_and_an_empty_shard(tmp_path):
 # --- failures ----------------------------------------------------------------------------
 
 
-class _Crash(BaseException):
-    """Stands for a kill: not an Exception, so only BaseException handlers see it."""
+_WRITERS = (pipeline.route, pipeline.finalize, pipeline.write)
 
 
-def _crash_at(monkeypatch, stage: str, after: int = 1):
-    hits = {"n": 0}
-
-    def hook(name):
-        if name == stage:
-            hits["n"] += 1
-            if hits["n"] >= after:
-                raise _Crash(stage)
-
-    for module in (pipeline.route, pipeline.finalize, pipeline.write):
-        monkeypatch.setattr(module, "pause_point", hook)
+def _crash_at(monkeypatch, stage: str, after: int = 1) -> None:
+    crash_at(monkeypatch, stage, _WRITERS, after)
 
 
 def test_failed_run_resumes_finished_partitions_verified_by_checksum(tmp_path, small_input, monkeypatch):
@@ -237,7 +228,7 @@ def test_failed_run_resumes_finished_partitions_verified_by_checksum(tmp_path, s
     out = tmp_path / "out"
     config = PartitionConfig(num_parts=4, algo="hash")
     _crash_at(monkeypatch, "between-commits", after=2)
-    with pytest.raises(_Crash):
+    with pytest.raises(Crash):
         partition_to_store(root, out, config)
     staging = out / STAGING_NAME
     finished = sorted(p.name for p in staging.glob("part-*.zarr"))
@@ -253,7 +244,7 @@ def test_resume_discards_a_finished_store_whose_checksum_fails(tmp_path, small_i
     out = tmp_path / "out"
     config = PartitionConfig(num_parts=4, algo="hash")
     _crash_at(monkeypatch, "between-commits", after=2)
-    with pytest.raises(_Crash):
+    with pytest.raises(Crash):
         partition_to_store(root, out, config)
     monkeypatch.undo()
     victim = min((out / STAGING_NAME).glob("part-*.zarr"))
@@ -268,7 +259,7 @@ def test_rerun_with_another_config_starts_clean(tmp_path, small_input, monkeypat
     root, arrays = small_input
     out = tmp_path / "out"
     _crash_at(monkeypatch, "between-commits", after=2)
-    with pytest.raises(_Crash):
+    with pytest.raises(Crash):
         partition_to_store(root, out, PartitionConfig(num_parts=4, algo="hash"))
     monkeypatch.undo()
     manifest = partition_to_store(root, out, PartitionConfig(num_parts=4, algo="dbh"))
@@ -282,7 +273,7 @@ def test_interrupted_commit_rolls_forward_or_back(tmp_path, small_input, monkeyp
     out = tmp_path / "out"
     first = partition_to_store(root, out, PartitionConfig(num_parts=3, algo="hash"))
     _crash_at(monkeypatch, "swap")
-    with pytest.raises(_Crash):
+    with pytest.raises(Crash):
         partition_to_store(root, out, PartitionConfig(num_parts=4, algo="hash"), overwrite=True)
     monkeypatch.undo()
     # Mid-swap: the manifest still names generation 1, and readers still find all of it.

@@ -5,9 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,6 +16,7 @@ from storage.partition_store import open_partition
 from storage.state import read_state
 from tests.pipeline.ingest_cases import skewed_edges, split_case
 from tests.storage.helpers import edge_table
+from tests.workflows.helpers import spawn_paused, wait_for_pause
 from workflows.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,24 +100,6 @@ def test_rebalance_command_and_advice(tmp_path, capsys):
 # --- crash safety: SIGKILL a real `asepr ingest` at known points -----------------------------
 
 
-def _spawn(args: list[str], pause_at: str, marker: Path) -> subprocess.Popen:
-    env = dict(os.environ, ASEPR_TEST_PAUSE_AT=pause_at, ASEPR_TEST_PAUSE_MARKER=str(marker),
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-m", "workflows", *args], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def _wait_for(marker: Path, proc: subprocess.Popen, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not marker.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"ingest exited ({proc.returncode}) before pausing: {proc.stderr.read().decode()}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError("ingest never reached the pause point")
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("stage", [
     pytest.param("route", marks=pytest.mark.slow),
     pytest.param("finalize", marks=pytest.mark.slow),
@@ -131,9 +111,9 @@ def test_sigkill_during_ingest_leaves_generation_1_and_a_rerun_completes(case, t
     shutil.copytree(case["root"] / "gen1", out)
     before = read_manifest(out)
     marker = tmp_path / "paused"
-    proc = _spawn(_args(case, out), stage, marker)
+    proc = spawn_paused(_args(case, out), stage, marker)
     try:
-        _wait_for(marker, proc)
+        wait_for_pause(marker, proc, "ingest")
         assert marker.read_text().split()[0] == stage
     finally:
         os.kill(proc.pid, signal.SIGKILL)

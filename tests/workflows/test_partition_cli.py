@@ -6,9 +6,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +20,7 @@ from storage.importers import import_dataset
 from storage.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
 from storage.partition_store import open_partition
 from tests.storage.helpers import write_input
+from tests.workflows.helpers import spawn_paused, wait_for_pause
 from workflows.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,24 +106,6 @@ def crash_case(tmp_path_factory) -> tuple[Path, Path]:
     return base / "in", base / "gen1"
 
 
-def _spawn(args: list[str], pause_at: str, marker: Path) -> subprocess.Popen:
-    env = dict(os.environ, ASEPR_TEST_PAUSE_AT=pause_at, ASEPR_TEST_PAUSE_MARKER=str(marker),
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-m", "workflows", *args], cwd=REPO, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def _wait_for(marker: Path, proc: subprocess.Popen, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not marker.exists():
-        if proc.poll() is not None:
-            raise AssertionError(f"writer exited ({proc.returncode}) before pausing: {proc.stderr.read().decode()}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise AssertionError("writer never reached the pause point")
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("stage", ["route", "finalize", "between-commits", "swap"])
 def test_sigkill_leaves_previous_generation_and_rerun_completes(crash_case, tmp_path, stage):
     root, gen1 = crash_case
@@ -134,9 +114,9 @@ def test_sigkill_leaves_previous_generation_and_rerun_completes(crash_case, tmp_
     before = read_manifest(out)
     marker = tmp_path / "paused"
     args = ["partition", str(root), str(out), "-k", "4", "--algo", "hash", "--overwrite", "--workers", "0"]
-    proc = _spawn(args, stage, marker)
+    proc = spawn_paused(args, stage, marker)
     try:
-        _wait_for(marker, proc)
+        wait_for_pause(marker, proc, "writer")
         assert marker.read_text().split()[0] == stage
     finally:
         os.kill(proc.pid, signal.SIGKILL)
@@ -168,10 +148,10 @@ def test_concurrent_writer_is_refused_while_the_first_runs(crash_case, tmp_path,
     out = tmp_path / "out"
     shutil.copytree(gen1, out)
     marker = tmp_path / "paused"
-    proc = _spawn(["partition", str(root), str(out), "-k", "2", "--algo", "hash", "--overwrite",
+    proc = spawn_paused(["partition", str(root), str(out), "-k", "2", "--algo", "hash", "--overwrite",
                    "--workers", "0"], "route", marker)
     try:
-        _wait_for(marker, proc)
+        wait_for_pause(marker, proc, "writer")
         assert main(["partition", str(root), str(out), "-k", "5", "--algo", "hash", "--overwrite",
                      "--workers", "0"]) == 1
         err = capsys.readouterr().err
