@@ -177,3 +177,43 @@ def test_graph_operator_gives_the_edge_wise_outputs(kind):
     simple = torch.unique(raw[:, raw[0] != raw[1]], dim=1)
     for ei in (raw, simple):
         assert torch.allclose(model(x, ei), model(x, graph_operator(kind, ei, n)), atol=1e-5)
+
+
+def test_contrastive_training_on_the_full_graph_reuses_frozen_outputs_exactly():
+    """The frozen models' full-graph outputs are computed once per call; the weights
+    must equal those of recomputing them every step (the per-batch path, taken here by
+    naming every row as the batch)."""
+    from training.local import train_local
+    from training.tasks import Batch
+
+    g = _ring_graph()
+    config = TrainConfig(reconcile="avg+con", local_epochs=4, hidden=8, dropout=0.0, mu=1.0)
+    task = NodeTask(g, 3, config)
+    torch.manual_seed(0)
+    global_model = GNN("sage", 6, 8, 3, dropout=0.0)
+    previous = GNN("sage", 6, 8, 3, dropout=0.0)
+    full = list(task.batches(torch.Generator()))
+    assert len(full) == 1 and full[0].n_id is None
+    calls = {"n": 0}
+    forward = global_model.forward
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        return forward(*args, **kwargs)
+
+    results = []
+    for as_rows in (False, True):
+        torch.manual_seed(1)
+        model = GNN("sage", 6, 8, 3, dropout=0.0)
+        opt = torch.optim.Adam(model.parameters(), lr=0.05)
+        batch = full[0] if not as_rows else Batch(torch.arange(g.num_nodes), full[0].graph, full[0].loss,
+                                                  full[0].anchors)
+        task.batches = lambda generator, batch=batch: iter([batch])
+        calls["n"] = 0
+        global_model.forward = counting
+        train_local(model, opt, task, config, torch.Generator(), global_model=global_model,
+                    previous_model=previous)
+        results.append((flatten(model), calls["n"]))
+    (cached, cached_calls), (recomputed, recomputed_calls) = results
+    assert cached_calls == 1 and recomputed_calls == config.local_epochs
+    assert torch.equal(cached, recomputed)
