@@ -25,7 +25,7 @@ from storage.resources import peak_rss_bytes
 from storage.schema import read_meta
 from workflows.datasets import resolve_dataset
 
-__all__ = ["bench_partition", "machine_info", "markdown_table", "partition_summary"]
+__all__ = ["bench_partition", "machine_info", "markdown_table", "partition_plots", "partition_summary"]
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +164,45 @@ def bench_partition(
         markdown_table(rows, columns),
         "",
     ]
+    text += [f"![{name}]({name})" for name in partition_plots(rows, out)] + [""]
     (out / "partition.md").write_text("\n".join(text))
     (out / "partition-summary.md").write_text(partition_summary(rows))
     return rows
+
+
+def partition_plots(rows: list[dict], out: Path) -> list[str]:
+    """One PNG per dataset and edge order: replication factor against k, a line per
+    algorithm (log-scaled k axis). Returns the file names written (none without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("matplotlib is not installed: no plots")
+        return []
+    names = []
+    for dataset, order in dict.fromkeys((r["dataset"], r["order"]) for r in rows):
+        cell = [r for r in rows if r["dataset"] == dataset and r["order"] == order]
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for algo in sorted({r["algo"] for r in cell}, key=lambda a: (a != "asep", a)):
+            points = sorted((r["k"], r["rf"]) for r in cell if r["algo"] == algo)
+            ax.plot([k for k, _ in points], [rf for _, rf in points], marker="o", markersize=3, label=algo,
+                    linewidth=2.2 if algo == "asep" else 1.2)
+        ks = sorted({r["k"] for r in cell})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set_xlabel("k (partitions)")
+        ax.set_ylabel("replication factor (lower is better)")
+        ax.set_title(f"{dataset}, {order} edge order")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        name = f"partition-{dataset}-{order}-rf.png"
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=100)
+        plt.close(fig)
+        names.append(name)
+    return names
 
 
 def partition_summary(rows: list[dict]) -> str:

@@ -23,7 +23,8 @@ def test_bench_all_quick_writes_every_part(tmp_path, capsys):
     assert {"round", "val", "elapsed_s", "bytes_sent_round", "strategy", "dataset", "k"} <= set(curves)
     assert {"algo", "rf", "edge_balance"} <= set(pq.read_table(out / "partition.parquet").column_names)
     assert pq.read_table(out / "ingest" / "ingest.parquet").num_rows > 0
-    pngs = sorted(p.name for p in out.glob("train-*.png"))
-    assert pngs and all(f"({p})" in (out / "train.md").read_text() for p in pngs)
-    for p in pngs:
-        assert (out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for prefix, page in (("train-", "train.md"), ("partition-", "partition.md")):
+        pngs = sorted(p.name for p in out.glob(f"{prefix}*.png"))
+        assert pngs and all(f"({p})" in (out / page).read_text() for p in pngs)
+        for p in pngs:
+            assert (out / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
