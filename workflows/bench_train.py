@@ -127,7 +127,10 @@ def _plots(curves: list[dict[str, Any]], out: Path, dataset: str, k: int, metric
                     total += float(r["bytes_sent_round"])
                     xs.append(total / 2**20)
             ax.plot(xs, [float(r["val"]) for r in rows], marker="o", markersize=3, label=strategy)
-        ax.set_xlabel(xlabel)
+        if kind == "bytes":
+            # fds sends 10-200x more than the ASEPR strategies: a linear axis squashes them at 0.
+            ax.set_xscale("log")
+        ax.set_xlabel(xlabel + (" (log scale)" if kind == "bytes" else ""))
         ax.set_ylabel(f"validation {metric}")
         ax.set_title(f"{dataset}, k={k}")
         ax.grid(alpha=0.3)
