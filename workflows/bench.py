@@ -25,7 +25,7 @@ from storage.resources import peak_rss_bytes
 from storage.schema import read_meta
 from workflows.datasets import resolve_dataset
 
-__all__ = ["bench_partition", "machine_info", "markdown_table", "partition_plots", "partition_summary"]
+__all__ = ["bench_partition", "machine_info", "markdown_table", "partition_plots", "partition_summary", "pyplot", "save_figure"]
 
 log = logging.getLogger(__name__)
 
@@ -170,9 +170,9 @@ def bench_partition(
     return rows
 
 
-def partition_plots(rows: list[dict], out: Path) -> list[str]:
-    """One PNG per dataset and edge order: replication factor against k, a line per
-    algorithm (log-scaled k axis). Returns the file names written (none without matplotlib)."""
+def pyplot():
+    """``matplotlib.pyplot`` on the non-interactive Agg backend, or None (with a warning)
+    when matplotlib is missing: the benchmarks then write their tables without plots."""
     try:
         import matplotlib
 
@@ -180,6 +180,24 @@ def partition_plots(rows: list[dict], out: Path) -> list[str]:
         import matplotlib.pyplot as plt
     except ImportError:
         log.warning("matplotlib is not installed: no plots")
+        return None
+    return plt
+
+
+def save_figure(fig, path: Path, dpi: int) -> None:
+    """Lay out, write and close one benchmark figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+def partition_plots(rows: list[dict], out: Path) -> list[str]:
+    """One PNG per dataset and edge order: replication factor against k, a line per
+    algorithm (log-scaled k axis). Returns the file names written (none without matplotlib)."""
+    plt = pyplot()
+    if plt is None:
         return []
     names = []
     for dataset, order in dict.fromkeys((r["dataset"], r["order"]) for r in rows):
@@ -198,9 +216,7 @@ def partition_plots(rows: list[dict], out: Path) -> list[str]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         name = f"partition-{dataset}-{order}-rf.png"
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=100)
-        plt.close(fig)
+        save_figure(fig, out / name, dpi=100)
         names.append(name)
     return names
 

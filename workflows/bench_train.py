@@ -35,7 +35,7 @@ from storage.manifest import read_manifest
 from training.checkpoint import RunDir
 from training.config import TrainConfig
 from training.main import config_to_args
-from workflows.bench import markdown_table, machine_info
+from workflows.bench import machine_info, markdown_table, pyplot, save_figure
 from workflows.datasets import resolve_dataset
 from workflows.launch import launch_trainers
 
@@ -103,13 +103,8 @@ def _partition(input_dir: Path, cache: Path, name: str, k: int, seed: int) -> Pa
 
 
 def _plots(curves: list[dict[str, Any]], out: Path, dataset: str, k: int, metric: str) -> list[str]:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log.warning("matplotlib is not installed: no plots")
+    plt = pyplot()
+    if plt is None:
         return []
     names = []
     for kind, xlabel in (("time", "wall time of training (s, cumulative over rounds)"),
@@ -136,9 +131,7 @@ def _plots(curves: list[dict[str, Any]], out: Path, dataset: str, k: int, metric
         ax.grid(alpha=0.3)
         ax.legend()
         name = f"train-{dataset}-k{k}-{kind}.png"
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
+        save_figure(fig, out / name, dpi=110)
         names.append(name)
     return names
 
