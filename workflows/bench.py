@@ -212,10 +212,11 @@ def partition_plots(rows: list[dict], out: Path) -> list[str]:
         ax.set_xticks(ks, [str(k) for k in ks])
         ax.set_xlabel("k (partitions)")
         ax.set_ylabel("replication factor (lower is better)")
-        ax.set_title(f"{dataset}, {order} edge order")
+        label = Path(str(dataset)).name  # an input given as a path is named by its directory
+        ax.set_title(f"{label}, {order} edge order")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        name = f"partition-{dataset}-{order}-rf.png"
+        name = f"partition-{label}-{order}-rf.png"
         save_figure(fig, out / name, dpi=100)
         names.append(name)
     return names
