@@ -26,6 +26,12 @@ def _forward(model, x, batch):
     return model(rows, batch.graph, return_embeddings=True)
 
 
+@torch.no_grad()
+def _frozen_layers(global_model, previous_model, x, batch):
+    """The layer outputs of the global and the previous model on ``batch`` (no gradients)."""
+    return _forward(global_model, x, batch)[1], _forward(previous_model, x, batch)[1]
+
+
 def train_local(model, optimizer, task, config, generator: torch.Generator, *,
                 global_model=None, previous_model=None) -> float:
     """Run ``config.local_epochs`` epochs; return the mean task loss of the last epoch.
@@ -48,14 +54,12 @@ def train_local(model, optimizer, task, config, generator: torch.Generator, *,
             loss = batch.loss(out)
             task_loss = float(loss.detach())
             if contrast and len(batch.anchors):
-                if batch.n_id is None and full_graph_frozen is not None:
-                    g_layers, p_layers = full_graph_frozen
+                if batch.n_id is not None:
+                    g_layers, p_layers = _frozen_layers(global_model, previous_model, x, batch)
                 else:
-                    with torch.no_grad():
-                        _, g_layers = _forward(global_model, x, batch)
-                        _, p_layers = _forward(previous_model, x, batch)
-                    if batch.n_id is None:
-                        full_graph_frozen = (g_layers, p_layers)
+                    if full_graph_frozen is None:
+                        full_graph_frozen = _frozen_layers(global_model, previous_model, x, batch)
+                    g_layers, p_layers = full_graph_frozen
                 loss = loss + config.mu * contrastive_loss(layers, g_layers, p_layers, batch.anchors, config.tau)
             loss.backward()
             optimizer.step()

@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from workflows.bench import markdown_table, machine_info
+from workflows.bench import machine_info, markdown_table
 
 __all__ = ["QUICK", "bench_ingest", "split_stream"]
 
@@ -268,8 +268,8 @@ def _report(rows, started, synth, k, seed, info, versions) -> str:
          "`peak_rss_mib` is that process's own high-water mark (VmHWM)."),
         f"Versions: {json.dumps(versions)}. Machine: {json.dumps(info)}.",
         "",
-        markdown_table([{**r, "verify_ok": {True: "yes", False: "NO", None: "not run"}[r["verify_ok"]]} for r in rows],
-                  columns),
+        markdown_table([{**r, "verify_ok": {True: "yes", False: "NO", None: "not run"}[r["verify_ok"]]}
+                        for r in rows], columns),
         "",
         (f"**Ingest / full repartition{' (medians of ' + str(repeats) + ' runs each)' if repeats > 1 else ''}: "
          f"wall time {t_ing:.1f} s / {t_full:.1f} s = {100 * ratio_t:.1f} % (target <= 20 %), peak RSS "
