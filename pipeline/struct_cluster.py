@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from pipeline.prefetch import PREFETCH_DISTANCE, prefetch_read, prefetch_write
 from pipeline.stream import iter_edge_batches
 from storage.fs import Shard
 from storage.resources import stage
@@ -51,7 +52,24 @@ class Communities:
 def cluster_batch(src, dst, degree, community, volume, attr, cap, cross_cap):
     """Apply the clustering rule to one batch; returns the number of moves."""
     moves = 0
-    for i in range(src.shape[0]):
+    n = src.shape[0]
+    half = PREFETCH_DISTANCE // 2
+    for i in range(n):
+        # Prefetch the endpoints' state of the edge PREFETCH_DISTANCE ahead, and the
+        # volumes of their communities half as far ahead (their ids are in cache by
+        # then; a move in between only wastes the hint).
+        if i + PREFETCH_DISTANCE < n:
+            a = src[i + PREFETCH_DISTANCE]
+            b = dst[i + PREFETCH_DISTANCE]
+            prefetch_write(community, a)
+            prefetch_write(community, b)
+            prefetch_read(degree, a)
+            prefetch_read(degree, b)
+            prefetch_read(attr, a)
+            prefetch_read(attr, b)
+        if i + half < n:
+            prefetch_write(volume, community[src[i + half]])
+            prefetch_write(volume, community[dst[i + half]])
         u = src[i]
         v = dst[i]
         cu = community[u]

@@ -28,6 +28,27 @@ def run_kernel(algo, src, dst, num_nodes, k, *, attr=None, alpha=0.5, beta=1.0, 
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     degree = np.bincount(src, minlength=num_nodes) + np.bincount(dst, minlength=num_nodes)
+    uses_attr = algo.startswith("asep")
+    vertex_part, vertex_volume, vertex_home = community_terms(
+        algo, src, dst, num_nodes, k, attr=attr, alpha=alpha, epsilon=epsilon, batch=batch
+    )
+    mode = {"hash": "hash", "dbh": "dbh", "greedy": "greedy", "hdrf": "all", "2ps-l": "candidates",
+            "2ps-hdrf": "all", "asep": "candidates", "asep-hdrf": "all"}[algo]
+    cap = math.ceil((1 + epsilon) * len(src) / k)
+    state = AssignState(k, degree, vertex_part, vertex_volume, vertex_home)
+    out = np.empty(len(src), dtype=np.int16)
+    for lo in range(0, len(src), batch):
+        state.assign(src[lo:lo + batch], dst[lo:lo + batch], out[lo:lo + batch], MODES[mode],
+                     use_partial=algo == "hdrf", beta=beta if uses_attr else 0.0, lam=1.0,
+                     cap=cap, seed=seed)
+    return out, state, cap, degree
+
+
+def community_terms(algo, src, dst, num_nodes, k, *, attr=None, alpha=0.5, epsilon=0.05, batch=7):
+    """Per vertex: its community's partition and volume and its attribute home (or Nones)."""
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    degree = np.bincount(src, minlength=num_nodes) + np.bincount(dst, minlength=num_nodes)
     attr = np.zeros(num_nodes, np.int32) if attr is None else np.asarray(attr, np.int32)
     uses_comm = algo in ("2ps-l", "2ps-hdrf", "asep", "asep-hdrf")
     uses_attr = algo.startswith("asep")
@@ -46,16 +67,7 @@ def run_kernel(algo, src, dst, num_nodes, k, *, attr=None, alpha=0.5, beta=1.0, 
         vertex_volume = volume[community]
         if uses_attr:
             vertex_home = mapping.attr_home[attr]
-    mode = {"hash": "hash", "dbh": "dbh", "greedy": "greedy", "hdrf": "all", "2ps-l": "candidates",
-            "2ps-hdrf": "all", "asep": "candidates", "asep-hdrf": "all"}[algo]
-    cap = math.ceil((1 + epsilon) * len(src) / k)
-    state = AssignState(k, degree, vertex_part, vertex_volume, vertex_home)
-    out = np.empty(len(src), dtype=np.int16)
-    for lo in range(0, len(src), batch):
-        state.assign(src[lo:lo + batch], dst[lo:lo + batch], out[lo:lo + batch], MODES[mode],
-                     use_partial=algo == "hdrf", beta=beta if uses_attr else 0.0, lam=1.0,
-                     cap=cap, seed=seed)
-    return out, state, cap, degree
+    return vertex_part, vertex_volume, vertex_home
 
 
 graphs = st.integers(2, 25).flatmap(
@@ -129,10 +141,13 @@ def test_2ps_l_on_a_hand_checked_graph():
     assert asep.tolist() == out.tolist()
 
 
-def hdrf_reference(src, dst, num_nodes, k, lam=1.0, epsilon=0.05):
-    """The published HDRF (Petroni et al. 2015), written plainly, with our hard cap.
+def all_k_reference(src, dst, num_nodes, k, *, lam=1.0, epsilon=0.05, degree=None,
+                    vertex_part=None, vertex_volume=None, vertex_home=None, beta=0.0):
+    """All-k scoring written plainly: the published HDRF (Petroni et al. 2015) with our
+    hard cap and, for ASEP, the community and attribute-home terms of DESIGN.md §4.5.
 
-    Operations follow the kernel's order so float rounding (and so ties) agree.
+    Without ``degree`` it scores with partial degrees (plain HDRF). Operations follow
+    the kernel's order so float rounding (and so ties) agree.
     """
     cap = math.ceil((1 + epsilon) * len(src) / k)
     replicas = [set() for _ in range(num_nodes)]
@@ -143,9 +158,16 @@ def hdrf_reference(src, dst, num_nodes, k, lam=1.0, epsilon=0.05):
         pdeg[u] += 1
         if v != u:
             pdeg[v] += 1
-        du, dv = float(pdeg[u]), float(pdeg[v])
+        deg = pdeg if degree is None else degree
+        du, dv = float(deg[u]), float(deg[v])
         theta_u, theta_v = du / (du + dv), dv / (du + dv)
         gu, gv = 1.0 + (1.0 - theta_u), 1.0 + (1.0 - theta_v)
+        terms = []  # (partition, value) in the kernel's order: community u, v, home u, v
+        if vertex_part is not None and vertex_part[u] >= 0:
+            vol = float(vertex_volume[u] + vertex_volume[v])
+            terms += [(vertex_part[u], vertex_volume[u] / vol), (vertex_part[v], vertex_volume[v] / vol)]
+        if vertex_home is not None and beta != 0.0:
+            terms += [(vertex_home[u], beta), (vertex_home[v], beta)]
         max_load, min_load = max(loads), min(loads)
         scale = lam / (1.0 + (max_load - min_load))
         best, best_score = -1, -1.0
@@ -155,6 +177,9 @@ def hdrf_reference(src, dst, num_nodes, k, lam=1.0, epsilon=0.05):
             score = scale * float(max_load - loads[p])
             score += gu * (1.0 if p in replicas[u] else 0.0)
             score += gv * (1.0 if p in replicas[v] else 0.0)
+            for q, value in terms:
+                if q == p:
+                    score += value
             if score > best_score:
                 best, best_score = p, score
         if best < 0:
@@ -166,15 +191,38 @@ def hdrf_reference(src, dst, num_nodes, k, lam=1.0, epsilon=0.05):
     return out
 
 
+def skewed_graph(seed, n=60, m=800):
+    """A skewed graph, so that degrees differ and the replication term matters."""
+    rng = np.random.default_rng(seed)
+    src = (rng.pareto(1.5, m) * 3).astype(np.int64) % n
+    dst = rng.integers(0, n, m)
+    return src, dst
+
+
 @pytest.mark.parametrize("k", [2, 3, 8, 70])
 def test_hdrf_matches_reference_edge_for_edge(k):
-    rng = np.random.default_rng(k)
+    src, dst = skewed_graph(k)
+    out, _, _, _ = run_kernel("hdrf", src, dst, 60, k, batch=64)
+    assert out.tolist() == all_k_reference(src.tolist(), dst.tolist(), 60, k)
+
+
+@pytest.mark.parametrize("k", [3, 8, 70])
+@pytest.mark.parametrize("beta", [0.25, 1.0])
+def test_asep_all_k_scoring_matches_reference_edge_for_edge(k, beta):
+    # Exact degrees, community terms and attribute homes on top of HDRF's terms.
     n = 60
-    # A skewed graph, so that degrees differ and the replication term matters.
-    src = (rng.pareto(1.5, 800) * 3).astype(np.int64) % n
-    dst = rng.integers(0, n, 800)
-    out, _, _, _ = run_kernel("hdrf", src, dst, n, k, batch=64)
-    assert out.tolist() == hdrf_reference(src.tolist(), dst.tolist(), n, k)
+    src, dst = skewed_graph(k + 100, n=n)
+    attr = np.random.default_rng(k).integers(0, 4, n)
+    out, _, _, degree = run_kernel("asep-hdrf", src, dst, n, k, attr=attr, alpha=0.5, beta=beta,
+                                   batch=64)
+    part, volume, home = community_terms("asep-hdrf", src, dst, n, k, attr=attr, alpha=0.5, batch=64)
+    expected = all_k_reference(src.tolist(), dst.tolist(), n, k, degree=degree.tolist(),
+                               vertex_part=part.tolist(), vertex_volume=volume.tolist(),
+                               vertex_home=home.tolist(), beta=beta)
+    assert out.tolist() == expected
+    # The terms matter: plain exact-degree scoring gives another assignment.
+    plain = all_k_reference(src.tolist(), dst.tolist(), n, k, degree=degree.tolist())
+    assert out.tolist() != plain
 
 
 def test_alpha_one_keeps_communities_inside_attribute_clusters():
