@@ -6,9 +6,11 @@ features say little about its edges, pulling edges towards attribute homes only
 spreads vertices. *(our choice)* ASEP therefore measures, on a prefix of the edge
 stream, the attribute homophily ``h`` (the share of edges whose endpoints share an
 attribute cluster) against the share expected by chance for the clusters' degree
-volumes, ``h0 = Σ_c (vol_c / 2|E|)²``, and scales its attribute weights by the
-normalised lift ``(h - h0) / (1 - h0)`` (clipped to ``[0, 1]``), relative to a
-reference lift: ``weight_eff = weight * min(1, lift / reference)``.
+volumes, ``h0 = Σ_c (vol_c / 2|E|)²``, and reports the normalised lift
+``(h - h0) / (1 - h0)``. With ``lift_reference > 0`` it scales its attribute weights
+by it (clipped to ``[0, 1]``): ``weight_eff = weight * min(1, lift / reference)``.
+That paid off at alpha = beta = 0.5; at the current defaults (0.25) it did not, so
+the default is no scaling (see :class:`pipeline.config.PartitionConfig`).
 
 Measured on the shared datasets with ``C = 4k`` clusters: coauthor-physics 0.30-0.54,
 facebook-pagepage 0.23-0.25, tolokers 0.03-0.14, amazon-computers 0.03-0.08.

@@ -249,7 +249,9 @@ def partition(
     vertex_part = vertex_volume = vertex_home = None
     alpha, beta, keep_together = run.alpha, run.beta, run.keep_attr_together
     lift = None
-    if run.uses_attributes and run.lift_reference > 0:
+    if run.uses_attributes:
+        # Measured and reported always (a 2M-edge prefix); it scales the attribute
+        # weights only when lift_reference > 0.
         lift = attribute_lift(edge_shards, degree, attr_ids, batch_rows=run.batch_rows)
         factor = lift.scale(run.lift_reference)
         alpha, beta = alpha * factor, beta * factor

@@ -18,7 +18,8 @@ def _bench_partition(args: argparse.Namespace) -> int:
     base = PartitionConfig(
         num_parts=2,
         **{k: v for k, v in (("alpha", args.alpha), ("beta", args.beta), ("scoring", args.scoring),
-                             ("num_attr_clusters", args.attr_clusters)) if v is not None},
+                             ("num_attr_clusters", args.attr_clusters),
+                             ("lift_reference", args.lift_reference)) if v is not None},
     )
     bench_partition(
         args.datasets, args.k, args.algos, Path(args.out), orders=tuple(args.orders),
@@ -81,6 +82,8 @@ def register(sub, add_common) -> None:
     q.add_argument("--beta", type=float)
     q.add_argument("--scoring", choices=["candidates", "hdrf"])
     q.add_argument("--attr-clusters", type=int)
+    q.add_argument("--lift-reference", type=float,
+                   help="scale alpha and beta by min(1, lift / REF); 0: no scaling (default)")
     q.set_defaults(handler=_bench_partition, command="bench")
 
     q = bench_sub.add_parser("ingest", help="ingest of new edges against a full repartition: time, RSS, RF")

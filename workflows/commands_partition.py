@@ -29,6 +29,7 @@ _CONFIG_FLAGS = {
     "beta": "beta",
     "attr_clusters": "num_attr_clusters",
     "attr_column": "attr_column",
+    "lift_reference": "lift_reference",
     "epsilon": "epsilon",
     "seed": "seed",
     "batch_rows": "batch_rows",
@@ -47,8 +48,11 @@ def register(subparsers, add_common) -> None:
     p.add_argument("--scoring", choices=SCORINGS, help="asep: score the 2 community candidates or all K")
     p.add_argument("--alpha", type=float, help="attribute weight of structural clustering, in [0, 1]")
     p.add_argument("--beta", type=float, help="weight of the attribute-home term of the edge score")
-    p.add_argument("--attr-clusters", type=int, help="C, attribute clusters (default 16 K)")
+    p.add_argument("--attr-clusters", type=int, help="C, attribute clusters (default K)")
     p.add_argument("--attr-column", help="use this categorical node column as the attribute clusters")
+    p.add_argument("--lift-reference", type=float,
+                   help="asep: scale alpha and beta by min(1, attribute lift / REF); 0: no scaling "
+                        "(the default)")
     p.add_argument("--epsilon", type=float, help="balance slack: cap = (1 + epsilon) |E| / K")
     p.add_argument("--seed", type=int, help="seed (k-means, projections, hash baselines)")
     p.add_argument("--batch-rows", type=int, help="edge rows per streamed batch")
