@@ -43,11 +43,13 @@ class PartitionConfig:
         ``asepr bench partition``, shuffled order, amazon-computers, coauthor-physics,
         tolokers, facebook-pagepage, k = 4, 8, 16, 32, seed 0). Against the best of
         2ps-l, 2ps-hdrf and hdrf, ASEP's replication factor was no higher in 11 of 16
-        cells at 0.5/0.5, 10 at 0.5/0.25 and 12 at 0.25/0.25; 0.25/0.25 won the three
-        coauthor-physics cells (k = 4, 8, 16) that 0.5/0.5 lost by 1-8 % and lost
-        amazon-computers k = 16 (+2.1 %). Its attribute homogeneity was lower
-        (coauthor-physics k = 4: 1.60x hash against 1.68x) but still at least 1.5x hash
-        in the same 6 cells.
+        cells at 0.5/0.5, 10 at 0.5/0.25 and 12 at 0.25/0.25 (all with lift scaling,
+        reference 0.3), and 13 at 0.25/0.25 without it (the default since
+        2026-11-30; natural order also 13). 0.25/0.25 won the three coauthor-physics
+        cells (k = 4, 8, 16) that 0.5/0.5 lost by 1-8 %. Its attribute homogeneity was
+        lower (coauthor-physics k = 4: 1.60x hash against 1.68x) but at least 1.5x
+        hash in the same 6 cells. Larger weights (0.5/1, 1/4) lost every RF cell and
+        reached 1.5x hash in 6 and 7 (``docs/results/partition-sweep``).
     num_attr_clusters
         C; default ``k`` (measured: with ``C = 16k`` the replication factor and the
         attribute homogeneity were both worse on the shared datasets; see the README).
