@@ -57,6 +57,19 @@ def _bench_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_read(args: argparse.Namespace) -> int:
+    from workflows.bench_read import bench_read, report
+
+    rows = bench_read(args.output, args.parts, repeat=args.repeat, cold=not args.warm_only)
+    text = report(args.output, rows, args.repeat)
+    print(text)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "read.md").write_text(text)
+        print(f"wrote {args.out}/read.md")
+    return 0
+
+
 def _bench_all(args: argparse.Namespace) -> int:
     from workflows.bench_all import bench_all
 
@@ -85,6 +98,15 @@ def register(sub, add_common) -> None:
     q.add_argument("--lift-reference", type=float,
                    help="scale alpha and beta by min(1, lift / REF); 0: no scaling (default)")
     q.set_defaults(handler=_bench_partition, command="bench")
+
+    q = bench_sub.add_parser("read", help="load partitions of an output into numpy: MB/s, cold and warm")
+    add_common(q)
+    q.add_argument("output", help="an output directory of `asepr partition`")
+    q.add_argument("--parts", nargs="+", type=int, help="partition ids (default: all)")
+    q.add_argument("--repeat", type=int, default=3, help="best of N reads per partition and mode")
+    q.add_argument("--warm-only", action="store_true", help="skip the cold (page cache dropped) reads")
+    q.add_argument("--out", help="also write OUT/read.md")
+    q.set_defaults(handler=_bench_read, command="bench")
 
     q = bench_sub.add_parser("ingest", help="ingest of new edges against a full repartition: time, RSS, RF")
     add_common(q)

@@ -58,6 +58,25 @@ def test_partition_inspect_verify(small_input, tmp_path, capsys):
     assert "partition 2: nodes/x of global_nid" in err
 
 
+def test_bench_read_loads_every_array_cold_and_warm(small_input, tmp_path, capsys):
+    from workflows.bench_read import bench_read
+
+    out = tmp_path / "out"
+    assert main(["partition", str(small_input), str(out), "-k", "2", "--algo", "hash", "--workers", "0"]) == 0
+    capsys.readouterr()
+    rows = bench_read(out, repeat=1)
+    assert [(r["part_id"], r["cache"]) for r in rows] == [(0, "cold"), (0, "warm"), (1, "cold"), (1, "warm")]
+    for r in rows:
+        arrays = open_partition(out, r["part_id"]).to_numpy()
+        assert r["raw_mib"] * 2**20 == sum(a.nbytes for a in arrays.values())
+        assert r["nodes"] == len(arrays["nodes/global_nid"]) and r["edges"] == len(arrays["edges/indices"])
+        assert r["seconds"] > 0 and r["mb_per_s"] > 0 and r["stored_mib"] > 0
+    report = tmp_path / "rep"
+    assert main(["bench", "read", str(out), "--parts", "1", "--repeat", "1", "--out", str(report)]) == 0
+    text = (report / "read.md").read_text()
+    assert "| 1 | cold |" in text and "| 1 | warm |" in text and "| 0 |" not in text
+
+
 def test_relative_paths_verify_from_anywhere(small_input, tmp_path, monkeypatch, capsys):
     work = tmp_path / "work"
     shutil.copytree(small_input, work / "in")
