@@ -19,7 +19,7 @@ to assign the new edges:
    no clustered neighbour: the most populous cluster).
 5. **Communities**: community volumes grow by the new degrees, each new node starts
    as a singleton, and one pass of the structural clustering rule over the new edges
-   (:func:`pipeline.struct_cluster.cluster_batch`, same caps) lets new nodes join
+   (:class:`pipeline.struct_cluster.ClusterState`, same caps) lets new nodes join
    communities. Every new community is placed on its attribute cluster's home when
    that partition stays under the volume cap, else on the partition of least community
    volume (:func:`pipeline.mapping.place_new_communities`).
@@ -59,7 +59,7 @@ from pipeline.metrics import drift_metrics, locality_batch, partition_metrics
 from pipeline.partition import _EdgePartSink, edge_cap
 from pipeline.state import Continuation
 from pipeline.stream import iter_edge_batches
-from pipeline.struct_cluster import cluster_batch
+from pipeline.struct_cluster import ClusterState
 from pipeline.write import (
     Progress,
     _disk_errors,
@@ -247,10 +247,13 @@ def _assign_increment(
             attr = np.ascontiguousarray(attr, dtype=np.int32)
             cap = float(cont.degree.sum()) / k
             cross_cap = (1.0 - float(kernel.get("alpha", config.alpha))) * cap
+            clusters = ClusterState(cont.degree, attr, cont.community, cont.volume)
             moves = 0
             for batch in iter_edge_batches(edge_shards, batch_rows):
-                moves += cluster_batch(batch.src, batch.dst, cont.degree, cont.community, cont.volume,
-                                       attr, cap, cross_cap)
+                moves += clusters.cluster(batch.src, batch.dst, cap, cross_cap)
+            cont.community[:] = clusters.community
+            cont.volume[:] = clusters.volume
+            del clusters
             keep = config.uses_attributes and bool(kernel.get("keep_attr_together", config.keep_attr_together))
             new_communities = place_new_communities(
                 cont.community_part, cont.volume, cont.attr, cont.attr_home if keep else None, k,

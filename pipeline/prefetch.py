@@ -12,7 +12,8 @@ kernel time only (JIT warm), identical assignments with and without:
 
 * assignment, 2PS-L candidates: 5.7 -> 14 M edges/s with prefetch (distance 8) and
   64-byte aligned rows; distance 16 was faster than 4 and no slower than 32;
-* structural clustering: 13 -> 17-20 M edges/s.
+* structural clustering: 13 -> 17-20 M edges/s with prefetch over separate arrays,
+  27-30 M with the state packed in rows (:class:`pipeline.struct_cluster.ClusterState`).
 
 NumPy aligns large arrays to 16 bytes, so a 64-byte row of the packed assignment state
 would straddle two cache lines; :func:`aligned_zeros` keeps each row on one.
@@ -26,7 +27,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["PREFETCH_DISTANCE", "aligned_zeros", "prefetch_read", "prefetch_write"]
+__all__ = ["PREFETCH_DISTANCE", "aligned_zeros", "prefetch_write"]
 
 #: How many edges ahead the kernels prefetch their endpoints' state.
 PREFETCH_DISTANCE = 16
@@ -64,9 +65,8 @@ def _prefetch_intrinsic(rw: int):
     return prefetch
 
 
-#: ``prefetch_read(array, i)``: bring ``array[i]`` (a row, for 2-D) toward the core to read.
-prefetch_read = _prefetch_intrinsic(0)
-#: ``prefetch_write(array, i)``: the same, for a line the kernel is about to modify.
+#: ``prefetch_write(array, i)``: bring the line of ``array[i]`` (a row, for 2-D) toward the
+#: core, for a kernel about to modify it (both kernels update the rows they read).
 prefetch_write = _prefetch_intrinsic(1)
 
 

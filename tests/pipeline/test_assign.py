@@ -17,7 +17,7 @@ from pipeline.masters import (
     popcounts,
     replica_offsets,
 )
-from pipeline.struct_cluster import cluster_batch
+from pipeline.struct_cluster import ClusterState
 
 ALGOS = ["hash", "dbh", "greedy", "hdrf", "2ps-l", "2ps-hdrf", "asep", "asep-hdrf"]
 
@@ -54,14 +54,12 @@ def community_terms(algo, src, dst, num_nodes, k, *, attr=None, alpha=0.5, epsil
     uses_attr = algo.startswith("asep")
     vertex_part = vertex_volume = vertex_home = None
     if uses_comm:
-        community = np.arange(num_nodes, dtype=np.int64)
-        volume = degree.astype(np.int64)
         cap_vol = degree.sum() / k
         run_alpha = alpha if uses_attr else 0.0
-        struct_attr = attr if uses_attr else np.zeros(num_nodes, np.int32)
+        clusters = ClusterState(degree, attr if uses_attr else np.zeros(num_nodes, np.int32))
         for lo in range(0, len(src), batch):
-            cluster_batch(src[lo:lo + batch], dst[lo:lo + batch], degree, community, volume,
-                          struct_attr, cap_vol, (1 - run_alpha) * cap_vol)
+            clusters.cluster(src[lo:lo + batch], dst[lo:lo + batch], cap_vol, (1 - run_alpha) * cap_vol)
+        community, volume = clusters.community, clusters.volume
         mapping = map_communities(volume, attr, k, epsilon=epsilon, keep_attr_together=uses_attr)
         vertex_part = mapping.community_part[community]
         vertex_volume = volume[community]
@@ -225,6 +223,40 @@ def test_asep_all_k_scoring_matches_reference_edge_for_edge(k, beta):
     assert out.tolist() != plain
 
 
+def clustering_reference(src, dst, degree, attr, cap, cross_cap):
+    """The clustering rule of pipeline.struct_cluster, written plainly over lists."""
+    community = list(range(len(degree)))
+    volume = list(degree)
+    for u, v in zip(src, dst):
+        cu, cv = community[u], community[v]
+        if cu == cv or volume[cu] >= cap or volume[cv] >= cap:
+            continue
+        mover, other, source, target = (u, v, cu, cv) if volume[cu] <= volume[cv] else (v, u, cv, cu)
+        limit = cap if attr[mover] == attr[other] else cross_cap
+        if volume[target] + degree[mover] <= limit:
+            volume[source] -= degree[mover]
+            volume[target] += degree[mover]
+            community[mover] = target
+    return community, volume
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.4, 1.0])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_packed_clustering_matches_reference(alpha, seed):
+    src, dst = skewed_graph(seed + 10, n=200, m=3000)
+    degree = np.bincount(src, minlength=200) + np.bincount(dst, minlength=200)
+    attr = np.random.default_rng(seed).integers(0, 3, 200)
+    cap = degree.sum() / 8
+    clusters = ClusterState(degree, attr)
+    for lo in range(0, len(src), 97):  # batches, as streamed
+        clusters.cluster(src[lo:lo + 97], dst[lo:lo + 97], cap, (1 - alpha) * cap)
+    community, volume = clustering_reference(src.tolist(), dst.tolist(), degree.tolist(), attr.tolist(),
+                                             cap, (1 - alpha) * cap)
+    assert clusters.community.tolist() == community
+    assert clusters.volume.tolist() == volume
+    assert len(set(community)) < 200  # vertices did move
+
+
 def test_alpha_one_keeps_communities_inside_attribute_clusters():
     rng = np.random.default_rng(3)
     n = 300
@@ -232,10 +264,10 @@ def test_alpha_one_keeps_communities_inside_attribute_clusters():
     dst = rng.integers(0, n, 3000)
     attr = rng.integers(0, 4, n).astype(np.int32)
     degree = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
-    community = np.arange(n, dtype=np.int64)
-    volume = degree.astype(np.int64)
     cap = degree.sum() / 4
-    moves = cluster_batch(src, dst, degree, community, volume, attr, cap, 0.0)
+    clusters = ClusterState(degree, attr)
+    moves = clusters.cluster(src, dst, cap, 0.0)
+    community, volume = clusters.community, clusters.volume
     assert moves > 0
     assert all(attr[community[v]] == attr[v] for v in range(n))
     # Volumes stay consistent with membership, and within the cap.
