@@ -32,7 +32,7 @@ from pipeline.degrees import Degrees, compute_degrees
 from pipeline.mapping import CommunityMapping, map_communities
 from pipeline.masters import choose_masters, count_edges_per_replica, replica_offsets
 from pipeline.metrics import drift_metrics, locality_batch, partition_metrics
-from pipeline.stream import iter_edge_batches
+from pipeline.stream import iter_edge_batches, warmup_arrays
 from pipeline.struct_cluster import Communities, structural_clusters
 from storage.errors import InputError, format_problem
 from storage.fs import Shard, discover_shards
@@ -300,11 +300,10 @@ def partition(
         # and grow with |E|. Batches arrive in shard order, so each file is appended.
         sink = _EdgePartSink(workdir, shard_rows)
         with stage("assignment", log) as info:
-            # Compile (or load from numba's cache) outside the timed loop.
-            empty = np.zeros(0, dtype=np.int64)
             kernel_args = dict(use_partial=use_partial, beta=beta, lam=run.hdrf_lambda,
                                cap=cap, seed=run.seed)
-            state.assign(empty, empty, np.zeros(0, np.int16), mode, **kernel_args)
+            for empty in warmup_arrays():  # compile outside the timed loop
+                state.assign(empty, empty, np.zeros(0, np.int16), mode, **kernel_args)
             kernel_seconds = 0.0
             for batch in iter_edge_batches(edge_shards, run.batch_rows):
                 out = np.empty(len(batch.src), dtype=np.int16)

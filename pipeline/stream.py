@@ -19,7 +19,7 @@ import numpy as np
 from storage.fs import Shard
 from storage.validate import open_parquet
 
-__all__ = ["EdgeBatch", "iter_edge_batches"]
+__all__ = ["EdgeBatch", "iter_edge_batches", "warmup_arrays"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,20 @@ def _produce(shards: list[Shard], batch_rows: int) -> Iterator[EdgeBatch]:
             yield EdgeBatch(index, row0, position, src, dst)
             row0 += len(src)
             position += len(src)
+
+
+def warmup_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """Zero-length int64 arrays, one writable and one read-only.
+
+    Batches decoded from Parquet are read-only views of Arrow buffers, and numba
+    compiles a separate specialisation for read-only arrays. Calling a kernel on both
+    of these compiles (or loads from numba's cache) every variant it will meet, so
+    none of that lands inside a timed loop.
+    """
+    writable = np.zeros(0, dtype=np.int64)
+    readonly = np.zeros(0, dtype=np.int64)
+    readonly.flags.writeable = False
+    return writable, readonly
 
 
 _DONE = object()

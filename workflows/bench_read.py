@@ -13,8 +13,8 @@ import os
 import time
 from pathlib import Path
 
-from storage.partition_store import open_partition
 from storage.manifest import read_manifest
+from storage.partition_store import open_partition
 from workflows.bench import markdown_table
 
 __all__ = ["bench_read", "drop_cached_pages"]
@@ -80,9 +80,10 @@ def report(out: str | Path, rows: list[dict], repeat: int) -> str:
     return "\n".join([
         "# asepr bench read",
         "",
-        f"Output {out}; run {time.strftime('%Y-%m-%d %H:%M:%S')}; best of {repeat} per row. "
-        "`mb_per_s` is raw (decoded) MB (10^6 bytes) per second of `open_partition(...).to_numpy()`; "
-        "`cold` evicts the store's files from the page cache before each read.",
+        (f"Output {out}; run {time.strftime('%Y-%m-%d %H:%M:%S')}; best of {repeat} per row. "
+         "`mb_per_s` is raw (decoded) MB (10^6 bytes) per second of "
+         "`open_partition(...).to_numpy()`; `cold` evicts the store's files from the page "
+         "cache before each read."),
         "",
         markdown_table(rows, COLUMNS),
         "",
