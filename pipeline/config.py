@@ -75,6 +75,15 @@ class PartitionConfig:
         Weight of HDRF's balance term.
     seed
         Seeds k-means, the projection and the hash baselines.
+    projection_dim, projection_threshold
+        k-means runs on features wider than ``projection_threshold`` after a seeded
+        random projection to ``projection_dim`` dimensions. Default 256 and 256, by
+        measurement (``asepr bench partition``, shuffled, seed 0): DESIGN.md's 64 lost
+        the clusters' signal on amazon-computers (767-d) and coauthor-physics (8415-d).
+        With 256, ASEP's RF on amazon-computers fell from 1.953 / 2.528 / 3.183 / 3.854
+        to 1.883 / 2.431 / 3.131 / 3.848 at k = 4 / 8 / 16 / 32, below 2ps-hdrf's in all
+        four; no projection at all did about as well (1.849 / 2.432 / 3.122 / 3.757)
+        but costs k-means time and spill in the full width.
     undirected
         Whether each edge row stands for both directions (default: the input's meta).
     """
@@ -95,8 +104,8 @@ class PartitionConfig:
     kmeans_max_passes: int = 10
     kmeans_tol: float = 1e-4
     kmeans_sample: int = 20_000
-    projection_dim: int = 64
-    projection_threshold: int = 128
+    projection_dim: int = 256
+    projection_threshold: int = 256
     batch_rows: int = 1 << 20
     undirected: bool | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)

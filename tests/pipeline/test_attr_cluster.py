@@ -86,9 +86,9 @@ def test_recovers_blobs(blob_inputs, dim, tmp_path):
     assert isinstance(model, AttrModel) and model.feat_dim == dim
     assert model.centroids.dtype == np.float32 and model.centroids.shape[0] == NUM_BLOBS
     np.testing.assert_allclose(np.linalg.norm(model.centroids, axis=1), 1.0, atol=1e-5)
-    if dim > 128:
-        assert model.projection is not None and model.projection.shape == (dim, 64)
-        assert model.centroids.shape[1] == 64
+    if dim > 256:  # the default projection_threshold, projecting to projection_dim = 256
+        assert model.projection is not None and model.projection.shape == (dim, 256)
+        assert model.centroids.shape[1] == 256
     else:
         assert model.projection is None and model.centroids.shape[1] == dim
     # the final assignment is reproducible from the model alone (incremental ingest)
@@ -294,7 +294,7 @@ def test_cora_if_the_importer_is_available(tmp_path):
     shards = discover_shards(tmp_path / "cora" / "nodes")
     n = meta["num_nodes"]
     result = attribute_clusters(shards, n, 7, seed=0, max_passes=5)
-    assert result.model.projection.shape == (1433, 64)
+    assert result.model.projection.shape == (1433, 256)
     assert np.bincount(result.attr_cluster_id, minlength=7).min() > 0
     table = pq.read_table(tmp_path / "cora" / "nodes")
     ids = table.column("id").to_numpy()
