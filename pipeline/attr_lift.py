@@ -12,8 +12,9 @@ by it (clipped to ``[0, 1]``): ``weight_eff = weight * min(1, lift / reference)`
 That paid off at alpha = beta = 0.5; at the current defaults (0.25) it did not, so
 the default is no scaling (see :class:`pipeline.config.PartitionConfig`).
 
-Measured on the shared datasets with ``C = 4k`` clusters: coauthor-physics 0.30-0.54,
-facebook-pagepage 0.23-0.25, tolokers 0.03-0.14, amazon-computers 0.03-0.08.
+Measured on the shared datasets (shuffled, C = k, k = 4..32, features over 256
+dimensions projected to 256): coauthor-physics 0.43-0.65, facebook-pagepage 0.22-0.31,
+amazon-computers 0.11-0.16, tolokers 0.05-0.14.
 """
 
 from __future__ import annotations

@@ -79,7 +79,8 @@ class PartitionConfig:
         k-means runs on features wider than ``projection_threshold`` after a seeded
         random projection to ``projection_dim`` dimensions. Default 256 and 256, by
         measurement (``asepr bench partition``, shuffled, seed 0): DESIGN.md's 64 lost
-        the clusters' signal on amazon-computers (767-d) and coauthor-physics (8415-d).
+        the clusters' signal on amazon-computers (767-d), coauthor-physics (8415-d)
+        and facebook-pagepage (4714-d multi-hot); ASEP's RF then won 16 of 16 cells.
         With 256, ASEP's RF on amazon-computers fell from 1.953 / 2.528 / 3.183 / 3.854
         to 1.883 / 2.431 / 3.131 / 3.848 at k = 4 / 8 / 16 / 32, below 2ps-hdrf's in all
         four; no projection at all did about as well (1.849 / 2.432 / 3.122 / 3.757)
