@@ -244,7 +244,6 @@ def _assign_increment(
             cont.volume += np.rint(grown[: cont.num_nodes]).astype(np.int64)
             del grown
             attr = cont.attr if config.uses_attributes else np.zeros(cont.num_nodes, np.int32)
-            attr = np.ascontiguousarray(attr, dtype=np.int32)
             cap = float(cont.degree.sum()) / k
             cross_cap = (1.0 - float(kernel.get("alpha", config.alpha))) * cap
             clusters = ClusterState(cont.degree, attr, cont.community, cont.volume)

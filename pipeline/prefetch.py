@@ -35,39 +35,32 @@ PREFETCH_DISTANCE = 16
 _CACHE_LINE = 64
 
 
-def _prefetch_intrinsic(rw: int):
-    """A numba intrinsic ``f(array, i)`` hinting the line of ``array[i]`` (first axis)."""
+@intrinsic
+def prefetch_write(typingctx, array, index):
+    """``prefetch_write(array, i)``: bring the cache line of ``array[i]`` (a row, for 2-D)
+    toward the core, for a kernel about to modify it (both kernels update the rows they
+    read). A hint only: it never faults and changes no result."""
+    if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+        return None
+    sig = types.void(array, index)
 
-    @intrinsic
-    def prefetch(typingctx, array, index):
-        if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
-            return None
-        sig = types.void(array, index)
+    def codegen(context, builder, signature, args):
+        array_type = signature.args[0]
+        ary = context.make_array(array_type)(context, builder, args[0])
+        strides = cgutils.unpack_tuple(builder, ary.strides, array_type.ndim)
+        offset = builder.mul(context.cast(builder, args[1], signature.args[1], types.intp),
+                             strides[0])
+        address = builder.add(builder.ptrtoint(ary.data, ir.IntType(64)), offset)
+        i8p = ir.IntType(8).as_pointer()
+        i32 = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        # (address, rw = 1 write, locality 3 = keep in all cache levels, data cache)
+        builder.call(fn, [builder.inttoptr(address, i8p), ir.Constant(i32, 1),
+                          ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
 
-        def codegen(context, builder, signature, args):
-            array_type = signature.args[0]
-            ary = context.make_array(array_type)(context, builder, args[0])
-            strides = cgutils.unpack_tuple(builder, ary.strides, array_type.ndim)
-            offset = builder.mul(context.cast(builder, args[1], signature.args[1], types.intp),
-                                 strides[0])
-            address = builder.add(builder.ptrtoint(ary.data, ir.IntType(64)), offset)
-            i8p = ir.IntType(8).as_pointer()
-            i32 = ir.IntType(32)
-            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-            # (address, rw, locality 3 = keep in all cache levels, data cache)
-            builder.call(fn, [builder.inttoptr(address, i8p), ir.Constant(i32, rw),
-                              ir.Constant(i32, 3), ir.Constant(i32, 1)])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return prefetch
-
-
-#: ``prefetch_write(array, i)``: bring the line of ``array[i]`` (a row, for 2-D) toward the
-#: core, for a kernel about to modify it (both kernels update the rows they read).
-prefetch_write = _prefetch_intrinsic(1)
+    return sig, codegen
 
 
 def aligned_zeros(shape: tuple[int, ...], dtype=np.int64) -> np.ndarray:

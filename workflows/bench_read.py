@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from storage.manifest import read_manifest
-from storage.partition_store import open_partition
+from storage.partition_store import open_partition, store_bytes
 from workflows.bench import markdown_table
 
 __all__ = ["bench_read", "drop_cached_pages"]
@@ -22,10 +22,9 @@ __all__ = ["bench_read", "drop_cached_pages"]
 COLUMNS = ["part_id", "cache", "nodes", "edges", "raw_mib", "stored_mib", "seconds", "mb_per_s"]
 
 
-def drop_cached_pages(path: str | Path) -> int:
-    """Ask the kernel to evict every file under ``path`` from the page cache; returns the
-    number of files. Dirty pages are written first (``fsync``), or they would stay."""
-    count = 0
+def drop_cached_pages(path: str | Path) -> None:
+    """Ask the kernel to evict every file under ``path`` from the page cache. Dirty
+    pages are written first (``fsync``), or they would stay."""
     for root, _, files in os.walk(path):
         for name in files:
             fd = os.open(os.path.join(root, name), os.O_RDONLY)
@@ -34,12 +33,6 @@ def drop_cached_pages(path: str | Path) -> int:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
-            count += 1
-    return count
-
-
-def _stored_bytes(path: str | Path) -> int:
-    return sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(path) for f in files)
 
 
 def bench_read(out: str | Path, parts: list[int] | None = None, *, repeat: int = 3,
@@ -54,6 +47,7 @@ def bench_read(out: str | Path, parts: list[int] | None = None, *, repeat: int =
     for part_id in ids:
         store = open_partition(out, part_id)
         local = Path(store.path)
+        stored = store_bytes(local) / 2**20 if local.exists() else float("nan")
         modes = (["cold"] if cold and local.exists() else []) + ["warm"]
         for mode in modes:
             best = None
@@ -69,8 +63,7 @@ def bench_read(out: str | Path, parts: list[int] | None = None, *, repeat: int =
                 best = seconds if best is None else min(best, seconds)
             rows.append({
                 "part_id": part_id, "cache": mode, "nodes": store.num_nodes, "edges": store.num_edges,
-                "raw_mib": raw / 2**20,
-                "stored_mib": _stored_bytes(local) / 2**20 if local.exists() else float("nan"),
+                "raw_mib": raw / 2**20, "stored_mib": stored,
                 "seconds": best, "mb_per_s": raw / 1e6 / best if best else float("nan"),
             })
     return rows
