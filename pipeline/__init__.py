@@ -2,28 +2,28 @@
 
 ``pipeline.partition(input, k, algo=...)`` runs a whole partitioning and returns an
 :class:`Assignment`; the stage functions are exported for reuse (incremental ingest,
-benchmarks). ``pipeline.ingest(out, new_edges, nodes)`` adds new shards to a committed
-output as its next generation, and ``pipeline.rebalance(out)`` moves whole communities
+benchmarks). ``pipeline.increment.ingest(out, new_edges, nodes)`` adds new shards to a committed
+output as its next generation, and ``pipeline.increment.rebalance(out)`` moves whole communities
 off partitions past the cap (DESIGN.md section 6).
 """
 
 from pipeline.assign import MODES, AssignState, assign_batch, replica_sets
-from pipeline.attr_cluster import AttrClusters, AttrModel, attribute_clusters
-from pipeline.attr_column import column_clusters
+from pipeline.stages.attr_cluster import AttrClusters, AttrModel, attribute_clusters
+from pipeline.stages.attr_column import column_clusters
 from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
-from pipeline.degrees import Degrees, compute_degrees
-from pipeline.ingest import ingest
-from pipeline.mapping import CommunityMapping, map_communities
-from pipeline.masters import choose_masters, count_edges_per_replica, replica_offsets
-from pipeline.metrics import partition_metrics
+from pipeline.stages.degrees import Degrees, compute_degrees
+from pipeline.increment.ingest import ingest
+from pipeline.stages.mapping import CommunityMapping, map_communities
+from pipeline.stages.masters import choose_masters, count_edges_per_replica, replica_offsets
+from pipeline.stages.metrics import partition_metrics
 from pipeline.partition import Assignment, edge_cap, partition
-from pipeline.rebalance import rebalance
-from pipeline.shuffle import shuffle_edges
+from pipeline.increment.rebalance import rebalance
+from pipeline.inputs.shuffle import shuffle_edges
 from pipeline.stream import EdgeBatch, iter_edge_batches
-from pipeline.struct_cluster import Communities, structural_clusters
-from pipeline.synth import SynthConfig, generate
-from pipeline.verify import Problem, VerifyReport, verify_output
-from pipeline.write import partition_to_store, write_partitions
+from pipeline.stages.struct_cluster import Communities, structural_clusters
+from pipeline.inputs.synth import SynthConfig, generate
+from pipeline.store.verify import Problem, VerifyReport, verify_output
+from pipeline.store.write import partition_to_store, write_partitions
 
 __all__ = [
     "Problem",

@@ -57,7 +57,7 @@ class PartitionConfig:
         Use this categorical node column as the attribute clusters instead of k-means.
     lift_reference
         Scale alpha and beta by ``min(1, lift / lift_reference)``, where ``lift`` is
-        the measured attribute lift (:mod:`pipeline.attr_lift`); 0 (default) disables
+        the measured attribute lift (:mod:`pipeline.stages.attr_lift`); 0 (default) disables
         scaling. Measured at alpha = beta = 0.25 on the same 16 shuffled cells:
         without scaling ASEP's RF was no higher than the best baseline in 13 cells
         against 12 with reference 0.3; its homogeneity was higher in 11 cells, equal in

@@ -24,16 +24,16 @@ from typing import Any
 import numpy as np
 
 from pipeline.assign import MODES, AssignState
-from pipeline.attr_cluster import AttrClusters, attribute_clusters
-from pipeline.attr_column import column_clusters
-from pipeline.attr_lift import attribute_lift
+from pipeline.stages.attr_cluster import AttrClusters, attribute_clusters
+from pipeline.stages.attr_column import column_clusters
+from pipeline.stages.attr_lift import attribute_lift
 from pipeline.config import PartitionConfig
-from pipeline.degrees import Degrees, compute_degrees
-from pipeline.mapping import CommunityMapping, map_communities
-from pipeline.masters import choose_masters, count_edges_per_replica, replica_offsets
-from pipeline.metrics import drift_metrics, locality_batch, partition_metrics
+from pipeline.stages.degrees import Degrees, compute_degrees
+from pipeline.stages.mapping import CommunityMapping, map_communities
+from pipeline.stages.masters import choose_masters, count_edges_per_replica, replica_offsets
+from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
 from pipeline.stream import iter_edge_batches, warmup_arrays
-from pipeline.struct_cluster import Communities, structural_clusters
+from pipeline.stages.struct_cluster import Communities, structural_clusters
 from storage.errors import InputError, format_problem
 from storage.fs import Shard, discover_shards
 from storage.reader import read_node_column

@@ -13,7 +13,7 @@ kernel time only (JIT warm), identical assignments with and without:
 * assignment, 2PS-L candidates: 5.7 -> 14 M edges/s with prefetch (distance 8) and
   64-byte aligned rows; distance 16 was faster than 4 and no slower than 32;
 * structural clustering: 13 -> 17-20 M edges/s with prefetch over separate arrays,
-  27-30 M with the state packed in rows (:class:`pipeline.struct_cluster.ClusterState`).
+  27-30 M with the state packed in rows (:class:`pipeline.stages.struct_cluster.ClusterState`).
 
 NumPy aligns large arrays to 16 bytes, so a 64-byte row of the packed assignment state
 would straddle two cache lines; :func:`aligned_zeros` keeps each row on one.

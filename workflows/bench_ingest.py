@@ -1,6 +1,6 @@
 """``asepr bench ingest``: incremental ingest against a full repartition, side by side.
 
-One run generates a synthetic graph (:func:`pipeline.synth.generate`), cuts its edge
+One run generates a synthetic graph (:func:`pipeline.inputs.synth.generate`), cuts its edge
 stream after the first ``base`` edges, partitions those (``asepr partition``), ingests
 the rest (``asepr ingest``), and partitions all edges from scratch, each phase in its
 own child process, so that its wall time and peak RSS are its own. With ``repeat`` > 1
@@ -95,9 +95,9 @@ def _phase(args: dict[str, Any]) -> dict[str, Any]:
     import resource
 
     from pipeline import PartitionConfig
-    from pipeline.ingest import ingest
-    from pipeline.verify import verify_output
-    from pipeline.write import partition_to_store
+    from pipeline.increment.ingest import ingest
+    from pipeline.store.verify import verify_output
+    from pipeline.store.write import partition_to_store
     from storage.resources import peak_rss_bytes
 
     config = PartitionConfig(num_parts=int(args["k"]), seed=int(args["seed"]))
@@ -184,7 +184,7 @@ def bench_ingest(
 
     Returns the rows written to ``ingest.parquet`` (one per phase).
     """
-    from pipeline.synth import SynthConfig, generate
+    from pipeline.inputs.synth import SynthConfig, generate
 
     out.mkdir(parents=True, exist_ok=True)
     work = workdir or out / "work"

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.config import PartitionConfig
-from pipeline.write import partition_to_store
+from pipeline.store.write import partition_to_store
 from storage.manifest import read_manifest
 from training.checkpoint import RunDir
 from training.config import TrainConfig

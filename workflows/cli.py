@@ -160,7 +160,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from pipeline.synth import SynthConfig, generate
+    from pipeline.inputs.synth import SynthConfig, generate
 
     config = SynthConfig(
         num_nodes=args.nodes,

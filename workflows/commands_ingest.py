@@ -1,9 +1,9 @@
 """``asepr ingest`` and ``asepr rebalance``: grow and rebalance a committed output.
 
 ``ingest`` adds new edge (and node) shards as the next generation
-(:func:`pipeline.ingest.ingest`); shards ingested before are skipped with a message.
+(:func:`pipeline.increment.ingest.ingest`); shards ingested before are skipped with a message.
 ``rebalance`` moves whole communities off partitions past the volume cap
-(:func:`pipeline.rebalance.rebalance`). Both print what they committed; ``asepr
+(:func:`pipeline.increment.rebalance.rebalance`). Both print what they committed; ``asepr
 inspect`` shows the drift and whether a rebalance is advised.
 """
 
@@ -60,7 +60,7 @@ def _commit_generation(args: argparse.Namespace, step, nothing: str) -> dict | N
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from pipeline.ingest import ingest
+    from pipeline.increment.ingest import ingest
 
     manifest = _commit_generation(
         args, lambda client: ingest(args.out, args.new_edges, args.nodes, client=client,
@@ -82,7 +82,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _cmd_rebalance(args: argparse.Namespace) -> int:
-    from pipeline.rebalance import rebalance
+    from pipeline.increment.rebalance import rebalance
 
     manifest = _commit_generation(
         args, lambda client: rebalance(args.out, client=client, progress=_progress_factory(args)),

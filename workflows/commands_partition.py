@@ -1,9 +1,9 @@
 """``asepr partition``, ``asepr inspect`` and ``asepr verify``.
 
 ``partition`` validates the input, partitions it and commits one Zarr store per
-partition plus ``manifest.json`` (:func:`pipeline.write.partition_to_store`);
+partition plus ``manifest.json`` (:func:`pipeline.store.write.partition_to_store`);
 ``inspect`` prints what an output holds; ``verify`` checks every invariant
-(:func:`pipeline.verify.verify_output`) and exits 1 on any violation.
+(:func:`pipeline.store.verify.verify_output`) and exits 1 on any violation.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def _progress_factory(args: argparse.Namespace):
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
-    from pipeline.write import partition_to_store
+    from pipeline.store.write import partition_to_store
 
     config, halo = config_from_args(args)
     with client_from_args(args) as client:
@@ -317,7 +317,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from pipeline.verify import verify_output
+    from pipeline.store.verify import verify_output
 
     report = verify_output(args.out, input_url=args.input)
     if args.json:

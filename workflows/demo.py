@@ -4,7 +4,7 @@ Import and validate; hold the last 10 % of the edge stream back; partition the r
 into 4 with ASEP (one Zarr store per partition plus ``manifest.json``), verify every
 invariant and print the metrics and partitions; train 4 GraphSAGE ranks with
 reconciliation rounds (``avg+kd+con``, through torchrun's API); ingest the held-back
-edges as generation 2 (``pipeline.ingest``), verify again, and resume training on
+edges as generation 2 (``pipeline.increment.ingest``), verify again, and resume training on
 generation 2; finally compare the final accuracy with the centralized baseline on the
 whole graph.
 """
@@ -20,8 +20,8 @@ from importlib import resources
 from pathlib import Path
 
 from pipeline.config import PartitionConfig
-from pipeline.verify import verify_output
-from pipeline.write import partition_to_store
+from pipeline.store.verify import verify_output
+from pipeline.store.write import partition_to_store
 from storage.errors import StoreError
 from storage.importers import import_dataset
 from storage.resources import peak_rss_bytes
@@ -109,7 +109,7 @@ def run_demo(workdir: str | Path | None = None, echo=print) -> dict:
 
 def _train(input_dir: Path, out_dir: Path, new_dir: Path, base: Path, echo) -> dict:
     """Train on generation 1, ingest the held-back edges, resume on generation 2, compare."""
-    from pipeline.ingest import ingest
+    from pipeline.increment.ingest import ingest
     from training.centralized import run_centralized
 
     config = DEMO_TRAIN

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.synth import SynthConfig, generate
+from pipeline.inputs.synth import SynthConfig, generate
 from storage.manifest import read_manifest
 from storage.partition_store import open_partition
 

@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.assign import MODES, AssignState, replica_sets
-from pipeline.mapping import map_communities
-from pipeline.masters import (
+from pipeline.stages.mapping import map_communities
+from pipeline.stages.masters import (
     choose_masters,
     count_edges_per_replica,
     popcounts,
     replica_offsets,
 )
-from pipeline.struct_cluster import ClusterState
+from pipeline.stages.struct_cluster import ClusterState
 
 ALGOS = ["hash", "dbh", "greedy", "hdrf", "2ps-l", "2ps-hdrf", "asep", "asep-hdrf"]
 
@@ -224,7 +224,7 @@ def test_asep_all_k_scoring_matches_reference_edge_for_edge(k, beta):
 
 
 def clustering_reference(src, dst, degree, attr, cap, cross_cap):
-    """The clustering rule of pipeline.struct_cluster, written plainly over lists."""
+    """The clustering rule of pipeline.stages.struct_cluster, written plainly over lists."""
     community = list(range(len(degree)))
     volume = list(degree)
     for u, v in zip(src, dst):

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.attr_cluster import (
+from pipeline.stages.attr_cluster import (
     AttrClusters,
     AttrModel,
     _kmeans_pp,
     attribute_clusters,
 )
-from pipeline.attr_column import column_clusters
+from pipeline.stages.attr_column import column_clusters
 from storage.errors import InputError, SchemaError
 from storage.fs import discover_shards
 from tests.storage.helpers import node_table
@@ -158,7 +158,7 @@ def test_sampled_init_and_projection_threshold(blob_inputs):
 def test_clamps_clusters_to_nodes_and_distinct_points(tmp_path, caplog):
     feat = np.repeat(np.eye(3, dtype=np.float32) * [[1.0], [2.0], [3.0]], [4, 3, 3], axis=0)
     shards = write_nodes(tmp_path / "a", feat, num_shards=2)
-    with caplog.at_level(logging.INFO, logger="pipeline.attr_cluster"):
+    with caplog.at_level(logging.INFO, logger="pipeline.stages.attr_cluster"):
         result = attribute_clusters(shards, len(feat), 50, seed=0)
     assert result.num_clusters == 3
     assert "clamped" in caplog.text

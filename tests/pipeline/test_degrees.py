@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline.dask_ops import tree_reduce
-from pipeline.degrees import Degrees, compute_degrees
+from pipeline.stages.degrees import Degrees, compute_degrees
 from storage.errors import InputError
 from storage.fs import discover_shards
 from tests.storage.helpers import edge_table, write_input

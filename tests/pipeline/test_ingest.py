@@ -14,14 +14,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import pipeline.rebuild
-import pipeline.route
-import pipeline.write
+import pipeline.increment.rebuild
+import pipeline.store.route
+import pipeline.store.write
 from pipeline import ingest
-from pipeline.attr_cluster import AttrModel
+from pipeline.stages.attr_cluster import AttrModel
 from pipeline.config import PartitionConfig
-from pipeline.verify import verify_output
-from pipeline.write import partition_to_store
+from pipeline.store.verify import verify_output
+from pipeline.store.write import partition_to_store
 from storage.errors import InputError, InputNotFoundError, SchemaError, StoreError
 from storage.manifest import LOCK_NAME, STAGING_NAME, read_manifest, write_manifest
 from storage.partition_store import open_partition
@@ -251,7 +251,7 @@ def test_a_directory_that_grew_ingests_only_its_new_shards(case, gen1, tmp_path)
 # --- crash safety ---------------------------------------------------------------------------------
 
 
-_WRITERS = (pipeline.route, pipeline.rebuild, pipeline.write)
+_WRITERS = (pipeline.store.route, pipeline.increment.rebuild, pipeline.store.write)
 
 
 def _crash_at(monkeypatch, stage: str, after: int = 1) -> None:
@@ -453,7 +453,7 @@ def test_state_arrays_follow_the_stream(case, gen1, gen2):
        new_edges=st.integers(0, 60))
 def test_merging_new_edges_into_old_rows_equals_sorting_everything(seed, num_nodes, old_edges, new_edges):
     """The rebuild's row merge gives the CSR that sorting all (row, column, halo) keys gives."""
-    from pipeline.rebuild import _merge_rows, _union_sorted
+    from pipeline.increment.rebuild import _merge_rows, _union_sorted
 
     rng = np.random.default_rng(seed)
     gids_old = np.sort(rng.choice(num_nodes, size=int(rng.integers(1, num_nodes + 1)), replace=False))
@@ -498,7 +498,7 @@ def test_merging_new_edges_into_old_rows_equals_sorting_everything(seed, num_nod
 @given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 6), communities=st.integers(1, 60),
        keep_home=st.booleans())
 def test_new_communities_all_get_a_partition_home_first_under_the_cap(seed, k, communities, keep_home):
-    from pipeline.mapping import place_new_communities
+    from pipeline.stages.mapping import place_new_communities
 
     rng = np.random.default_rng(seed)
     volume = rng.integers(0, 50, communities).astype(np.int64)

@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import ALGORITHMS, PartitionConfig, partition, replica_sets
-from pipeline.synth import SynthConfig, generate
+from pipeline.inputs.synth import SynthConfig, generate
 from storage import InputError
 
 N, M = 400, 3000

@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import pipeline.rebuild
-import pipeline.route
-import pipeline.write
+import pipeline.increment.rebuild
+import pipeline.store.route
+import pipeline.store.write
 from pipeline import ingest, rebalance
 from pipeline.config import PartitionConfig
-from pipeline.metrics import drift_metrics
-from pipeline.synth import SynthConfig, generate
-from pipeline.verify import verify_output
-from pipeline.write import partition_to_store
+from pipeline.stages.metrics import drift_metrics
+from pipeline.inputs.synth import SynthConfig, generate
+from pipeline.store.verify import verify_output
+from pipeline.store.write import partition_to_store
 from storage.errors import StoreError
 from storage.manifest import STAGING_NAME, read_manifest
 from storage.state import read_state
@@ -115,7 +115,7 @@ def test_killed_rebalance_leaves_the_previous_generation(drifted, tmp_path, monk
         if name == "between-commits":
             raise _Crash(name)
 
-    for module in (pipeline.route, pipeline.rebuild, pipeline.write):
+    for module in (pipeline.store.route, pipeline.increment.rebuild, pipeline.store.write):
         monkeypatch.setattr(module, "pause_point", hook)
     with pytest.raises(_Crash):
         rebalance(out)

@@ -1,6 +1,6 @@
 """The write path: invariants of committed outputs, resumption, failures, Dask clusters.
 
-``check_output`` checks an output independently of ``pipeline.verify`` (plain numpy
+``check_output`` checks an output independently of ``pipeline.store.verify`` (plain numpy
 over the whole graph, which is small here), and every test also runs the verifier.
 """
 
@@ -17,14 +17,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import pipeline.finalize
-import pipeline.route
-import pipeline.write
+import pipeline.store.finalize
+import pipeline.store.route
+import pipeline.store.write
 import storage.partition_store
 from pipeline.config import ALGORITHMS, PartitionConfig
 from pipeline.partition import partition
-from pipeline.verify import verify_output
-from pipeline.write import partition_to_store, write_partitions
+from pipeline.store.verify import verify_output
+from pipeline.store.write import partition_to_store, write_partitions
 from storage.errors import AseprError, InputError, SchemaError, StoreError
 from storage.manifest import STAGING_NAME, read_manifest
 from storage.partition_store import combine_digests, open_partition, zarr_array_digest
@@ -216,7 +216,7 @@ def test_more_partitions_than_busy_nodes_and_an_empty_shard(tmp_path):
 # --- failures ----------------------------------------------------------------------------
 
 
-_WRITERS = (pipeline.route, pipeline.finalize, pipeline.write)
+_WRITERS = (pipeline.store.route, pipeline.store.finalize, pipeline.store.write)
 
 
 def _crash_at(monkeypatch, stage: str, after: int = 1) -> None:

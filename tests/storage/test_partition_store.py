@@ -18,7 +18,7 @@ import zarr
 import storage.manifest
 import storage.partition_store as ps
 from pipeline.config import PartitionConfig
-from pipeline.write import partition_to_store
+from pipeline.store.write import partition_to_store
 from storage.errors import StoreError
 from storage.lock import OutputLock
 from storage.manifest import LOCK_NAME, read_manifest, write_manifest
@@ -172,12 +172,12 @@ def test_manifest_is_written_last(outputs, tmp_path, monkeypatch):
     """A run stopped right before its manifest leaves the previous generation readable."""
     out = tmp_path / "out"
     shutil.copytree(outputs[0], out)
-    import pipeline.write
+    import pipeline.store.write
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt("stopped before the manifest")
 
-    monkeypatch.setattr(pipeline.write, "write_manifest", stop)
+    monkeypatch.setattr(pipeline.store.write, "write_manifest", stop)
     with pytest.raises(KeyboardInterrupt):
         partition_to_store(_input_of(outputs[0]), out, PartitionConfig(num_parts=2, algo="dbh"),
                            overwrite=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.config import PartitionConfig
-from pipeline.write import partition_to_store
+from pipeline.store.write import partition_to_store
 from storage.importers import import_dataset
 from workflows.demo import bundled_cora
 

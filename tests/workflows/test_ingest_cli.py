@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.verify import verify_output
+from pipeline.store.verify import verify_output
 from storage.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
 from storage.partition_store import open_partition
 from storage.state import read_state
@@ -75,7 +75,7 @@ def test_bad_input_exits_1_and_names_the_file(case, tmp_path, capsys):
 
 def test_rebalance_command_and_advice(tmp_path, capsys):
     """Drift advised by inspect after a skewed ingest; rebalance commits and clears the advice."""
-    from pipeline.synth import SynthConfig, generate
+    from pipeline.inputs.synth import SynthConfig, generate
 
     base = tmp_path
     generate(base / "in", SynthConfig(num_nodes=1200, num_edges=8000, num_classes=24, dim=8), shard_rows=4000)

@@ -13,9 +13,9 @@ import pytest
 import zarr
 
 from pipeline.config import PartitionConfig
-from pipeline.synth import SynthConfig, generate
-from pipeline.verify import verify_output
-from pipeline.write import partition_to_store
+from pipeline.inputs.synth import SynthConfig, generate
+from pipeline.store.verify import verify_output
+from pipeline.store.write import partition_to_store
 from storage.importers import import_dataset
 from storage.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
 from storage.partition_store import open_partition

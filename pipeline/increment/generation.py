@@ -5,7 +5,7 @@ into generation g+1. Both first decide, from the loaded state (O(N)), where ever
 or moved edge goes; they save that decision (the :class:`Plan`) with the new
 ``state.zarr`` in the staging directory; then :func:`write_increment` rebuilds the
 partitions that change and commits them, the node map and the state *together*,
-through the same journal as ``asepr partition`` (:mod:`pipeline.write`)::
+through the same journal as ``asepr partition`` (:mod:`pipeline.store.write`)::
 
     OUT/.asepr-staging/
       run.json                    run key and generation (resumption)
@@ -15,7 +15,7 @@ through the same journal as ``asepr partition`` (:mod:`pipeline.write`)::
       work/master.npy             int32 [N']   masters of generation g+1
       work/source.npy             int32 [N]    generation g's masters (whose store has each row)
       work/community.npy ...      (rebalance) community, move_from, move_to per community
-      route/ fetch/ gather/ gids/ spill files (:mod:`pipeline.route`, :mod:`pipeline.rebuild`)
+      route/ fetch/ gather/ gids/ spill files (:mod:`pipeline.store.route`, :mod:`pipeline.increment.rebuild`)
       .part-*.zarr.partial/ part-*.zarr/ node_map.parquet    as for a partition run
       commit.json  old/           the journal and the replaced stores, while swapping
 
@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from pipeline.rebuild import (
+from pipeline.increment.rebuild import (
     extract_moves,
     fetch_rows,
     fetch_spill_paths,
@@ -55,8 +55,8 @@ from pipeline.rebuild import (
     rebuild_edges,
     rebuild_nodes,
 )
-from pipeline.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
-from pipeline.write import (
+from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
+from pipeline.store.write import (
     Progress,
     _apply_journal,
     _finished_entry,

@@ -19,17 +19,17 @@ to assign the new edges:
    no clustered neighbour: the most populous cluster).
 5. **Communities**: community volumes grow by the new degrees, each new node starts
    as a singleton, and one pass of the structural clustering rule over the new edges
-   (:class:`pipeline.struct_cluster.ClusterState`, same caps) lets new nodes join
+   (:class:`pipeline.stages.struct_cluster.ClusterState`, same caps) lets new nodes join
    communities. Every new community is placed on its attribute cluster's home when
    that partition stays under the volume cap, else on the partition of least community
-   volume (:func:`pipeline.mapping.place_new_communities`).
+   volume (:func:`pipeline.stages.mapping.place_new_communities`).
 6. **Assignment**: the same kernel, mode and weights as the original run, on the
    saved replica bitsets and loads, with the cap of the grown edge count.
 7. **Masters**: existing nodes keep theirs (a trainer's masters do not move); a new
    node gets the replica holding most of its edges (ties: fewer masters).
 8. **Write**: only the partitions that gain edges or nodes are rebuilt, and they are
    committed with the node map and the new state as generation g+1
-   (:mod:`pipeline.generation`). A killed ingest leaves generation g intact and a
+   (:mod:`pipeline.increment.generation`). A killed ingest leaves generation g intact and a
    rerun completes it.
 
 Memory: the state, O(N) (as the assignment stage of a full run), plus a batch of
@@ -50,17 +50,17 @@ from typing import Any
 import numpy as np
 
 from pipeline.assign import AssignState
-from pipeline.attr_cluster import AttrModel
-from pipeline.degrees import compute_degrees
-from pipeline.generation import Plan, begin_generation, load_plan, save_plan, write_increment
-from pipeline.mapping import place_new_communities
-from pipeline.masters import choose_new_masters, count_new_edges_per_replica, replica_offsets
-from pipeline.metrics import drift_metrics, locality_batch, partition_metrics
+from pipeline.stages.attr_cluster import AttrModel
+from pipeline.stages.degrees import compute_degrees
+from pipeline.increment.generation import Plan, begin_generation, load_plan, save_plan, write_increment
+from pipeline.stages.mapping import place_new_communities
+from pipeline.stages.masters import choose_new_masters, count_new_edges_per_replica, replica_offsets
+from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
 from pipeline.partition import _EdgePartSink, edge_cap
-from pipeline.state import Continuation
+from pipeline.store.continuation import Continuation
 from pipeline.stream import iter_edge_batches, warmup_arrays
-from pipeline.struct_cluster import ClusterState
-from pipeline.write import (
+from pipeline.stages.struct_cluster import ClusterState
+from pipeline.store.write import (
     Progress,
     _disk_errors,
     _local_output,
@@ -426,7 +426,7 @@ def ingest(
 
 def _plan_ingest(out_path, manifest, staging, run_key, generation, new_e, new_n, report, skipped,
                  client, progress, timings) -> Plan:
-    from pipeline.write import _NoBar
+    from pipeline.store.write import _NoBar
 
     with progress("assign", 1) if progress else _NoBar() as bar:
         t0 = time.perf_counter()

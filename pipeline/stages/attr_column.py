@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.attr_cluster import AttrClusters, _check_int, scatter_labels
+from pipeline.stages.attr_cluster import AttrClusters, _check_int, scatter_labels
 from pipeline.dask_ops import captured, compute, first_error, share, task_prefix
 from storage.errors import InputError, SchemaError, format_problem
 from storage.fs import Shard

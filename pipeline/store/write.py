@@ -11,7 +11,7 @@ work inside ``OUT/.asepr-staging/`` until the commit::
       .asepr-staging/
         run.json                    run key (format, config, halo, input sha256s), generation
         work/                       edge-parts-*.npy, master.npy, assignment.json (saved last)
-        route/  gather/             spill files (pipeline.route), one writer each
+        route/  gather/             spill files (pipeline.store.route), one writer each
         gids/part-*.npy             each partition's sorted global_nid, for the node gather
         .part-*.zarr.partial/       a store being written
         part-*.zarr/                a finished store (renamed from .partial; checksummed)
@@ -64,8 +64,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.config import PartitionConfig
-from pipeline.finalize import finalize_edges, finalize_nodes
-from pipeline.route import (
+from pipeline.store.finalize import finalize_edges, finalize_nodes
+from pipeline.store.route import (
     edge_spill_paths,
     gather_node_shard,
     node_spill_paths,
@@ -329,7 +329,7 @@ def _load_assignment(work: Path, run_key: str, edge_shards: list[Shard], node_sh
 
 def _stage_state(staging: _Staging, assignment, generation: int, input_info: dict[str, Any]) -> None:
     """Write the partitioner state (``state.zarr``) of this run into the staging directory."""
-    from pipeline.state import write_assignment_state
+    from pipeline.store.continuation import write_assignment_state
 
     with stage("state", log):
         write_assignment_state(assignment, staging.state_path, generation, input_info)

@@ -155,7 +155,7 @@ def structural_clusters(
     Parameters
     ----------
     degree
-        Exact degrees (int64[N]) from :func:`pipeline.degrees.compute_degrees`.
+        Exact degrees (int64[N]) from :func:`pipeline.stages.degrees.compute_degrees`.
     attr_cluster_id
         Attribute cluster per vertex; all zeros makes the rule purely structural.
     alpha

@@ -4,7 +4,7 @@ As a graph grows by ingests, its communities grow unevenly. The kernel keeps eve
 edge load under the cap, but a partition whose *community volume* (the summed volume
 of the communities mapped to it) passes the volume cap ``(1+eps)·2|E|/k`` draws more
 edges than it may hold, and the kernel has to send them elsewhere, which costs
-replication (:func:`pipeline.metrics.drift_metrics` measures this; ``asepr inspect``
+replication (:func:`pipeline.stages.metrics.drift_metrics` measures this; ``asepr inspect``
 shows it and advises a rebalance). A rebalance:
 
 1. reads, for each overloaded partition ``p`` (largest first), its stored edges and
@@ -24,7 +24,7 @@ shows it and advises a rebalance). A rebalance:
    moved edges go) and the masters (a node whose master was ``p`` and that has no edge
    left there is mastered where its edges went);
 4. rebuilds the partitions that lose or gain edges and commits generation g+1 with
-   the node map and the state, like an ingest (:mod:`pipeline.generation`).
+   the node map and the state, like an ingest (:mod:`pipeline.increment.generation`).
 
 Only the edges inside a moved community that lie on its old partition move: the
 edges it has elsewhere, and its edges to other communities, stay where they are.
@@ -43,12 +43,12 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.generation import Plan, begin_generation, load_plan, save_plan, write_increment
-from pipeline.metrics import drift_metrics, partition_metrics
+from pipeline.increment.generation import Plan, begin_generation, load_plan, save_plan, write_increment
+from pipeline.stages.metrics import drift_metrics, partition_metrics
 from pipeline.partition import edge_cap
-from pipeline.rebuild import _old_edges
-from pipeline.state import Continuation
-from pipeline.write import Progress, _disk_errors, _local_output, _recover_journal, _Staging
+from pipeline.increment.rebuild import _old_edges
+from pipeline.store.continuation import Continuation
+from pipeline.store.write import Progress, _disk_errors, _local_output, _recover_journal, _Staging
 from storage.errors import StoreError, format_problem
 from storage.lock import OutputLock
 from storage.manifest import dumps_json, read_manifest

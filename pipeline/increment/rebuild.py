@@ -2,7 +2,7 @@
 
 Incremental ingest and ``asepr rebalance`` change some partitions of a committed
 output. Each changed partition is rebuilt into a new store of the new generation
-by two Dask tasks with one writer each, like :mod:`pipeline.finalize`:
+by two Dask tasks with one writer each, like :mod:`pipeline.store.finalize`:
 
 * :func:`rebuild_edges` reads the old store's CSR, drops the edges that move away
   (rebalance), adds the routed new edges and the edges moved in, and writes the node
@@ -11,12 +11,12 @@ by two Dask tasks with one writer each, like :mod:`pipeline.finalize`:
   one numba pass merges them into the old rows.
 * :func:`rebuild_nodes` writes the node rows: the old rows that stay, copied block
   by block from the old store, and the rows of the nodes new to the partition, from
-  spill files that :func:`pipeline.route.gather_node_shard` (new nodes, from the new
+  spill files that :func:`pipeline.store.route.gather_node_shard` (new nodes, from the new
   node shards) and :func:`fetch_rows` (existing nodes, from their old master's store)
   wrote.
 
 :func:`extract_moves` spills the edges that a rebalance moves off a partition, as
-:func:`pipeline.route.route_edge_shard` spills new edges. Memory per task: O(|E_p|)
+:func:`pipeline.store.route.route_edge_shard` spills new edges. Memory per task: O(|E_p|)
 for the CSR, O(n_p) indices plus one block of rows for the node rows, and one pass
 over an O(N) master array. The old stores are only read: they stay in place (and
 readable) until the commit swaps the new ones in.
@@ -36,7 +36,7 @@ partitions are rebuilt: the ingest stays within budget, the store format, the
 readers, the checksums and ``asepr verify`` stay as they are, and there is nothing
 to compact.
 
-Spill layout (inside the run's staging directory, besides :mod:`pipeline.route`'s)::
+Spill layout (inside the run's staging directory, besides :mod:`pipeline.store.route`'s)::
 
     route/moves-PPPPP.bin|.idx.npy   edges moved off partition P, segments per destination
     fetch/store-PPPPP.bin|.idx.npy   node rows read from old store P, segments per requester
@@ -56,8 +56,8 @@ import numba
 import numpy as np
 import zarr
 
-from pipeline.finalize import _row_index, _save_npy_atomic, write_structure
-from pipeline.route import (
+from pipeline.store.finalize import _row_index, _save_npy_atomic, write_structure
+from pipeline.store.route import (
     EDGE_RECORD,
     KIND_ASSIGNED,
     KIND_HALO,
@@ -243,7 +243,7 @@ def rebuild_edges(
 
     Returns
     -------
-    dict with ``digests``, ``counts`` and ``index_dtype`` (as :func:`pipeline.finalize.finalize_edges`).
+    dict with ``digests``, ``counts`` and ``index_dtype`` (as :func:`pipeline.store.finalize.finalize_edges`).
     """
     master = np.load(master_path, mmap_mode="r")
     if old_store is not None:

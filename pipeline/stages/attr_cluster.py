@@ -2,7 +2,7 @@
 
 Every node gets an ``attr_cluster_id`` in ``0..C-1``, either from spherical k-means
 over its feature vector (:func:`attribute_clusters`, here) or from a categorical node
-column (:func:`pipeline.attr_column.column_clusters`).
+column (:func:`pipeline.stages.attr_column.column_clusters`).
 
 k-means, step by step
 ---------------------

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from pipeline.route import (
+from pipeline.store.route import (
     EDGE_RECORD,
     KIND_ASSIGNED,
     KIND_HALO,
@@ -84,7 +84,7 @@ def finalize_edges(
     Parameters
     ----------
     route_spills
-        ``(bin, idx)`` of every edge spill file (:func:`pipeline.route.route_edge_shard`).
+        ``(bin, idx)`` of every edge spill file (:func:`pipeline.store.route.route_edge_shard`).
     master_path
         The ``int32 [N]`` master array (``.npy``).
     store_path

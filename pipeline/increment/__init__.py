@@ -1,0 +1,6 @@
+"""Changing a committed output: ingest new shards, rebalance (DESIGN.md section 6).
+
+``ingest`` continues the assignment stream on new edges, ``rebalance`` moves whole
+communities off overloaded partitions; both commit through ``generation``, which
+rebuilds only the changed partitions (``rebuild``).
+"""

@@ -1,0 +1,1 @@
+"""Inputs that the pipeline makes: the synthetic generator and the stream shuffle."""

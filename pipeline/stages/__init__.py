@@ -1,0 +1,7 @@
+"""The partitioning stages, one module each (DESIGN.md section 4).
+
+``degrees`` (②, Dask), ``attr_cluster`` / ``attr_column`` (③, attribute clusters),
+``attr_lift`` (how much attributes explain edges), ``struct_cluster`` (④, streaming
+communities), ``mapping`` (⑤, community → partition), ``masters`` and ``metrics``
+(after the assignment). The assignment kernel itself is :mod:`pipeline.assign`.
+"""

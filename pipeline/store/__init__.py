@@ -1,0 +1,7 @@
+"""From an assignment to committed Zarr stores (DESIGN.md sections 1 and 5).
+
+``route`` (⑦, spill edge and node rows per partition), ``finalize`` (⑧ ⑨, one
+store per partition), ``commit`` (the commit protocol: staging, journal, recovery,
+node map), ``write`` (the whole ``asepr partition`` commit), ``continuation`` (the
+partitioner state that ingest continues from) and ``verify`` (``asepr verify``).
+"""
