@@ -1,0 +1,56 @@
+"""Confinement: a path read from a file inside an output must stay inside that output.
+
+Manifests, commit journals, ``run.json`` and state references name files by paths
+relative to the output directory. A crafted or damaged file could name
+``../victim`` or a symlink pointing elsewhere, and a commit would then move, read or
+delete something outside the output. :func:`confined_path` is the one check every
+reader of such a path goes through: it resolves symlinks, then requires the result to
+lie strictly inside the (resolved) root.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from storage.errors import StoreError, format_problem
+
+__all__ = ["confined_path"]
+
+
+def confined_path(root: str | Path, relative: object, *, what: str) -> Path:
+    """Resolve ``root / relative`` and require it to lie inside ``root``.
+
+    Parameters
+    ----------
+    root
+        The directory the path must stay in (an output directory, a staging directory).
+    relative
+        The path as read from the file: a non-empty string, normally relative.
+    what
+        The file and field it came from, for the message, e.g.
+        ``"OUT/.asepr-staging/commit.json (retire)"``.
+
+    Returns
+    -------
+    Path
+        The resolved absolute path (symlinks followed), inside the resolved ``root``.
+
+    Raises
+    ------
+    StoreError
+        ``relative`` is not a non-empty string, or it resolves to ``root`` itself or to
+        a path outside it (``..`` components, an absolute path elsewhere, a symlink
+        pointing out). The message names ``what`` and the offending entry.
+    """
+    base = Path(root).resolve()
+    fix = (f"the file was damaged or crafted: remove it (or restore it from a trusted copy); "
+           f"asepr never reads, writes or deletes outside {base}.")
+    if not isinstance(relative, str) or not relative or "\x00" in relative:
+        raise StoreError(format_problem(what, f"a path relative to {base}", f"{relative!r}", fix))
+    target = (base / relative).resolve()
+    if target == base or base not in target.parents:
+        raise StoreError(
+            format_problem(what, f"a path inside {base}",
+                           f"the entry {relative!r}, which resolves to {target}", fix)
+        )
+    return target
