@@ -38,8 +38,8 @@ from storage.errors import InputError, format_problem
 from storage.fs import Shard, discover_shards
 from storage.reader import read_node_column
 from storage.resources import peak_rss_bytes, stage
-from storage.schema import read_meta
-from storage.validate import ValidationReport, input_paths, open_parquet, validate_input
+from storage.input import input_paths, open_parquet, read_meta
+from storage.validate import ValidationReport, validate_input
 
 __all__ = ["Assignment", "edge_cap", "kernel_mode", "partition"]
 

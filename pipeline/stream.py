@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from storage.fs import Shard
-from storage.validate import open_parquet
+from storage.input import open_parquet
 
 __all__ = ["EdgeBatch", "iter_edge_batches", "warmup_arrays"]
 

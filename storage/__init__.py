@@ -15,6 +15,7 @@ from storage.errors import (
     format_problem,
 )
 from storage.fs import Shard, discover_shards, fingerprint, join, resolve, url_of
+from storage.input import InputDir, input_paths, open_input, open_parquet, read_meta
 from storage.input_writer import InputWriter
 from storage.lock import OutputLock
 from storage.manifest import MANIFEST_NAME, read_manifest, write_manifest
@@ -31,7 +32,6 @@ from storage.schema import (
     check_node_schema,
     feature_matrix,
     node_schema,
-    read_meta,
 )
 from storage.validate import ShardInfo, ValidationReport, validate_input
 
@@ -50,6 +50,7 @@ __all__ = [
     "AseprError",
     "FORMAT_VERSION",
     "FeatureLayout",
+    "InputDir",
     "InputError",
     "InputNotFoundError",
     "InputWriter",
@@ -69,6 +70,9 @@ __all__ = [
     "format_problem",
     "join",
     "node_schema",
+    "input_paths",
+    "open_input",
+    "open_parquet",
     "read_meta",
     "resolve",
     "staged_output",

@@ -24,9 +24,10 @@ import pyarrow.parquet as pq
 from storage.atomic import staged_output
 from storage.dedup import EdgeDedup
 from storage.errors import AseprError, InputError
-from storage.fs import copy_file, copy_side_files, discover_shards, join, resolve, url_of
-from storage.schema import META_NAME, check_edge_schema, read_meta
-from storage.validate import input_paths, open_parquet, validate_input
+from storage.fs import copy_file, copy_side_files, join, resolve, url_of
+from storage.input import open_input, open_parquet
+from storage.schema import META_NAME, check_edge_schema
+from storage.validate import validate_input
 
 __all__ = ["clean_input"]
 
@@ -75,14 +76,10 @@ def clean_input(
         raise InputError(
             "asepr clean: nothing to do; pass --drop-self-loops and/or --drop-duplicates."
         )
-    report = validate_input(
-        input_url, undirected=undirected, check_duplicates=False, storage_options=storage_options
-    )
+    source = open_input(input_url, storage_options)
+    report = validate_input(source, undirected=undirected, check_duplicates=False)
     undirected = report.undirected
-    meta = read_meta(input_url, storage_options) or {}
-    edges_url, nodes_url = input_paths(input_url)
-    edge_shards = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
-    node_shards = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
+    meta, edge_shards, node_shards = source.meta, source.edge_shards, source.node_shards
     fs_in, in_path = resolve(input_url, storage_options)
     fs_out, out_path = resolve(out, storage_options)
 

@@ -7,6 +7,7 @@ on the pair and never parses URLs again.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import re
 from dataclasses import dataclass
@@ -107,8 +108,26 @@ def discover_shards(
     InputNotFoundError
         The path does not exist, the glob matches nothing, or the directory holds no
         ``*suffix`` file.
+    InputError
+        An entry cannot be listed or read (a symbolic link loop, a broken link, no
+        permission); the message names it.
     """
     fs, path = resolve(url, storage_options)
+    try:
+        paths = _list_shard_paths(fs, path, url, suffix, what)
+        infos = [fs.info(p) for p in paths]
+    except InputError:
+        raise
+    except OSError as exc:
+        raise _listing_problem(url, what, exc) from exc
+    return [
+        Shard(fs=fs, path=p, url=url_of(fs, p), size=int(info.get("size") or 0))
+        for p, info in zip(paths, infos)
+    ]
+
+
+def _list_shard_paths(fs, path: str, url: str | Path, suffix: str, what: str) -> list[str]:
+    """The shard paths of a glob, directory or file, in natural order."""
     if _GLOB_CHARS.search(path):
         paths = [p for p in fs.glob(path) if fs.isfile(p)]
         if not paths:
@@ -150,12 +169,26 @@ def discover_shards(
             )
     else:
         paths = [path]
-    paths = sorted(set(paths), key=_natural_key)
-    infos = [fs.info(p) for p in paths]
-    return [
-        Shard(fs=fs, path=p, url=url_of(fs, p), size=int(info.get("size") or 0))
-        for p, info in zip(paths, infos)
-    ]
+    return sorted(set(paths), key=_natural_key)
+
+
+def _listing_problem(url: str | Path, what: str, exc: OSError) -> InputError:
+    """An OS error met while listing shards (a link loop, a broken link, no permission)."""
+    entry = f", entry {exc.filename}" if exc.filename else ""
+    if exc.errno == errno.ELOOP:
+        found, fix = "a symbolic link loop", "remove the link or point it at a real file."
+    elif exc.errno == errno.ENOENT:
+        found, fix = "a broken symbolic link or a vanished file", "remove the link or point it at a real file."
+    else:
+        found, fix = "an entry that cannot be read", "fix its permissions, or remove it."
+    return InputError(
+        format_problem(
+            f"{what} {url}{entry}",
+            "readable Parquet files and directories",
+            f"{found} ({exc.strerror or exc})",
+            fix,
+        )
+    )
 
 
 def fingerprint(shard: Shard, chunk_bytes: int = 8 << 20) -> str:

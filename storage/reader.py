@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from storage.fs import Shard
-from storage.validate import open_parquet
+from storage.input import open_parquet
 
 __all__ = ["read_node_column"]
 

@@ -20,22 +20,17 @@ Nodes (``nodes/*.parquet``), one row per node, ids dense ``0..N-1``::
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from storage.errors import InputError, SchemaError, format_problem
-from storage.fs import join, resolve, url_of
+from storage.errors import SchemaError, format_problem
 
 __all__ = [
     "FORMAT_VERSION",
     "META_NAME",
-    "read_meta",
     "EDGE_REQUIRED",
     "EDGE_OPTIONAL",
     "NODE_OPTIONAL",
@@ -89,9 +84,6 @@ class FeatureLayout:
     kind: str
     dim: int | None
     columns: tuple[str, ...]
-
-    def with_dim(self, dim: int) -> "FeatureLayout":
-        return FeatureLayout(self.kind, dim, self.columns)
 
 
 def _dtype_problem(url: str, column: str, expected: pa.DataType, found: pa.DataType) -> SchemaError:
@@ -237,28 +229,3 @@ def feature_matrix(batch: pa.RecordBatch, layout: FeatureLayout) -> np.ndarray:
     width = int(lengths[0]) if n else (layout.dim or 0)
     flat = column.flatten().to_numpy(zero_copy_only=False)
     return flat.reshape(n, width)
-
-
-def read_meta(input_url: str | Path, storage_options: dict | None = None) -> dict[str, Any] | None:
-    """The ``meta.json`` of an input directory, or None when it has none."""
-    fs, path = resolve(input_url, storage_options)
-    meta_path = join(path, META_NAME)
-    if not fs.exists(meta_path):
-        return None
-    try:
-        with fs.open(meta_path, "r") as fh:
-            meta = json.load(fh)
-    except (OSError, ValueError) as exc:
-        raise InputError(
-            format_problem(
-                f"file {url_of(fs, meta_path)}",
-                "a JSON object",
-                f"unreadable content ({exc})",
-                "delete it (it is optional) or re-run the importer.",
-            )
-        ) from exc
-    if not isinstance(meta, dict):
-        raise InputError(
-            format_problem(f"file {url_of(fs, meta_path)}", "a JSON object", type(meta).__name__)
-        )
-    return meta

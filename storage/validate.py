@@ -33,20 +33,13 @@ import pyarrow.parquet as pq
 from storage.dedup import EdgeDedup
 from storage.errors import AseprError, InputError, format_problem
 from storage.fs import Shard, discover_shards, fingerprint
+from storage.input import InputDir, input_paths, open_input, open_parquet, read_meta
 from storage.resources import stage
-from storage.schema import (
-    FeatureLayout,
-    check_edge_schema,
-    check_node_schema,
-    feature_matrix,
-    read_meta,
-)
+from storage.schema import FeatureLayout, check_edge_schema, check_node_schema, feature_matrix
 
 __all__ = [
     "ShardInfo",
     "ValidationReport",
-    "input_paths",
-    "open_parquet",
     "validate_increment",
     "validate_input",
 ]
@@ -113,27 +106,6 @@ class ValidationReport:
             lines.append(f"categorical  {', '.join(self.categorical_columns)}")
         lines += [f"warning      {w}" for w in self.warnings]
         return "\n".join(lines)
-
-
-def input_paths(input_url: str | Path) -> tuple[str, str]:
-    """The conventional ``edges/`` and ``nodes/`` locations inside an input directory."""
-    base = str(input_url).rstrip("/")
-    return f"{base}/edges", f"{base}/nodes"
-
-
-def open_parquet(shard: Shard) -> pq.ParquetFile:
-    """Open a shard as Parquet, turning corrupt or truncated files into InputError."""
-    try:
-        return pq.ParquetFile(shard.open("rb"))
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError, ValueError) as exc:
-        raise InputError(
-            format_problem(
-                f"file {shard.url} ({shard.size:,} bytes)",
-                "a readable Parquet file",
-                f"a file Parquet cannot open ({exc})",
-                "the file is truncated or not Parquet; re-copy or re-export it.",
-            )
-        ) from exc
 
 
 def _iter_batches(pf: pq.ParquetFile, shard: Shard, columns: list[str], batch_rows: int):
@@ -347,7 +319,7 @@ def _validate_node_batch(state: _NodeState, shard: Shard, row0: int, batch: pa.R
 
 
 def validate_input(
-    input_url: str | Path | None = None,
+    input_url: str | Path | InputDir | None = None,
     *,
     edges: str | Path | None = None,
     nodes: str | Path | None = None,
@@ -363,7 +335,9 @@ def validate_input(
     Parameters
     ----------
     input_url
-        Directory holding ``edges/`` and ``nodes/`` (and optionally ``meta.json``).
+        Directory holding ``edges/`` and ``nodes/`` (and optionally ``meta.json``), or
+        an :class:`~storage.input.InputDir` already opened (its shards are not listed
+        again).
     edges, nodes
         Override the edge and node locations (directory, glob or file).
     undirected
@@ -390,16 +364,32 @@ def validate_input(
     return report
 
 
-def _validate_impl(
-    input_url, edges, nodes, undirected, num_classes, check_duplicates,
-    batch_rows, spill_dir, storage_options,
-) -> ValidationReport:
+def _open_sources(input_url, edges, nodes, storage_options):
+    """``(meta, edge_shards, node_shards, name)`` of the input; shards are listed once.
+
+    An :class:`InputDir` (or a URL without overrides) goes through :func:`open_input`;
+    ``edges=``/``nodes=`` replace the conventional locations of a URL.
+    """
     if input_url is None and (edges is None or nodes is None):
         raise InputError("validate_input needs an input directory, or both edges= and nodes=.")
+    if isinstance(input_url, InputDir) and (edges is not None or nodes is not None):
+        raise InputError("validate_input takes an opened InputDir or edges=/nodes= overrides, not both.")
+    if edges is None and nodes is None:
+        source = open_input(input_url, storage_options)
+        return source.meta, source.edge_shards, source.node_shards, source.url
     meta = read_meta(input_url, storage_options) if input_url is not None else None
     default_edges, default_nodes = input_paths(input_url) if input_url is not None else (None, None)
     edge_shards = discover_shards(edges or default_edges, what="edge shards", storage_options=storage_options)
     node_shards = discover_shards(nodes or default_nodes, what="node shards", storage_options=storage_options)
+    base_url = str(input_url) if input_url is not None else f"{edges} + {nodes}"
+    return meta, edge_shards, node_shards, base_url
+
+
+def _validate_impl(
+    input_url, edges, nodes, undirected, num_classes, check_duplicates,
+    batch_rows, spill_dir, storage_options,
+) -> ValidationReport:
+    meta, edge_shards, node_shards, base_url = _open_sources(input_url, edges, nodes, storage_options)
     if undirected is None:
         undirected = bool(meta.get("undirected", False)) if meta else False
     if num_classes is None and meta and meta.get("num_classes") is not None:
@@ -414,7 +404,6 @@ def _validate_impl(
         node_shards, node_infos, edge_shards, edge_infos, warnings)
     num_nodes = sum(i.rows for i in node_infos)
     num_edges = sum(i.rows for i in edge_infos)
-    base_url = str(input_url) if input_url is not None else f"{edges} + {nodes}"
     if num_nodes == 0:
         raise InputError(
             format_problem(

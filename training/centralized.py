@@ -21,9 +21,8 @@ import numpy as np
 import torch
 
 from storage.errors import InputError, format_problem
-from storage.fs import discover_shards
-from storage.schema import check_node_schema, feature_matrix, read_meta
-from storage.validate import input_paths, open_parquet
+from storage.input import open_input, open_parquet
+from storage.schema import check_node_schema, feature_matrix
 from training.comm import Comm
 from training.config import TrainConfig
 from training.data import LocalGraph, build_local_graph
@@ -36,10 +35,8 @@ log = logging.getLogger(__name__)
 
 def load_input_graph(input_url: str | Path, *, storage_options: dict | None = None) -> LocalGraph:
     """The whole input as one :class:`LocalGraph` (every node a master, no halo)."""
-    meta = read_meta(input_url, storage_options) or {}
-    edges_url, nodes_url = input_paths(input_url)
-    edge_shards = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
-    node_shards = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
+    source = open_input(input_url, storage_options)
+    meta, edge_shards, node_shards = source.meta, source.edge_shards, source.node_shards
     ids, feats, labels, splits = [], [], [], []
     for shard in node_shards:
         pf = open_parquet(shard)

@@ -20,9 +20,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline import PartitionConfig, attribute_clusters, compute_degrees, partition, shuffle_edges
-from storage.fs import discover_shards
 from storage.resources import peak_rss_bytes
-from storage.schema import read_meta
+from storage.input import open_input, read_meta
 from workflows.datasets import resolve_dataset
 
 __all__ = ["bench_partition", "machine_info", "markdown_table", "partition_plots", "partition_summary", "pyplot", "save_figure"]
@@ -98,13 +97,14 @@ def bench_partition(
         for order in orders:
             path = paths[order]
             t0 = time.perf_counter()
-            degrees = compute_degrees(discover_shards(f"{path}/edges"), num_nodes)
+            source = open_input(path)
+            degrees = compute_degrees(source.edge_shards, num_nodes)
             degree_s = time.perf_counter() - t0
             for k in ks:
                 config_k = replace(base, num_parts=k, seed=seed)
                 t0 = time.perf_counter()
                 attr = attribute_clusters(
-                    discover_shards(f"{path}/nodes"), num_nodes, config_k.attr_clusters, seed=seed,
+                    source.node_shards, num_nodes, config_k.attr_clusters, seed=seed,
                     max_passes=config_k.kmeans_max_passes, tol=config_k.kmeans_tol,
                     sample_size=config_k.kmeans_sample, projection_dim=config_k.projection_dim,
                     projection_threshold=config_k.projection_threshold,

@@ -47,9 +47,10 @@ def split_stream(full: Path, base: Path, increment: Path, base_edges: int) -> tu
     The node shards and ``meta.json`` go to ``base`` (with the base edge count). Whole
     shards are hard-linked (copied across devices); the shard holding the cut is split.
     """
-    from storage.fs import discover_shards
+    from storage.input import open_input
 
-    shards = discover_shards(full / "edges", what="edge shards")
+    source = open_input(full)
+    shards = source.edge_shards
     for d in (base / "edges", base / "nodes", increment / "edges"):
         d.mkdir(parents=True, exist_ok=True)
 
@@ -78,9 +79,9 @@ def split_stream(full: Path, base: Path, increment: Path, base_edges: int) -> tu
             rows_base += cut
             rows_inc += rows - cut
         seen += rows
-    for shard in discover_shards(full / "nodes", what="node shards"):
+    for shard in source.node_shards:
         link(shard.path, base / "nodes" / Path(shard.path).name)
-    meta = json.loads((full / "meta.json").read_text())
+    meta = dict(source.meta)
     meta.pop("shards", None)
     meta["num_edges"] = rows_base
     (base / "meta.json").write_text(json.dumps(meta, indent=2))
@@ -156,7 +157,7 @@ def _run_child(args: dict[str, Any]) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(repo) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(
         [sys.executable, "-m", "workflows.bench_ingest", json.dumps(args)],
-        cwd=repo, env=env, capture_output=True, text=True, check=False,
+        env=env, capture_output=True, text=True, check=False,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"bench phase {args['phase']} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -186,8 +187,10 @@ def bench_ingest(
     """
     from pipeline.inputs.synth import SynthConfig, generate
 
+    # Absolute: the phases run in child processes whose working directory differs.
+    out = Path(out).absolute()
     out.mkdir(parents=True, exist_ok=True)
-    work = workdir or out / "work"
+    work = Path(workdir).absolute() if workdir else out / "work"
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)

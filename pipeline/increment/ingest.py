@@ -74,7 +74,8 @@ from storage.manifest import dumps_json, read_manifest
 from storage.resources import peak_rss_bytes, stage
 from storage.schema import check_node_schema, feature_matrix
 from storage.state import read_state, read_state_attrs
-from storage.validate import open_parquet, validate_increment
+from storage.input import open_parquet
+from storage.validate import validate_increment
 
 __all__ = ["ingest"]
 

@@ -24,10 +24,10 @@ import pyarrow.parquet as pq
 
 from storage.atomic import staged_output
 from storage.errors import InputError, format_problem
-from storage.fs import copy_file, copy_side_files, discover_shards, join, resolve
+from storage.fs import copy_file, copy_side_files, join, resolve
+from storage.input import open_input, open_parquet
 from storage.resources import stage
-from storage.schema import META_NAME, check_edge_schema, read_meta
-from storage.validate import input_paths, open_parquet
+from storage.schema import META_NAME, check_edge_schema
 
 __all__ = ["shuffle_edges"]
 
@@ -44,9 +44,8 @@ def shuffle_edges(
     storage_options: dict | None = None,
 ) -> dict:
     """Write a copy of ``input_url`` at ``out`` whose edge rows are in random order."""
-    edges_url, nodes_url = input_paths(input_url)
-    edge_shards = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
-    node_shards = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
+    source = open_input(input_url, storage_options)
+    edge_shards, node_shards = source.edge_shards, source.node_shards
     num_edges = 0
     columns: list[str] | None = None
     for shard in edge_shards:
@@ -102,7 +101,7 @@ def shuffle_edges(
             for i, shard in enumerate(node_shards):
                 copy_file(shard, fs_out, join(staging, "nodes", f"part-{i:05d}.parquet"))
             copy_side_files(fs_in, in_path, fs_out, staging, skip=(META_NAME,))
-            meta = dict(read_meta(input_url, storage_options) or {})
+            meta = dict(source.meta)
             meta.pop("validation", None)
             meta.pop("shards", None)
             meta["shuffle"] = {"seed": seed, "from": str(input_url)}

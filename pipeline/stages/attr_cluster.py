@@ -70,7 +70,7 @@ from storage.errors import InputError, format_problem
 from storage.fs import Shard
 from storage.resources import stage
 from storage.schema import FeatureLayout, check_node_schema, feature_matrix
-from storage.validate import open_parquet
+from storage.input import open_parquet
 
 if TYPE_CHECKING:
     import distributed

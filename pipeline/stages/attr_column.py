@@ -19,7 +19,7 @@ from pipeline.dask_ops import captured, compute, first_error, share, task_prefix
 from storage.errors import InputError, SchemaError, format_problem
 from storage.fs import Shard
 from storage.resources import stage
-from storage.validate import open_parquet
+from storage.input import open_parquet
 
 if TYPE_CHECKING:
     import distributed

@@ -27,7 +27,7 @@ from pipeline.dask_ops import compute, task_prefix, tree_reduce
 from storage.errors import InputError, format_problem
 from storage.fs import Shard
 from storage.resources import stage
-from storage.validate import open_parquet
+from storage.input import open_parquet
 
 if TYPE_CHECKING:
     import distributed

@@ -31,7 +31,7 @@ import numpy as np
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard
 from storage.schema import check_node_schema, feature_matrix
-from storage.validate import open_parquet
+from storage.input import open_parquet
 
 __all__ = [
     "EDGE_RECORD",

@@ -62,7 +62,7 @@ from storage.partition_store import (
 from storage.resources import stage
 from storage.schema import check_node_schema, feature_matrix
 from storage.state import resolve_state_url, state_problems
-from storage.validate import input_paths, open_parquet
+from storage.input import open_input, open_parquet
 
 __all__ = ["Problem", "VerifyReport", "verify_output"]
 
@@ -259,9 +259,8 @@ def _verify_impl(out, input_url, storage_options, batch_rows, memory_budget, spi
 
 def _input_shards(input_url, storage_options, manifest=None):
     """The base input's shards plus, in order, every ingested increment's (by recorded URL)."""
-    edges_url, nodes_url = input_paths(input_url)
-    edges = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
-    nodes = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
+    source = open_input(input_url, storage_options)
+    edges, nodes = list(source.edge_shards), list(source.node_shards)
     for inc in (manifest or {}).get("increments", []):
         for kind, shards in (("edges", edges), ("nodes", nodes)):
             for entry in inc.get(kind, []):

@@ -91,9 +91,10 @@ from storage.manifest import (
 )
 from storage.partition_store import STORE_VERSION, checksum_problems, open_store, store_bytes
 from storage.resources import peak_rss_bytes, stage
-from storage.schema import check_node_schema, feature_matrix, read_meta
+from storage.schema import check_node_schema, feature_matrix
 from storage.state import STATE_NAME, state_entry, state_identity
-from storage.validate import input_paths, open_parquet, validate_input
+from storage.input import input_paths, open_parquet, read_meta
+from storage.validate import validate_input
 
 __all__ = ["Progress", "partition_to_store", "write_partitions"]
 

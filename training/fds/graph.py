@@ -30,10 +30,9 @@ import torch
 
 from storage import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from storage.errors import InputError, format_problem
-from storage.fs import discover_shards
+from storage.input import open_input, open_parquet
 from storage.resources import peak_rss_bytes
-from storage.schema import check_node_schema, feature_matrix, read_meta
-from storage.validate import input_paths, open_parquet
+from storage.schema import check_node_schema, feature_matrix
 from training.fds.partition import PartitionBook, iter_input_edges
 
 __all__ = ["FdsGraph", "load_fds_graph"]
@@ -85,10 +84,9 @@ class FdsGraph:
         return self.idx(SPLIT_TEST)
 
 
-def _owned_rows(input_url, book: PartitionBook, rank: int, storage_options):
-    _, nodes_url = input_paths(input_url)
+def _owned_rows(input_url, node_shards, book: PartitionBook, rank: int):
     ids, feats, labels, splits = [], [], [], []
-    for shard in discover_shards(nodes_url, what="node shards", storage_options=storage_options):
+    for shard in node_shards:
         pf = open_parquet(shard)
         layout, present, _ = check_node_schema(pf.schema_arrow, shard.url)
         for batch in pf.iter_batches(columns=["id", *layout.columns, *present]):
@@ -130,11 +128,11 @@ def load_fds_graph(input_url: str | Path, book: PartitionBook, rank: int, *,
         endpoint has no node row.
     """
     t0 = time.perf_counter()
-    meta = read_meta(input_url, storage_options) or {}
-    undirected = bool(meta.get("undirected", False))
-    gid, x, y, split = _owned_rows(input_url, book, rank, storage_options)
+    source = open_input(input_url, storage_options)
+    undirected = source.undirected
+    gid, x, y, split = _owned_rows(input_url, source.node_shards, book, rank)
     srcs, dsts = [], []
-    for src, dst in iter_input_edges(input_url, storage_options=storage_options):
+    for src, dst in iter_input_edges(source):
         bad = (src < 0) | (src >= book.num_nodes) | (dst < 0) | (dst >= book.num_nodes)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])

@@ -29,8 +29,7 @@ import numpy as np
 import torch
 
 from storage.errors import InputError, StoreError, format_problem
-from storage.fs import discover_shards
-from storage.validate import input_paths, open_parquet
+from storage.input import InputDir, open_input, open_parquet
 
 __all__ = [
     "METIS_MAX_EDGES",
@@ -51,22 +50,19 @@ PARTITIONERS = ("auto", "metis", "hash")
 METIS_MAX_EDGES = 5_000_000
 
 
-def iter_input_edges(input_url: str | Path, *, storage_options: dict | None = None):
+def iter_input_edges(input_url: str | Path | InputDir, *, storage_options: dict | None = None):
     """Yield ``(src, dst)`` int64 arrays, one Parquet record batch of the edge shards at a time."""
-    edges_url, _ = input_paths(input_url)
-    for shard in discover_shards(edges_url, what="edge shards", storage_options=storage_options):
+    for shard in open_input(input_url, storage_options).edge_shards:
         for batch in open_parquet(shard).iter_batches(columns=["src", "dst"]):
             yield (batch.column("src").to_numpy().astype(np.int64, copy=False),
                    batch.column("dst").to_numpy().astype(np.int64, copy=False))
 
 
-def count_input_rows(input_url: str | Path, *, storage_options: dict | None = None) -> tuple[int, int]:
+def count_input_rows(input_url: str | Path | InputDir, *, storage_options: dict | None = None) -> tuple[int, int]:
     """``(node rows, edge rows)`` of an input, from the Parquet footers (no data is read)."""
-    edges_url, nodes_url = input_paths(input_url)
-    counts = []
-    for url, what in ((nodes_url, "node shards"), (edges_url, "edge shards")):
-        shards = discover_shards(url, what=what, storage_options=storage_options)
-        counts.append(sum(open_parquet(s).metadata.num_rows for s in shards))
+    source = open_input(input_url, storage_options)
+    counts = [sum(open_parquet(s).metadata.num_rows for s in shards)
+              for shards in (source.node_shards, source.edge_shards)]
     return counts[0], counts[1]
 
 

@@ -58,7 +58,7 @@ import torch.nn.functional as F
 
 from storage.errors import format_problem
 from storage.resources import peak_rss_bytes
-from storage.schema import read_meta
+from storage.input import open_input
 from training.checkpoint import RunDir, TrainerError
 from training.comm import Comm
 from training.config import TrainConfig
@@ -137,8 +137,9 @@ def run_fds(input_url: str | Path, run_dir: str | Path, config: TrainConfig, *, 
     torch.set_num_threads(_threads(config, comm.world_size))
     rank, world = comm.rank, comm.world_size
     runs = RunDir(run_dir)
-    num_nodes, num_edges = count_input_rows(input_url, storage_options=storage_options)
-    meta = read_meta(input_url, storage_options) or {}
+    source = open_input(input_url, storage_options)
+    num_nodes, num_edges = count_input_rows(source)
+    meta = source.meta
     if int(meta.get("num_nodes", num_nodes)) != num_nodes:
         raise TrainerError(format_problem(f"input {input_url}", f"{meta['num_nodes']} node rows (meta.json)",
                                           f"{num_nodes} rows", "run `asepr validate` on the input."))
