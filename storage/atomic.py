@@ -1,28 +1,60 @@
-"""Atomic directory outputs: write under a hidden staging name, rename when complete.
+"""Atomic outputs: files and directories appear complete or not at all.
 
-A killed or failed run leaves at most a hidden ``.NAME.partial-*`` directory beside
-the output, never a directory named like the output. :func:`staged_output` removes
-its staging directory on any exception; leftovers from a SIGKILL are removed by the
-next run that stages the same output (:func:`_sweep_stale`).
+Files: :func:`write_bytes_atomic` (and :func:`write_json_atomic`, :func:`save_npy_atomic`,
+:func:`atomic_file`) write into a private temporary file beside the target, created with
+``O_EXCL | O_NOFOLLOW`` under an unpredictable name (:func:`tempfile.mkstemp`), then
+``fsync`` it, rename it over the target and ``fsync`` the directory. A symbolic link where
+the file is expected is refused, never followed. A reader therefore sees the old file or
+the new one, and a planted link can neither redirect the write nor survive it.
+
+Directories: :func:`staged_output` writes under a hidden staging name and renames the
+directory into place when complete. A killed or failed run leaves at most a hidden
+``.NAME.partial-*`` directory beside the output, never a directory named like the
+output; leftovers from a SIGKILL are removed by the next run that stages the same
+output (:func:`_sweep_stale`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import secrets
 import socket
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
 
 import fsspec
+import numpy as np
 
 from storage.errors import StoreError, format_problem
 from storage.fs import url_of
 
-__all__ = ["staged_output", "write_bytes_atomic"]
+__all__ = [
+    "atomic_file",
+    "dumps_json",
+    "refuse_symlink",
+    "save_npy_atomic",
+    "staged_output",
+    "write_bytes_atomic",
+    "write_json_atomic",
+]
 
 log = logging.getLogger(__name__)
+
+
+def _read_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: Files are created private (mode 0600) and given the mode an ``open()`` would give them
+#: just before they are renamed into place.
+_FILE_MODE = 0o666 & ~_read_umask()
 
 
 def _parent_and_name(path: str) -> tuple[str, str]:
@@ -112,9 +144,149 @@ def staged_output(
         fs.rm(old, recursive=True)
 
 
-def write_bytes_atomic(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
-    """Write a file under a temporary name and rename it into place."""
-    tmp = _sibling(path, "partial")
-    with fs.open(tmp, "wb") as fh:
-        fh.write(data)
-    fs.mv(tmp, path)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def dumps_json(obj: Any) -> bytes:
+    """Canonical JSON bytes (sorted keys, numpy scalars as Python numbers)."""
+    return (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
+
+
+def refuse_symlink(path: str | Path) -> None:
+    """Raise :class:`StoreError` naming ``path`` when it is a symbolic link.
+
+    Parameters
+    ----------
+    path
+        A local path where asepr is about to write or replace a file.
+    """
+    path = Path(path)
+    if path.is_symlink():
+        raise StoreError(
+            format_problem(
+                f"file {path}",
+                "a regular file (or no file yet)",
+                f"a symbolic link to {os.readlink(path)}",
+                "remove the link; asepr never writes through a symbolic link, which could "
+                "redirect its output outside the directory.",
+            )
+        )
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | Path, *, durable: bool = True) -> Iterator[IO[bytes]]:
+    """Yield a binary file that replaces the local file ``path`` when the block succeeds.
+
+    The file is a fresh private temporary beside ``path`` (``O_EXCL | O_NOFOLLOW``, an
+    unpredictable name). On success it is flushed, given the usual file mode, fsynced
+    (``durable``), renamed over ``path``, and the directory is fsynced (``durable``). On
+    any exception it is removed and ``path`` is left as it was.
+
+    Parameters
+    ----------
+    path
+        The local file to write.
+    durable
+        fsync the file and its directory, so a power cut leaves the old or the new
+        file, never an empty one. Scratch files that a rerun recreates may skip it.
+
+    Raises
+    ------
+    StoreError
+        ``path`` is a symbolic link.
+    """
+    target = Path(path)
+    refuse_symlink(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fchmod(fh.fileno(), _FILE_MODE)
+            if durable:
+                os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    if durable:
+        _fsync_directory(target.parent)
+
+
+def _is_local(fs: fsspec.AbstractFileSystem | None) -> bool:
+    if fs is None:
+        return True
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local")
+
+
+def write_bytes_atomic(
+    path: str | Path, data: bytes, *, fs: fsspec.AbstractFileSystem | None = None, durable: bool = True
+) -> None:
+    """Replace the file ``path`` with ``data`` atomically.
+
+    Parameters
+    ----------
+    path
+        The file to write (a local path, or a path on ``fs``).
+    data
+        Its new content.
+    fs
+        The filesystem of ``path``; None (or a local filesystem) writes locally through
+        :func:`atomic_file`. On another filesystem the bytes go to a unique temporary
+        name first (``fs.pipe``), which is then moved into place (``fs.mv``).
+    durable
+        Local only: fsync the file and its directory (see :func:`atomic_file`).
+
+    Raises
+    ------
+    StoreError
+        ``path`` is a local symbolic link.
+    """
+    if _is_local(fs):
+        with atomic_file(path, durable=durable) as fh:
+            fh.write(data)
+        return
+    tmp = _sibling(str(path), "partial")
+    fs.pipe(tmp, data)
+    fs.mv(tmp, str(path))
+
+
+def write_json_atomic(path: str | Path, obj: Any, *, fs: fsspec.AbstractFileSystem | None = None) -> None:
+    """Replace the file ``path`` with ``obj`` as canonical JSON (:func:`dumps_json`), atomically."""
+    write_bytes_atomic(path, dumps_json(obj), fs=fs)
+
+
+def save_npy_atomic(path: str | Path, array: np.ndarray, *, durable: bool = False) -> None:
+    """Replace the local ``.npy`` file ``path`` with ``array`` atomically.
+
+    Parameters
+    ----------
+    path
+        The file (its name is kept as given; no ``.npy`` is appended).
+    array
+        What to save (:func:`numpy.save` format).
+    durable
+        fsync the file and its directory. Off by default: the ``.npy`` files of a run
+        are scratch files in its staging directory, which a rerun checks or recreates.
+    """
+    with atomic_file(path, durable=durable) as fh:
+        np.save(fh, array)

@@ -33,13 +33,10 @@ writer agree on them.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from storage.atomic import write_bytes_atomic
+from storage.atomic import dumps_json, write_bytes_atomic
 from storage.errors import StoreError, format_problem
 from storage.fs import join, resolve, url_of
 
@@ -77,21 +74,6 @@ _REQUIRED = ("format", "format_version", "generation", "num_parts", "partitions"
 def part_name(part_id: int) -> str:
     """The directory name of partition ``part_id`` (``part-00007.zarr``)."""
     return f"part-{int(part_id):05d}.zarr"
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
-
-
-def dumps_json(obj: Any) -> bytes:
-    """Canonical JSON bytes (sorted keys, numpy scalars as Python numbers)."""
-    return (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode()
 
 
 def read_manifest(
@@ -169,26 +151,12 @@ def read_manifest(
 
 
 def write_manifest(out: str | Path, manifest: dict[str, Any], *, storage_options: dict | None = None) -> None:
-    """Replace ``out/manifest.json`` atomically (temporary file, fsync, rename)."""
+    """Replace ``out/manifest.json`` atomically (:func:`storage.atomic.write_bytes_atomic`).
+
+    Raises
+    ------
+    StoreError
+        ``out/manifest.json`` is a symbolic link (refused, never followed).
+    """
     fs, path = resolve(out, storage_options)
-    data = dumps_json(manifest)
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    if protocol in ("file", "local"):
-        _write_local_durable(join(path, MANIFEST_NAME), data)
-    else:
-        write_bytes_atomic(fs, join(path, MANIFEST_NAME), data)
-
-
-def _write_local_durable(path: str, data: bytes) -> None:
-    # fsync before the rename so a power cut cannot leave an empty manifest behind.
-    tmp = f"{path}.partial-{os.getpid()}"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+    write_bytes_atomic(join(path, MANIFEST_NAME), dumps_json(manifest), fs=fs)

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import zarr
 
-import storage.manifest
+import storage.atomic
 import storage.partition_store as ps
 from pipeline.config import PartitionConfig
 from pipeline.store.write import partition_to_store
@@ -160,7 +160,7 @@ def test_manifest_replacement_is_atomic(tmp_path, monkeypatch):
     def crash(src, dst):
         raise OSError("simulated crash before the rename")
 
-    monkeypatch.setattr(storage.manifest.os, "replace", crash)
+    monkeypatch.setattr(storage.atomic.os, "replace", crash)
     with pytest.raises(OSError):
         write_manifest(tmp_path, {"format": "asepr-partitions", "format_version": 1, "generation": 2,
                                   "num_parts": 0, "partitions": []})
