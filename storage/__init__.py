@@ -33,7 +33,8 @@ from storage.schema import (
     feature_matrix,
     node_schema,
 )
-from storage.validate import ShardInfo, ValidationReport, validate_input
+from storage.report import ShardInfo, ValidationReport
+from storage.validate import validate_input
 
 __all__ = [
     "MANIFEST_NAME",

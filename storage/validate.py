@@ -22,9 +22,7 @@ Empty shards (zero rows) are legal but reported as warnings.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,78 +32,16 @@ from storage.dedup import EdgeDedup
 from storage.errors import AseprError, InputError, format_problem
 from storage.fs import Shard, discover_shards, fingerprint
 from storage.input import InputDir, input_paths, open_input, open_parquet, read_meta
+from storage.report import ShardInfo, ValidationReport
 from storage.resources import stage
 from storage.schema import FeatureLayout, check_edge_schema, check_node_schema, feature_matrix
 
-__all__ = [
-    "ShardInfo",
-    "ValidationReport",
-    "validate_increment",
-    "validate_input",
-]
+__all__ = ["validate_increment", "validate_input"]
 
 log = logging.getLogger(__name__)
 
 _VALID_SPLITS = np.array([-1, 0, 1, 2], dtype=np.int8)
 _NODE_BATCH_BYTES = 16 << 20
-
-
-@dataclass
-class ShardInfo:
-    """One validated shard: where it is, its row count and content hash."""
-
-    url: str
-    rows: int
-    sha256: str
-
-
-@dataclass
-class ValidationReport:
-    """What the validator found. ``to_dict()`` is JSON-ready."""
-
-    input: str
-    num_nodes: int
-    num_edges: int
-    feat_dim: int
-    feature_layout: str
-    num_classes: int
-    labelled_nodes: int
-    label_counts: list[int]
-    split_counts: dict[str, int]
-    categorical_columns: list[str]
-    edge_columns: list[str]
-    undirected: bool
-    self_loops: int
-    duplicate_edges: int | None
-    isolated_nodes: int
-    max_degree: int
-    edge_shards: list[ShardInfo] = field(default_factory=list)
-    node_shards: list[ShardInfo] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def summary(self) -> str:
-        """A human-readable multi-line summary."""
-        dup = "not checked" if self.duplicate_edges is None else f"{self.duplicate_edges:,}"
-        kind = "undirected (each edge stored once)" if self.undirected else "directed"
-        lines = [
-            f"input        {self.input}",
-            f"nodes        {self.num_nodes:,} in {len(self.node_shards)} shard(s); "
-            f"{self.isolated_nodes:,} isolated; max degree {self.max_degree:,}",
-            f"edges        {self.num_edges:,} in {len(self.edge_shards)} shard(s), {kind}",
-            f"features     {self.feat_dim} float32 ({self.feature_layout} layout)",
-            f"labels       {self.num_classes} classes, {self.labelled_nodes:,} labelled nodes",
-            "splits       "
-            + ", ".join(f"{k} {v:,}" for k, v in self.split_counts.items()),
-            f"self-loops   {self.self_loops:,}",
-            f"duplicates   {dup}",
-        ]
-        if self.categorical_columns:
-            lines.append(f"categorical  {', '.join(self.categorical_columns)}")
-        lines += [f"warning      {w}" for w in self.warnings]
-        return "\n".join(lines)
 
 
 def _iter_batches(pf: pq.ParquetFile, shard: Shard, columns: list[str], batch_rows: int):
@@ -199,8 +135,20 @@ class _NodeState:
 
 def _validate_node_batch(state: _NodeState, shard: Shard, row0: int, batch: pa.RecordBatch,
                          layout: FeatureLayout, present: list[str]) -> None:
+    """Check one node batch and add its labels and splits to ``state``."""
+    ids = _check_node_ids(state, shard, row0, batch.column("id"))
+    _check_features(state, shard, row0, batch, layout, ids)
+    if "label" in present:
+        _count_labels(state, shard, row0, batch.column("label"))
+    if "split" in present:
+        _count_splits(state, shard, row0, batch.column("split"))
+    else:
+        state.split_counts[0] += batch.num_rows
+
+
+def _check_node_ids(state: _NodeState, shard: Shard, row0: int, ids_arr: pa.Array) -> np.ndarray:
+    """Node ids non-null, in range and each seen once; marks them seen and returns them."""
     n_nodes = state.num_nodes
-    ids_arr = batch.column("id")
     _no_nulls(shard, "id", row0, ids_arr)
     ids = ids_arr.to_numpy()
     lo, hi = state.offset, state.offset + n_nodes
@@ -220,102 +168,166 @@ def _validate_node_batch(state: _NodeState, shard: Shard, row0: int, batch: pa.R
             "node ids must be dense 0..N-1; remap them with `asepr import edgelist` "
             "(which writes id_map.parquet).",
         )
-    ids = ids - lo if lo else ids
-    dup_in_batch = np.zeros(len(ids), dtype=bool)
-    if len(ids) > 1:
-        order = np.argsort(ids, kind="stable")
-        dup_sorted = np.zeros(len(ids), dtype=bool)
-        dup_sorted[1:] = ids[order][1:] == ids[order][:-1]
+    local = ids - lo if lo else ids
+    dup_in_batch = np.zeros(len(local), dtype=bool)
+    if len(local) > 1:
+        order = np.argsort(local, kind="stable")
+        dup_sorted = np.zeros(len(local), dtype=bool)
+        dup_sorted[1:] = local[order][1:] == local[order][:-1]
         dup_in_batch[order] = dup_sorted
-    dup = state.seen[ids] | dup_in_batch
+    dup = state.seen[local] | dup_in_batch
     if dup.any():
         raise _bad_values(
-            shard, "id", row0, ids + lo, dup,
+            shard, "id", row0, ids, dup,
             "each node id exactly once across all node shards (this id already has a row)",
             "keep one row per node; check for overlapping or copied node shards.",
         )
-    state.seen[ids] = True
-    ids = ids + lo if lo else ids
+    state.seen[local] = True
+    return ids
 
+
+def _check_features(state: _NodeState, shard: Shard, row0: int, batch: pa.RecordBatch,
+                    layout: FeatureLayout, ids: np.ndarray) -> None:
+    """Feature vectors of one width across all shards, and finite."""
+    rows = f"rows {row0}..{row0 + batch.num_rows - 1}"
     try:
         feat = feature_matrix(batch, layout)
     except ValueError as exc:
         raise InputError(
             format_problem(
-                f"file {shard.url}, column 'feat', rows {row0}..{row0 + batch.num_rows - 1}",
+                f"file {shard.url}, column 'feat', {rows}",
                 "one feature vector of the same width per node",
                 str(exc),
                 "pad or truncate the vectors to one width d, and drop null rows.",
             )
         ) from exc
+    if not batch.num_rows:
+        return
     width = feat.shape[1]
-    if batch.num_rows:
-        if state.feat_dim is None:
-            state.feat_dim, state.feat_origin = width, shard.url
-        elif width != state.feat_dim:
-            raise InputError(
-                format_problem(
-                    f"file {shard.url}, column '{layout.columns[0]}', rows {row0}..{row0 + batch.num_rows - 1}",
-                    f"feature width {state.feat_dim} (as in {state.feat_origin})",
-                    f"width {width}",
-                    "every node shard must store vectors of the same width d.",
-                )
+    if state.feat_dim is None:
+        state.feat_dim, state.feat_origin = width, shard.url
+    elif width != state.feat_dim:
+        raise InputError(
+            format_problem(
+                f"file {shard.url}, column '{layout.columns[0]}', {rows}",
+                f"feature width {state.feat_dim} (as in {state.feat_origin})",
+                f"width {width}",
+                "every node shard must store vectors of the same width d.",
             )
-        finite = np.isfinite(feat)
-        if not finite.all():
-            rows_bad = ~finite.all(axis=1)
-            first = int(np.flatnonzero(rows_bad)[0])
-            col = int(np.flatnonzero(~finite[first])[0])
-            raise InputError(
-                format_problem(
-                    f"file {shard.url}, column '{layout.columns[0] if layout.kind != 'columns' else layout.columns[col]}', "
-                    f"rows {row0}..{row0 + batch.num_rows - 1}",
-                    "finite float32 features",
-                    f"{int(rows_bad.sum()):,} row(s) with NaN or inf, the first at row {row0 + first} "
-                    f"(node id {int(ids[first])}, feature {col} = {feat[first, col]})",
-                    "impute or zero the missing values before writing.",
-                )
+        )
+    finite = np.isfinite(feat)
+    if not finite.all():
+        rows_bad = ~finite.all(axis=1)
+        first = int(np.flatnonzero(rows_bad)[0])
+        col = int(np.flatnonzero(~finite[first])[0])
+        raise InputError(
+            format_problem(
+                f"file {shard.url}, column '{layout.columns[0] if layout.kind != 'columns' else layout.columns[col]}', "
+                f"{rows}",
+                "finite float32 features",
+                f"{int(rows_bad.sum()):,} row(s) with NaN or inf, the first at row {row0 + first} "
+                f"(node id {int(ids[first])}, feature {col} = {feat[first, col]})",
+                "impute or zero the missing values before writing.",
             )
+        )
 
-    if "label" in present:
-        label_arr = batch.column("label")
-        _no_nulls(shard, "label", row0, label_arr)
-        labels = label_arr.to_numpy()
-        upper = state.num_classes
-        bad = labels < -1 if upper is None else (labels < -1) | (labels >= upper)
-        if bad.any():
-            expected = "labels >= -1 (-1 = unknown)" if upper is None else (
-                f"labels in [-1, {upper}) (-1 = unknown; num_classes = {upper})"
-            )
-            raise _bad_values(
-                shard, "label", row0, labels, bad, expected,
-                "use -1 for unknown labels and class ids 0..C-1 otherwise"
-                + ("" if upper is None else ", or fix num_classes in meta.json") + ".",
-            )
-        known = labels[labels >= 0]
-        state.labelled += len(known)
-        if len(known):
-            counts = np.bincount(known)
-            if len(counts) > len(state.label_counts):
-                counts[: len(state.label_counts)] += state.label_counts
-                state.label_counts = counts
-            else:
-                state.label_counts[: len(counts)] += counts
 
-    if "split" in present:
-        split_arr = batch.column("split")
-        _no_nulls(shard, "split", row0, split_arr)
-        splits = split_arr.to_numpy()
-        bad = ~np.isin(splits, _VALID_SPLITS)
+def _count_labels(state: _NodeState, shard: Shard, row0: int, label_arr: pa.Array) -> None:
+    """Labels non-null and in ``[-1, C)``; counts the known ones per class."""
+    _no_nulls(shard, "label", row0, label_arr)
+    labels = label_arr.to_numpy()
+    upper = state.num_classes
+    bad = labels < -1 if upper is None else (labels < -1) | (labels >= upper)
+    if bad.any():
+        expected = "labels >= -1 (-1 = unknown)" if upper is None else (
+            f"labels in [-1, {upper}) (-1 = unknown; num_classes = {upper})"
+        )
+        raise _bad_values(
+            shard, "label", row0, labels, bad, expected,
+            "use -1 for unknown labels and class ids 0..C-1 otherwise"
+            + ("" if upper is None else ", or fix num_classes in meta.json") + ".",
+        )
+    known = labels[labels >= 0]
+    state.labelled += len(known)
+    if len(known):
+        counts = np.bincount(known)
+        if len(counts) > len(state.label_counts):
+            counts[: len(state.label_counts)] += state.label_counts
+            state.label_counts = counts
+        else:
+            state.label_counts[: len(counts)] += counts
+
+
+def _count_splits(state: _NodeState, shard: Shard, row0: int, split_arr: pa.Array) -> None:
+    """Split codes non-null and in ``{-1, 0, 1, 2}``; counts them."""
+    _no_nulls(shard, "split", row0, split_arr)
+    splits = split_arr.to_numpy()
+    bad = ~np.isin(splits, _VALID_SPLITS)
+    if bad.any():
+        raise _bad_values(
+            shard, "split", row0, splits, bad,
+            "split codes 0 (train), 1 (val), 2 (test) or -1 (none)",
+            "recode the split column as int8 with those values.",
+        )
+    state.split_counts += np.bincount(splits.astype(np.int64) + 1, minlength=4)[:4]
+
+
+def _node_pass(state: _NodeState, node_files, batch_rows: int) -> None:
+    """Validate every node shard, batch by batch, into ``state``."""
+    # Shards are reopened one at a time: a ParquetFile kept alive after it has been
+    # read holds on to several MB of buffers (measured ~7 MB per edge shard).
+    for shard, layout, present in node_files:
+        pf = open_parquet(shard)
+        columns = ["id", *layout.columns, *present]
+        # Bound a node batch by its feature bytes too: 8,000-wide rows add up fast.
+        node_rows = max(1024, min(batch_rows, _NODE_BATCH_BYTES // (4 * (layout.dim or 256))))
+        for row0, batch in _iter_batches(pf, shard, columns, node_rows):
+            _validate_node_batch(state, shard, row0, batch, layout, present)
+        log.debug("validated node shard %s", shard.url)
+
+
+def _validate_edge_batch(shard: Shard, row0: int, batch: pa.RecordBatch, columns: list[str],
+                         num_ids: int, expected: str, fix: str) -> tuple[np.ndarray, np.ndarray]:
+    """Check one edge batch: endpoints non-null and in ``[0, num_ids)``, weights finite.
+
+    ``expected`` and ``fix`` word the message for an endpoint out of range. Returns
+    ``(src, dst)``.
+    """
+    ends = []
+    for column in ("src", "dst"):
+        _no_nulls(shard, column, row0, batch.column(column))
+        ids = batch.column(column).to_numpy()
+        bad = (ids < 0) | (ids >= num_ids)
         if bad.any():
+            raise _bad_values(shard, column, row0, ids, bad, expected, fix)
+        ends.append(ids)
+    if "weight" in columns:
+        weight = batch.column("weight")
+        _no_nulls(shard, "weight", row0, weight)
+        w = weight.to_numpy()
+        if not np.isfinite(w).all():
             raise _bad_values(
-                shard, "split", row0, splits, bad,
-                "split codes 0 (train), 1 (val), 2 (test) or -1 (none)",
-                "recode the split column as int8 with those values.",
+                shard, "weight", row0, w, ~np.isfinite(w),
+                "finite edge weights", "replace NaN or inf weights.",
             )
-        state.split_counts += np.bincount(splits.astype(np.int64) + 1, minlength=4)[:4]
-    else:
-        state.split_counts[0] += batch.num_rows
+    return ends[0], ends[1]
+
+
+def _checked_edges(edge_files, batch_rows: int, num_ids: int, expected: str, fix: str):
+    """Yield ``(src, dst)`` of every edge batch, each checked by :func:`_validate_edge_batch`."""
+    for shard, columns in edge_files:
+        pf = open_parquet(shard)
+        for row0, batch in _iter_batches(pf, shard, columns, batch_rows):
+            yield _validate_edge_batch(shard, row0, batch, columns, num_ids, expected, fix)
+
+
+def _split_dict(split_counts: np.ndarray) -> dict[str, int]:
+    sc = split_counts
+    return {"train": int(sc[1]), "val": int(sc[2]), "test": int(sc[3]), "none": int(sc[0])}
+
+
+def _shard_infos(shards: list[Shard]) -> list[ShardInfo]:
+    return [ShardInfo(url=s.url, rows=0, sha256="") for s in shards]
 
 
 def validate_input(
@@ -385,25 +397,8 @@ def _open_sources(input_url, edges, nodes, storage_options):
     return meta, edge_shards, node_shards, base_url
 
 
-def _validate_impl(
-    input_url, edges, nodes, undirected, num_classes, check_duplicates,
-    batch_rows, spill_dir, storage_options,
-) -> ValidationReport:
-    meta, edge_shards, node_shards, base_url = _open_sources(input_url, edges, nodes, storage_options)
-    if undirected is None:
-        undirected = bool(meta.get("undirected", False)) if meta else False
-    if num_classes is None and meta and meta.get("num_classes") is not None:
-        num_classes = int(meta["num_classes"])
-
-    node_infos = [ShardInfo(url=s.url, rows=0, sha256="") for s in node_shards]
-    edge_infos = [ShardInfo(url=s.url, rows=0, sha256="") for s in edge_shards]
-    warnings: list[str] = []
-
-    # --- schemas, row counts --------------------------------------------------------
-    node_files, edge_files, layouts, categorical, edge_columns = _schema_pass(
-        node_shards, node_infos, edge_shards, edge_infos, warnings)
-    num_nodes = sum(i.rows for i in node_infos)
-    num_edges = sum(i.rows for i in edge_infos)
+def _check_node_count(meta: dict | None, num_nodes: int, base_url: str) -> None:
+    """At least one node row, and as many as ``meta.json`` records."""
     if num_nodes == 0:
         raise InputError(
             format_problem(
@@ -423,18 +418,10 @@ def _validate_impl(
             )
         )
 
-    # --- nodes ----------------------------------------------------------------------
-    state = _NodeState(num_nodes, num_classes)
-    # Shards are reopened one at a time: a ParquetFile kept alive after it has been
-    # read holds on to several MB of buffers (measured ~7 MB per edge shard).
-    for shard, layout, present in node_files:
-        pf = open_parquet(shard)
-        columns = ["id", *layout.columns, *present]
-        # Bound a node batch by its feature bytes too: 8,000-wide rows add up fast.
-        node_rows = max(1024, min(batch_rows, _NODE_BATCH_BYTES // (4 * (layout.dim or 256))))
-        for row0, batch in _iter_batches(pf, shard, columns, node_rows):
-            _validate_node_batch(state, shard, row0, batch, layout, present)
-        log.debug("validated node shard %s", shard.url)
+
+def _check_all_nodes_seen(state: _NodeState, base_url: str) -> None:
+    """Every id ``0..N-1`` has a row (ids are dense)."""
+    num_nodes = state.num_nodes
     missing = np.flatnonzero(~state.seen)
     if len(missing):
         shown = ", ".join(str(int(v)) for v in missing[:10])
@@ -446,9 +433,11 @@ def _validate_impl(
                 "add the missing node rows, or remap ids to be dense with `asepr import edgelist`.",
             )
         )
-    del state.seen
 
-    # --- edges ----------------------------------------------------------------------
+
+def _edge_pass(edge_files, num_nodes: int, num_edges: int, undirected: bool, check_duplicates: bool,
+               batch_rows: int, spill_dir: str | None) -> tuple[np.ndarray, int, int | None]:
+    """Check every edge; return ``(degree, self_loops, duplicate_edges or None)``."""
     degree = np.zeros(num_nodes, dtype=np.int64)
     self_loops = 0
     dedup = (
@@ -456,44 +445,47 @@ def _validate_impl(
         if check_duplicates
         else None
     )
+    expected = f"node ids in [0, {num_nodes}) that have a row in the node table"
+    fix = "every edge endpoint needs a node row; add the node or drop the edge (ids must be dense 0..N-1)."
     try:
         position = 0
-        for shard, columns in edge_files:
-            pf = open_parquet(shard)
-            for row0, batch in _iter_batches(pf, shard, columns, batch_rows):
-                arrays = {}
-                for column in ("src", "dst"):
-                    _no_nulls(shard, column, row0, batch.column(column))
-                    ids = batch.column(column).to_numpy()
-                    bad = (ids < 0) | (ids >= num_nodes)
-                    if bad.any():
-                        raise _bad_values(
-                            shard, column, row0, ids, bad,
-                            f"node ids in [0, {num_nodes}) that have a row in the node table",
-                            "every edge endpoint needs a node row; add the node or drop the edge "
-                            "(ids must be dense 0..N-1).",
-                        )
-                    arrays[column] = ids
-                if "weight" in columns:
-                    weight = batch.column("weight")
-                    _no_nulls(shard, "weight", row0, weight)
-                    w = weight.to_numpy()
-                    if not np.isfinite(w).all():
-                        raise _bad_values(
-                            shard, "weight", row0, w, ~np.isfinite(w),
-                            "finite edge weights", "replace NaN or inf weights.",
-                        )
-                src, dst = arrays["src"], arrays["dst"]
-                self_loops += int(np.count_nonzero(src == dst))
-                degree += np.bincount(src, minlength=num_nodes)
-                degree += np.bincount(dst, minlength=num_nodes)
-                if dedup is not None:
-                    dedup.add(src, dst, np.arange(position, position + len(src), dtype=np.int64))
-                position += len(src)
+        for src, dst in _checked_edges(edge_files, batch_rows, num_nodes, expected, fix):
+            self_loops += int(np.count_nonzero(src == dst))
+            degree += np.bincount(src, minlength=num_nodes)
+            degree += np.bincount(dst, minlength=num_nodes)
+            if dedup is not None:
+                dedup.add(src, dst, np.arange(position, position + len(src), dtype=np.int64))
+            position += len(src)
         duplicates = dedup.count() if dedup is not None else None
     finally:
         if dedup is not None:
             dedup.close()
+    return degree, self_loops, duplicates
+
+
+def _validate_impl(
+    input_url, edges, nodes, undirected, num_classes, check_duplicates,
+    batch_rows, spill_dir, storage_options,
+) -> ValidationReport:
+    meta, edge_shards, node_shards, base_url = _open_sources(input_url, edges, nodes, storage_options)
+    if undirected is None:
+        undirected = bool(meta.get("undirected", False)) if meta else False
+    if num_classes is None and meta and meta.get("num_classes") is not None:
+        num_classes = int(meta["num_classes"])
+    node_infos, edge_infos = _shard_infos(node_shards), _shard_infos(edge_shards)
+    warnings: list[str] = []
+    node_files, edge_files, layouts, categorical, edge_columns = _schema_pass(
+        node_shards, node_infos, edge_shards, edge_infos, warnings)
+    num_nodes = sum(i.rows for i in node_infos)
+    num_edges = sum(i.rows for i in edge_infos)
+    _check_node_count(meta, num_nodes, base_url)
+
+    state = _NodeState(num_nodes, num_classes)
+    _node_pass(state, node_files, batch_rows)
+    _check_all_nodes_seen(state, base_url)
+    del state.seen
+    degree, self_loops, duplicates = _edge_pass(
+        edge_files, num_nodes, num_edges, undirected, check_duplicates, batch_rows, spill_dir)
 
     label_counts = state.label_counts
     classes = num_classes if num_classes is not None else len(label_counts)
@@ -503,7 +495,6 @@ def _validate_impl(
     if empty_classes and state.labelled:
         warnings.append(f"classes without any labelled node: {empty_classes[:10]}")
     layout_kind = next(iter(layouts)) if len(layouts) == 1 else "+".join(sorted(layouts))
-    sc = state.split_counts
     return ValidationReport(
         input=base_url,
         num_nodes=num_nodes,
@@ -513,7 +504,7 @@ def _validate_impl(
         num_classes=int(classes),
         labelled_nodes=int(state.labelled),
         label_counts=[int(c) for c in label_counts],
-        split_counts={"train": int(sc[1]), "val": int(sc[2]), "test": int(sc[3]), "none": int(sc[0])},
+        split_counts=_split_dict(state.split_counts),
         categorical_columns=categorical,
         edge_columns=edge_columns,
         undirected=bool(undirected),
@@ -595,8 +586,7 @@ def _schema_pass(node_shards, node_infos, edge_shards, edge_infos, warnings: lis
 
 def _validate_increment_impl(edge_shards, node_shards, first_id, feat_dim, undirected, num_classes,
                              batch_rows) -> ValidationReport:
-    node_infos = [ShardInfo(url=s.url, rows=0, sha256="") for s in node_shards]
-    edge_infos = [ShardInfo(url=s.url, rows=0, sha256="") for s in edge_shards]
+    node_infos, edge_infos = _shard_infos(node_shards), _shard_infos(edge_shards)
     warnings: list[str] = []
     node_files, edge_files, layouts, _, edge_columns = _schema_pass(
         node_shards, node_infos, edge_shards, edge_infos, warnings)
@@ -605,12 +595,7 @@ def _validate_increment_impl(edge_shards, node_shards, first_id, feat_dim, undir
     total_nodes = first_id + new_nodes
     state = _NodeState(new_nodes, num_classes, offset=first_id)
     state.feat_dim, state.feat_origin = int(feat_dim), "the partitioned output"
-    for shard, layout, present in node_files:
-        pf = open_parquet(shard)
-        columns = ["id", *layout.columns, *present]
-        node_rows = max(1024, min(batch_rows, _NODE_BATCH_BYTES // (4 * (layout.dim or 256))))
-        for row0, batch in _iter_batches(pf, shard, columns, node_rows):
-            _validate_node_batch(state, shard, row0, batch, layout, present)
+    _node_pass(state, node_files, batch_rows)
     missing = np.flatnonzero(~state.seen)
     if len(missing):  # only possible with a repeated id, which is caught above; kept as a guard
         raise InputError(
@@ -633,33 +618,14 @@ def _validate_increment_impl(edge_shards, node_shards, first_id, feat_dim, undir
     new_degree = np.zeros(max(new_nodes, 0), dtype=np.int64)
     self_loops = 0
     max_degree = 0
-    for shard, columns in edge_files:
-        pf = open_parquet(shard)
-        for row0, batch in _iter_batches(pf, shard, columns, batch_rows):
-            ends = {}
-            for column in ("src", "dst"):
-                _no_nulls(shard, column, row0, batch.column(column))
-                ids = batch.column(column).to_numpy()
-                bad = (ids < 0) | (ids >= total_nodes)
-                if bad.any():
-                    raise _bad_values(shard, column, row0, ids, bad, expected, fix)
-                ends[column] = ids
-            if "weight" in columns:
-                weight = batch.column("weight")
-                _no_nulls(shard, "weight", row0, weight)
-                w = weight.to_numpy()
-                if not np.isfinite(w).all():
-                    raise _bad_values(shard, "weight", row0, w, ~np.isfinite(w),
-                                      "finite edge weights", "replace NaN or inf weights.")
-            src, dst = ends["src"], ends["dst"]
-            self_loops += int(np.count_nonzero(src == dst))
-            for ids in (src, dst):
-                new = ids[ids >= first_id] - first_id
-                if len(new):
-                    new_degree += np.bincount(new, minlength=new_nodes)
+    for src, dst in _checked_edges(edge_files, batch_rows, total_nodes, expected, fix):
+        self_loops += int(np.count_nonzero(src == dst))
+        for ids in (src, dst):
+            new = ids[ids >= first_id] - first_id
+            if len(new):
+                new_degree += np.bincount(new, minlength=new_nodes)
     if new_nodes:
         max_degree = int(new_degree.max())
-    sc = state.split_counts
     label_counts = state.label_counts
     layout_kind = next(iter(layouts)) if len(layouts) == 1 else ("+".join(sorted(layouts)) or "none")
     return ValidationReport(
@@ -671,7 +637,7 @@ def _validate_increment_impl(edge_shards, node_shards, first_id, feat_dim, undir
         num_classes=int(num_classes if num_classes is not None else len(label_counts)),
         labelled_nodes=int(state.labelled),
         label_counts=[int(c) for c in label_counts],
-        split_counts={"train": int(sc[1]), "val": int(sc[2]), "test": int(sc[3]), "none": int(sc[0])},
+        split_counts=_split_dict(state.split_counts),
         categorical_columns=[],
         edge_columns=edge_columns,
         undirected=bool(undirected),
