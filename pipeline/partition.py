@@ -39,7 +39,8 @@ from storage.fs import Shard, discover_shards
 from storage.reader import read_node_column
 from storage.resources import peak_rss_bytes, stage
 from storage.input import input_paths, open_parquet, read_meta
-from storage.validate import ValidationReport, validate_input
+from storage.report import ValidationReport
+from storage.validate import validate_input
 
 __all__ = ["Assignment", "edge_cap", "kernel_mode", "partition"]
 
