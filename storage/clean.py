@@ -83,68 +83,27 @@ def clean_input(
     fs_in, in_path = resolve(input_url, storage_options)
     fs_out, out_path = resolve(out, storage_options)
 
-    # Pass 1: locate duplicates (stream positions), spilled per shard to disk so memory
-    # does not grow with the number of duplicates.
-    offsets = np.cumsum([0] + [s.rows for s in report.edge_shards])
     drop_dir = tempfile.mkdtemp(prefix="asepr-clean-", dir=spill_dir)
     drop_paths = [os.path.join(drop_dir, f"drops-{i:05d}.bin") for i in range(len(edge_shards))]
-    dedup = (
-        EdgeDedup(report.num_nodes, report.num_edges, undirected=undirected, spill_dir=spill_dir)
-        if drop_duplicates
-        else None
-    )
     try:
-        if dedup is not None:
-            position = 0
-            for shard in edge_shards:
-                pf = open_parquet(shard)
-                for batch in pf.iter_batches(batch_size=batch_rows, columns=["src", "dst"]):
-                    src = batch.column("src").to_numpy()
-                    dst = batch.column("dst").to_numpy()
-                    dedup.add(src, dst, np.arange(position, position + len(src), dtype=np.int64))
-                    position += len(src)
-            for positions in dedup.duplicate_positions():
-                shard_of = np.searchsorted(offsets, positions, side="right") - 1
-                for s in np.unique(shard_of):
-                    with open(drop_paths[s], "ab") as fh:
-                        (positions[shard_of == s] - offsets[s]).astype(np.int64).tofile(fh)
+        if drop_duplicates:
+            _spill_duplicate_rows(edge_shards, report, undirected, drop_paths, batch_rows, spill_dir)
     except BaseException:
         shutil.rmtree(drop_dir, ignore_errors=True)
         raise
-    finally:
-        if dedup is not None:
-            dedup.close()
 
     # Pass 2: rewrite edge shards in order, copy node shards.
-    dropped_loops = dropped_dups = 0
     with _removing(drop_dir), staged_output(fs_out, out_path, overwrite=overwrite) as staging:
         fs_out.makedirs(join(staging, "edges"), exist_ok=True)
         fs_out.makedirs(join(staging, "nodes"), exist_ok=True)
+        dropped_loops = dropped_dups = 0
         for index, shard in enumerate(edge_shards):
-            pf = open_parquet(shard)
-            columns = check_edge_schema(pf.schema_arrow, shard.url)
-            drop_rows = (
-                np.sort(np.fromfile(drop_paths[index], dtype=np.int64))
-                if os.path.exists(drop_paths[index])
-                else np.zeros(0, np.int64)
+            loops, dups = _rewrite_edge_shard(
+                shard, drop_paths[index], fs_out, join(staging, "edges", f"part-{index:05d}.parquet"),
+                drop_self_loops, batch_rows,
             )
-            name = f"part-{index:05d}.parquet"
-            with fs_out.open(join(staging, "edges", name), "wb") as fh:
-                schema = pa.schema([pf.schema_arrow.field(c) for c in columns])
-                writer = pq.ParquetWriter(fh, schema, compression="zstd")
-                row0 = 0
-                for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
-                    keep = np.ones(batch.num_rows, dtype=bool)
-                    lo, hi = np.searchsorted(drop_rows, [row0, row0 + batch.num_rows])
-                    keep[drop_rows[lo:hi] - row0] = False
-                    dropped_dups += int(hi - lo)
-                    if drop_self_loops:
-                        loops = batch.column("src").to_numpy() == batch.column("dst").to_numpy()
-                        dropped_loops += int(np.count_nonzero(loops & keep))
-                        keep &= ~loops
-                    writer.write_table(pa.Table.from_batches([batch.filter(pa.array(keep))]))
-                    row0 += batch.num_rows
-                writer.close()
+            dropped_loops += loops
+            dropped_dups += dups
         for index, shard in enumerate(node_shards):
             copy_file(shard, fs_out, join(staging, "nodes", f"part-{index:05d}.parquet"))
         # Side files (id_map.parquet, label_map.json, ...) travel with the input.
@@ -160,23 +119,7 @@ def clean_input(
                 "duplicates_dropped": dropped_dups,
             },
         }
-        staged_url = url_of(fs_out, staging)
-        try:
-            after = validate_input(
-                staged_url,
-                undirected=undirected,
-                num_classes=new_meta["num_classes"],
-                storage_options=storage_options,
-            )
-        except AseprError as exc:
-            message = str(exc).replace(staged_url, url_of(fs_out, out_path))
-            raise type(exc)(f"{message} (the output was not written)") from exc
-        new_meta.update(
-            num_nodes=after.num_nodes,
-            num_edges=after.num_edges,
-            feat_dim=after.feat_dim,
-            validation={"self_loops": after.self_loops, "duplicate_edges": after.duplicate_edges},
-        )
+        _validate_staged(fs_out, staging, out_path, new_meta, storage_options)
         with fs_out.open(join(staging, META_NAME), "w") as fh:
             json.dump(new_meta, fh, indent=2, sort_keys=True)
             fh.write("\n")
@@ -185,3 +128,85 @@ def clean_input(
         input_url, out, dropped_loops, dropped_dups,
     )
     return new_meta
+
+
+def _spill_duplicate_rows(edge_shards, report, undirected: bool, drop_paths: list[str],
+                          batch_rows: int, spill_dir: str | None) -> None:
+    """Pass 1: append the in-shard row of every duplicate edge to its shard's drop file.
+
+    Duplicates are located by stream position and spilled per shard to disk, so memory
+    does not grow with the number of duplicates.
+    """
+    offsets = np.cumsum([0] + [s.rows for s in report.edge_shards])
+    dedup = EdgeDedup(report.num_nodes, report.num_edges, undirected=undirected, spill_dir=spill_dir)
+    try:
+        position = 0
+        for shard in edge_shards:
+            pf = open_parquet(shard)
+            for batch in pf.iter_batches(batch_size=batch_rows, columns=["src", "dst"]):
+                src = batch.column("src").to_numpy()
+                dst = batch.column("dst").to_numpy()
+                dedup.add(src, dst, np.arange(position, position + len(src), dtype=np.int64))
+                position += len(src)
+        for positions in dedup.duplicate_positions():
+            shard_of = np.searchsorted(offsets, positions, side="right") - 1
+            for s in np.unique(shard_of):
+                with open(drop_paths[s], "ab") as fh:
+                    (positions[shard_of == s] - offsets[s]).astype(np.int64).tofile(fh)
+    finally:
+        dedup.close()
+
+
+def _rewrite_edge_shard(shard, drop_path: str, fs_out, path_out: str, drop_self_loops: bool,
+                        batch_rows: int) -> tuple[int, int]:
+    """Copy one edge shard without the rows in ``drop_path`` (and self-loops, on request).
+
+    Returns ``(self-loops dropped, duplicates dropped)``.
+    """
+    pf = open_parquet(shard)
+    columns = check_edge_schema(pf.schema_arrow, shard.url)
+    drop_rows = (
+        np.sort(np.fromfile(drop_path, dtype=np.int64))
+        if os.path.exists(drop_path)
+        else np.zeros(0, np.int64)
+    )
+    dropped_loops = dropped_dups = 0
+    with fs_out.open(path_out, "wb") as fh:
+        schema = pa.schema([pf.schema_arrow.field(c) for c in columns])
+        writer = pq.ParquetWriter(fh, schema, compression="zstd")
+        row0 = 0
+        for batch in pf.iter_batches(batch_size=batch_rows, columns=columns):
+            keep = np.ones(batch.num_rows, dtype=bool)
+            lo, hi = np.searchsorted(drop_rows, [row0, row0 + batch.num_rows])
+            keep[drop_rows[lo:hi] - row0] = False
+            dropped_dups += int(hi - lo)
+            if drop_self_loops:
+                loops = batch.column("src").to_numpy() == batch.column("dst").to_numpy()
+                dropped_loops += int(np.count_nonzero(loops & keep))
+                keep &= ~loops
+            writer.write_table(pa.Table.from_batches([batch.filter(pa.array(keep))]))
+            row0 += batch.num_rows
+        writer.close()
+    return dropped_loops, dropped_dups
+
+
+def _validate_staged(fs_out, staging: str, out_path: str, new_meta: dict[str, Any],
+                     storage_options: dict | None) -> None:
+    """Validate the staged copy and add its counts to ``new_meta``; errors name ``out``."""
+    staged_url = url_of(fs_out, staging)
+    try:
+        after = validate_input(
+            staged_url,
+            undirected=new_meta["undirected"],
+            num_classes=new_meta["num_classes"],
+            storage_options=storage_options,
+        )
+    except AseprError as exc:
+        message = str(exc).replace(staged_url, url_of(fs_out, out_path))
+        raise type(exc)(f"{message} (the output was not written)") from exc
+    new_meta.update(
+        num_nodes=after.num_nodes,
+        num_edges=after.num_edges,
+        feat_dim=after.feat_dim,
+        validation={"self_loops": after.self_loops, "duplicate_edges": after.duplicate_edges},
+    )
