@@ -309,6 +309,53 @@ def import_edgelist(
     header, delimiter, undirected, drop_self_loops, block_size = _options(
         header, delimiter, undirected, drop_self_loops, block_size
     )
+    fs, path, url, files = _edge_files(src, node_table, storage_options)
+    dataset = _common.dataset_name(path, name)
+    _common.check_out(out, storage_options, overwrite)
+
+    with stage(f"import {FORMAT} {url}", log) as info:
+        plans = _sniff_all(fs, files, header, delimiter)
+        scan = _scan(fs, plans, block_size)
+        nodes = _resolve_nodes(scan, node_table, storage_options, label_column, url)
+        lookup = _Lookup(nodes.node_ids, nodes.remapped, nodes.table.url if nodes.table is not None else None)
+        _check_edges_in_table(fs, plans, nodes, lookup, block_size)
+        labels, split, split_meta = _labels_and_split(nodes.table, nodes.num_nodes, seed)
+
+        table = nodes.table
+        with InputWriter(
+            out, feat_dim=table.feat_dim if table is not None else 1, shard_rows=shard_rows,
+            edge_columns=plans[0].extras if plans else (),
+            node_extra=table.extras if table is not None else [],
+            overwrite=overwrite, storage_options=storage_options,
+        ) as writer:
+            dropped = _write_edges(writer, _edges(fs, plans, nodes.id_type, lookup, block_size), drop_self_loops)
+            _write_nodes(writer, nodes.num_nodes, table, labels, split)
+            meta = {
+                "name": dataset,
+                "undirected": undirected,
+                "num_classes": (
+                    len(table.classes) if table is not None and table.classes is not None
+                    else _common.num_classes_of(labels)
+                ),
+                "source": _source_meta(src, plans, table),
+                "split": split_meta,
+                "counts": {
+                    "raw_entries": scan.rows, "self_loops": scan.self_loops, "self_loops_dropped": dropped,
+                    "nodes_in_edges": len(nodes.edge_ids),
+                    "nodes_only_in_node_table": nodes.num_nodes - len(nodes.edge_ids),
+                },
+                "features": "constant" if table is None else "node_table",
+                "remapped": nodes.remapped,
+                "id_type": "int64" if pa.types.is_integer(nodes.id_type) else "string",
+            }
+            _write_side_tables(writer, meta, nodes)
+            meta = writer.commit(meta)
+        info.update(nodes=meta["num_nodes"], edges=meta["num_edges"])
+    return meta
+
+
+def _edge_files(src, node_table, storage_options) -> tuple[Any, str, str, list[str]]:
+    """``(fs, path, url, files)`` of the edge list, leaving out the node table if it lies among them."""
     fs, path = resolve(src, storage_options)
     url = url_of(fs, path)
     if not re.search(r"[*?\[]", path):
@@ -317,105 +364,108 @@ def import_edgelist(
     if node_table is not None:
         table_fs, table_path, _ = _common.resolve_src(node_table, storage_options, "node table")
         exclude = table_path if table_fs is fs else None
-    files = list_edge_files(fs, path, url, exclude)
-    dataset = _common.dataset_name(path, name)
-    _common.check_out(out, storage_options, overwrite)
+    return fs, path, url, list_edge_files(fs, path, url, exclude)
 
-    with stage(f"import {FORMAT} {url}", log) as info:
-        plans = _sniff_all(fs, files, header, delimiter)
-        scan = _scan(fs, plans, block_size)
-        id_type, edge_ids = scan.id_type, scan.ids
-        table = None
-        if node_table is not None:
-            table = load_node_table(node_table, storage_options, label_column, id_type)
-            if table.ids.type != id_type:  # the table has string ids: match edges as strings
-                id_type = table.ids.type
-                edge_ids = edge_ids.cast(id_type)
-            node_ids = table.ids
-        else:
-            node_ids = edge_ids.take(pc.sort_indices(edge_ids))
-        num_nodes = len(node_ids)
-        if num_nodes == 0:
-            raise InputError(
-                format_problem(f"edge list {url}", "at least one edge or node", "no rows",
-                               "check the files are the right ones and not empty.")
-            )
-        remapped = not (
-            pa.types.is_integer(id_type)
-            and node_ids[0].as_py() == 0
-            and node_ids[num_nodes - 1].as_py() == num_nodes - 1
+
+@dataclass
+class _Nodes:
+    """The node set of an edge list: ids in ``global_nid`` order, and the node table."""
+
+    table: NodeTable | None
+    id_type: pa.DataType
+    edge_ids: pa.Array  # the distinct ids the edges name
+    node_ids: pa.Array  # sorted; ``global_nid`` is the position
+    remapped: bool
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_ids)
+
+
+def _resolve_nodes(scan: _Scan, node_table, storage_options, label_column, url: str) -> _Nodes:
+    """The nodes: the node table's ids if there is one, else the ids the edges name."""
+    id_type, edge_ids = scan.id_type, scan.ids
+    table = None
+    if node_table is not None:
+        table = load_node_table(node_table, storage_options, label_column, id_type)
+        if table.ids.type != id_type:  # the table has string ids: match edges as strings
+            id_type = table.ids.type
+            edge_ids = edge_ids.cast(id_type)
+        node_ids = table.ids
+    else:
+        node_ids = edge_ids.take(pc.sort_indices(edge_ids))
+    num_nodes = len(node_ids)
+    if num_nodes == 0:
+        raise InputError(
+            format_problem(f"edge list {url}", "at least one edge or node", "no rows",
+                           "check the files are the right ones and not empty.")
         )
-        lookup = _Lookup(node_ids, remapped, table.url if table is not None else None)
-        if table is not None and pc.any(pc.invert(pc.is_in(edge_ids, value_set=node_ids))).as_py():
-            # Fail before writing; the pass stops at the first edge naming a missing node.
-            for _ in _edges(fs, plans, id_type, lookup, block_size):
-                pass
+    remapped = not (
+        pa.types.is_integer(id_type)
+        and node_ids[0].as_py() == 0
+        and node_ids[num_nodes - 1].as_py() == num_nodes - 1
+    )
+    return _Nodes(table, id_type, edge_ids, node_ids, remapped)
 
-        if table is None:
-            labels = np.full(num_nodes, -1, dtype=np.int64)
-            split, split_meta = np.full(num_nodes, SPLIT_NONE, dtype=np.int8), {"kind": "none"}
-        elif table.split is not None:
-            labels, split, split_meta = table.labels, table.split, {"kind": "column", "column": "split"}
-        else:
-            labels, split = table.labels, _common.stratified_split(table.labels, seed)
-            split_meta = _common.stratified_split_meta(seed, labels)
 
-        dropped = 0
-        with InputWriter(
-            out, feat_dim=table.feat_dim if table is not None else 1, shard_rows=shard_rows,
-            edge_columns=plans[0].extras if plans else (),
-            node_extra=table.extras if table is not None else [],
-            overwrite=overwrite, storage_options=storage_options,
-        ) as writer:
-            for src_nid, dst_nid, edge_extra in _edges(fs, plans, id_type, lookup, block_size):
-                if drop_self_loops:
-                    keep = src_nid != dst_nid
-                    dropped += len(keep) - int(np.count_nonzero(keep))
-                    src_nid, dst_nid = src_nid[keep], dst_nid[keep]
-                    edge_extra = {k: v[keep] for k, v in edge_extra.items()}
-                writer.write_edges(src_nid, dst_nid, **edge_extra)
-            _write_nodes(writer, num_nodes, table, labels, split)
-            meta: dict[str, Any] = {
-                "name": dataset,
-                "undirected": undirected,
-                "num_classes": (
-                    len(table.classes) if table is not None and table.classes is not None
-                    else _common.num_classes_of(labels)
-                ),
-                "source": {
-                    "format": FORMAT,
-                    "path": str(src),
-                    "files": [p.url for p in plans],
-                    "header": [p.header for p in plans],
-                    "delimiter": [p.delimiter for p in plans],
-                    "node_table": table.url if table is not None else None,
-                },
-                "split": split_meta,
-                "counts": {
-                    "raw_entries": scan.rows,
-                    "self_loops": scan.self_loops,
-                    "self_loops_dropped": dropped,
-                    "nodes_in_edges": len(edge_ids),
-                    "nodes_only_in_node_table": num_nodes - len(edge_ids),
-                },
-                "features": "constant" if table is None else "node_table",
-                "remapped": remapped,
-                "id_type": "int64" if pa.types.is_integer(id_type) else "string",
-            }
-            if remapped:
-                writer.write_table(_common.ID_MAP_NAME, pa.table({
-                    "global_nid": pa.array(np.arange(num_nodes, dtype=np.int64)),
-                    "original_id": node_ids,
-                }))
-                meta["id_map"] = _common.ID_MAP_NAME
-            if table is not None:
-                meta["feature_columns"] = ["feat"] if table.feature_list else table.feature_columns
-                meta["label_column"] = table.label_column
-                meta["categorical_columns"] = [n for n, _ in table.extras]
-                if table.classes is not None:
-                    writer.write_json(_common.LABEL_MAP_NAME,
-                                      _common.label_map(table.label_column, table.classes))
-                    meta["label_map"] = _common.LABEL_MAP_NAME
-            meta = writer.commit(meta)
-        info.update(nodes=meta["num_nodes"], edges=meta["num_edges"])
-    return meta
+def _check_edges_in_table(fs, plans: list[EdgeFile], nodes: _Nodes, lookup: _Lookup, block_size: int) -> None:
+    """With a node table, fail before writing if an edge names a node the table lacks."""
+    if nodes.table is not None and pc.any(pc.invert(pc.is_in(nodes.edge_ids, value_set=nodes.node_ids))).as_py():
+        # The pass stops at the first edge naming a missing node, with its file and row.
+        for _ in _edges(fs, plans, nodes.id_type, lookup, block_size):
+            pass
+
+
+def _labels_and_split(table: NodeTable | None, num_nodes: int, seed: int):
+    """``(labels, split, split meta)``: from the node table, else all unknown."""
+    if table is None:
+        labels = np.full(num_nodes, -1, dtype=np.int64)
+        return labels, np.full(num_nodes, SPLIT_NONE, dtype=np.int8), {"kind": "none"}
+    if table.split is not None:
+        return table.labels, table.split, {"kind": "column", "column": "split"}
+    split = _common.stratified_split(table.labels, seed)
+    return table.labels, split, _common.stratified_split_meta(seed, table.labels)
+
+
+def _write_edges(writer: InputWriter, edges, drop_self_loops: bool) -> int:
+    """Write the remapped edges; return how many self-loops were dropped."""
+    dropped = 0
+    for src_nid, dst_nid, edge_extra in edges:
+        if drop_self_loops:
+            keep = src_nid != dst_nid
+            dropped += len(keep) - int(np.count_nonzero(keep))
+            src_nid, dst_nid = src_nid[keep], dst_nid[keep]
+            edge_extra = {k: v[keep] for k, v in edge_extra.items()}
+        writer.write_edges(src_nid, dst_nid, **edge_extra)
+    return dropped
+
+
+def _source_meta(src, plans: list[EdgeFile], table: NodeTable | None) -> dict[str, Any]:
+    """``meta.json``'s ``source``: the files read and how each was parsed."""
+    return {
+        "format": FORMAT,
+        "path": str(src),
+        "files": [p.url for p in plans],
+        "header": [p.header for p in plans],
+        "delimiter": [p.delimiter for p in plans],
+        "node_table": table.url if table is not None else None,
+    }
+
+
+def _write_side_tables(writer: InputWriter, meta: dict[str, Any], nodes: _Nodes) -> None:
+    """Write ``id_map.parquet`` and ``label_map.json`` where needed; record them in ``meta``."""
+    table = nodes.table
+    if nodes.remapped:
+        writer.write_table(_common.ID_MAP_NAME, pa.table({
+            "global_nid": pa.array(np.arange(nodes.num_nodes, dtype=np.int64)),
+            "original_id": nodes.node_ids,
+        }))
+        meta["id_map"] = _common.ID_MAP_NAME
+    if table is not None:
+        meta["feature_columns"] = ["feat"] if table.feature_list else table.feature_columns
+        meta["label_column"] = table.label_column
+        meta["categorical_columns"] = [n for n, _ in table.extras]
+        if table.classes is not None:
+            writer.write_json(_common.LABEL_MAP_NAME,
+                              _common.label_map(table.label_column, table.classes))
+            meta["label_map"] = _common.LABEL_MAP_NAME
