@@ -69,6 +69,60 @@ def _csr(npz, prefix: str, url: str) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return indptr, indices, data, (rows, cols)
 
 
+def _adjacency(npz, url: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(indptr, indices, n)`` of the square CSR adjacency matrix."""
+    adj_indptr, adj_indices, _, (n, n_cols) = _csr(npz, "adj", url)
+    if n != n_cols:
+        raise SchemaError(
+            format_problem(
+                f"file {url}, array 'adj_shape'", "a square adjacency matrix",
+                f"shape ({n}, {n_cols})", "the file is not a gnn-benchmark graph.",
+            )
+        )
+    return adj_indptr, adj_indices, n
+
+
+def _labels(npz, url: str, n: int) -> np.ndarray:
+    """One int64 label per node, each a class id or -1."""
+    labels = _common.npz_array(npz, "labels", url, ndim=1, kind="iu").astype(np.int64)
+    if len(labels) != n:
+        raise SchemaError(
+            format_problem(
+                f"file {url}, array 'labels'", f"one label per node ({n})",
+                f"{len(labels)} labels", "the file is corrupt; download it again.",
+            )
+        )
+    if (labels < -1).any():
+        raise InputError(
+            format_problem(
+                f"file {url}, array 'labels'", "class ids >= 0 (or -1 for unknown)",
+                f"the value {int(labels.min())}", "recode the labels.",
+            )
+        )
+    return labels
+
+
+def _features(npz, url: str, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """``(indptr, indices, data, feat_dim)`` of the CSR feature matrix: one row per node, finite."""
+    attr_indptr, attr_indices, attr_data, (attr_rows, feat_dim) = _csr(npz, "attr", url)
+    if attr_rows != n:
+        raise SchemaError(
+            format_problem(
+                f"file {url}, array 'attr_shape'", f"{n} rows (one per node)",
+                f"{attr_rows} rows", "the file is corrupt; download it again.",
+            )
+        )
+    if not np.isfinite(attr_data).all():
+        raise InputError(
+            format_problem(
+                f"file {url}, array 'attr_data'", "finite feature values",
+                f"{int((~np.isfinite(attr_data)).sum()):,} NaN or inf value(s)",
+                "the file is corrupt; download it again.",
+            )
+        )
+    return attr_indptr, attr_indices, attr_data, feat_dim
+
+
 def import_gnn_npz(
     src: str | Path,
     out: str | Path,
@@ -112,46 +166,9 @@ def import_gnn_npz(
     _common.check_out(out, storage_options, overwrite)
 
     with stage(f"import {FORMAT} {url}", log) as info, _common.open_npz(fs, path, url) as npz:
-        adj_indptr, adj_indices, _, (n, n_cols) = _csr(npz, "adj", url)
-        if n != n_cols:
-            raise SchemaError(
-                format_problem(
-                    f"file {url}, array 'adj_shape'", "a square adjacency matrix",
-                    f"shape ({n}, {n_cols})", "the file is not a gnn-benchmark graph.",
-                )
-            )
-        labels = _common.npz_array(npz, "labels", url, ndim=1, kind="iu").astype(np.int64)
-        if len(labels) != n:
-            raise SchemaError(
-                format_problem(
-                    f"file {url}, array 'labels'", f"one label per node ({n})",
-                    f"{len(labels)} labels", "the file is corrupt; download it again.",
-                )
-            )
-        if (labels < -1).any():
-            raise InputError(
-                format_problem(
-                    f"file {url}, array 'labels'", "class ids >= 0 (or -1 for unknown)",
-                    f"the value {int(labels.min())}", "recode the labels.",
-                )
-            )
-        attr_indptr, attr_indices, attr_data, (attr_rows, feat_dim) = _csr(npz, "attr", url)
-        if attr_rows != n:
-            raise SchemaError(
-                format_problem(
-                    f"file {url}, array 'attr_shape'", f"{n} rows (one per node)",
-                    f"{attr_rows} rows", "the file is corrupt; download it again.",
-                )
-            )
-
-        if not np.isfinite(attr_data).all():
-            raise InputError(
-                format_problem(
-                    f"file {url}, array 'attr_data'", "finite feature values",
-                    f"{int((~np.isfinite(attr_data)).sum()):,} NaN or inf value(s)",
-                    "the file is corrupt; download it again.",
-                )
-            )
+        adj_indptr, adj_indices, n = _adjacency(npz, url)
+        labels = _labels(npz, url, n)
+        attr_indptr, attr_indices, attr_data, feat_dim = _features(npz, url, n)
 
         row_nid = np.repeat(np.arange(n, dtype=np.int64), np.diff(adj_indptr))
         src_nid, dst_nid, counts = _common.canonical_undirected(row_nid, adj_indices, n)

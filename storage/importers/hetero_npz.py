@@ -88,6 +88,71 @@ def _published_split(npz, url: str, n: int, split_index: int) -> tuple[np.ndarra
     return split, int(num_splits)
 
 
+def _split_index_option(split_index) -> int:
+    """The ``split_index`` option as an int (default 0)."""
+    if split_index is None:
+        return 0
+    if isinstance(split_index, (bool, np.bool_)) or not isinstance(split_index, (int, np.integer)):
+        raise InputError(
+            format_problem(
+                "option split_index", "an integer (a published split, 0 = the first)",
+                repr(split_index), "pass --split-index 0..9.",
+            )
+        )
+    return int(split_index)
+
+
+def _labels(npz, url: str) -> np.ndarray:
+    """``node_labels`` as int64, each a class id or -1."""
+    labels = _common.npz_array(npz, "node_labels", url, ndim=1, kind="iu").astype(np.int64)
+    if (labels < -1).any():
+        raise InputError(
+            format_problem(
+                f"file {url}, array 'node_labels'", "class ids >= 0 (or -1 for unknown)",
+                f"the value {int(labels.min())}", "recode the labels.",
+            )
+        )
+    return labels
+
+
+def _undirected_edges(npz, url: str, n: int) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """``(src, dst, counts)``: each undirected edge of ``edges`` once, without self-loops."""
+    edges = _common.npz_array(npz, "edges", url, ndim=2, kind="iu")
+    if edges.shape[1] != 2:
+        raise SchemaError(
+            format_problem(
+                f"file {url}, array 'edges'", "shape (E, 2)", f"shape {edges.shape}",
+                "the file is not in the heterophilous-graphs format.",
+            )
+        )
+    edges = edges.astype(np.int64)
+    _common.check_ids(edges[:, 0], n, f"file {url}, array 'edges', column 0")
+    _common.check_ids(edges[:, 1], n, f"file {url}, array 'edges', column 1")
+    return _common.canonical_undirected(edges[:, 0], edges[:, 1], n)
+
+
+def _features(npz, url: str, n: int) -> np.ndarray:
+    """``node_features``: one finite row per node."""
+    feat = _common.npz_array(npz, "node_features", url, ndim=2, kind="iufb")
+    if feat.shape[0] != n:
+        raise SchemaError(
+            format_problem(
+                f"file {url}, array 'node_features'", f"{n} rows (one per label)",
+                f"shape {feat.shape}", "the file is corrupt.",
+            )
+        )
+    finite = np.isfinite(feat).all(axis=1)
+    if not finite.all():
+        raise InputError(
+            format_problem(
+                f"file {url}, array 'node_features'", "finite feature values",
+                f"NaN or inf in {int((~finite).sum()):,} row(s), the first node {int(np.flatnonzero(~finite)[0])}",
+                "impute or zero the missing values.",
+            )
+        )
+    return feat
+
+
 def import_hetero_npz(
     src: str | Path,
     out: str | Path,
@@ -127,62 +192,18 @@ def import_hetero_npz(
     """
     _common.fixed_option(undirected, "undirected", True, FORMAT, "the graph is undirected")
     _common.fixed_option(drop_self_loops, "drop_self_loops", True, FORMAT, "self-loops are always dropped")
-    if split_index is None:
-        split_index = 0
-    if isinstance(split_index, (bool, np.bool_)) or not isinstance(split_index, (int, np.integer)):
-        raise InputError(
-            format_problem(
-                "option split_index", "an integer (a published split, 0 = the first)",
-                repr(split_index), "pass --split-index 0..9.",
-            )
-        )
-    split_index = int(split_index)
+    split_index = _split_index_option(split_index)
     fs, path, url = _common.resolve_src(src, storage_options, "heterophilous npz")
     dataset = _common.dataset_name(path, name)
     path, url = _common.single_file(fs, path, url, ".npz", "heterophilous npz")
     _common.check_out(out, storage_options, overwrite)
 
     with stage(f"import {FORMAT} {url}", log) as info, _common.open_npz(fs, path, url) as npz:
-        labels = _common.npz_array(npz, "node_labels", url, ndim=1, kind="iu").astype(np.int64)
+        labels = _labels(npz, url)
         n = len(labels)
-        if (labels < -1).any():
-            raise InputError(
-                format_problem(
-                    f"file {url}, array 'node_labels'", "class ids >= 0 (or -1 for unknown)",
-                    f"the value {int(labels.min())}", "recode the labels.",
-                )
-            )
         split, num_splits = _published_split(npz, url, n, split_index)
-        edges = _common.npz_array(npz, "edges", url, ndim=2, kind="iu")
-        if edges.shape[1] != 2:
-            raise SchemaError(
-                format_problem(
-                    f"file {url}, array 'edges'", "shape (E, 2)", f"shape {edges.shape}",
-                    "the file is not in the heterophilous-graphs format.",
-                )
-            )
-        edges = edges.astype(np.int64)
-        _common.check_ids(edges[:, 0], n, f"file {url}, array 'edges', column 0")
-        _common.check_ids(edges[:, 1], n, f"file {url}, array 'edges', column 1")
-        src_nid, dst_nid, counts = _common.canonical_undirected(edges[:, 0], edges[:, 1], n)
-        del edges
-        feat = _common.npz_array(npz, "node_features", url, ndim=2, kind="iufb")
-        if feat.shape[0] != n:
-            raise SchemaError(
-                format_problem(
-                    f"file {url}, array 'node_features'", f"{n} rows (one per label)",
-                    f"shape {feat.shape}", "the file is corrupt.",
-                )
-            )
-        finite = np.isfinite(feat).all(axis=1)
-        if not finite.all():
-            raise InputError(
-                format_problem(
-                    f"file {url}, array 'node_features'", "finite feature values",
-                    f"NaN or inf in {int((~finite).sum()):,} row(s), the first node {int(np.flatnonzero(~finite)[0])}",
-                    "impute or zero the missing values.",
-                )
-            )
+        src_nid, dst_nid, counts = _undirected_edges(npz, url, n)
+        feat = _features(npz, url, n)
 
         with InputWriter(
             out, feat_dim=feat.shape[1], shard_rows=shard_rows, overwrite=overwrite,
