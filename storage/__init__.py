@@ -1,7 +1,21 @@
-"""Input format, validation, importers and (later) the partition stores.
+"""The files asepr reads and writes: the input directory and the partitioned output.
 
 ``storage`` is the lowest layer: it knows file formats and nothing of partitioning
 algorithms or training.
+
+- Input: the format (:mod:`~storage.schema`), the one way in (:mod:`~storage.input`,
+  ``open_input``), streaming validation (:mod:`~storage.validate`, its report in
+  :mod:`~storage.report`), importers from public formats (:mod:`~storage.importers`),
+  the writer they share (:mod:`~storage.input_writer`), one node column read by id
+  (:mod:`~storage.reader`) and ``asepr clean`` (:mod:`~storage.clean`, with the
+  duplicate counter :mod:`~storage.dedup`).
+- Output: the per-partition Zarr stores (:mod:`~storage.partition_store`), the
+  manifest (:mod:`~storage.manifest`), the incremental state (:mod:`~storage.state`)
+  and the output lock (:mod:`~storage.lock`).
+- Shared: fsspec paths and shard discovery (:mod:`~storage.fs`), atomic writes
+  (:mod:`~storage.atomic`), paths kept inside an output (:mod:`~storage.confine`), the
+  error hierarchy (:mod:`~storage.errors`), stage timing (:mod:`~storage.resources`)
+  and the fault injector of the crash tests (:mod:`~storage.failpoints`).
 """
 
 from storage.atomic import staged_output, write_bytes_atomic
