@@ -45,6 +45,7 @@ __all__ = [
     "label_map",
     "node_chunk_rows",
     "npz_array",
+    "npz_labels",
     "num_classes_of",
     "open_npz",
     "resolve_src",
@@ -416,6 +417,29 @@ def npz_array(npz, key: str, url: str, *, ndim: int | None = None, kind: str | N
             )
         )
     return array
+
+
+def npz_labels(npz, key: str, url: str, num_nodes: int | None = None) -> np.ndarray:
+    """The 1-d integer label array ``key`` as int64; each a class id >= 0, or -1 for unknown.
+
+    With ``num_nodes``, the array must hold one label per node.
+    """
+    labels = npz_array(npz, key, url, ndim=1, kind="iu").astype(np.int64)
+    if num_nodes is not None and len(labels) != num_nodes:
+        raise SchemaError(
+            format_problem(
+                f"file {url}, array '{key}'", f"one label per node ({num_nodes})",
+                f"{len(labels)} labels", "the file is corrupt; download it again.",
+            )
+        )
+    if (labels < -1).any():
+        raise InputError(
+            format_problem(
+                f"file {url}, array '{key}'", "class ids >= 0 (or -1 for unknown)",
+                f"the value {int(labels.min())}", "recode the labels.",
+            )
+        )
+    return labels
 
 
 def check_ids(values: np.ndarray, num_nodes: int, where: str, row_base: int = 0) -> None:

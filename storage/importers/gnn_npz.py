@@ -82,26 +82,6 @@ def _adjacency(npz, url: str) -> tuple[np.ndarray, np.ndarray, int]:
     return adj_indptr, adj_indices, n
 
 
-def _labels(npz, url: str, n: int) -> np.ndarray:
-    """One int64 label per node, each a class id or -1."""
-    labels = _common.npz_array(npz, "labels", url, ndim=1, kind="iu").astype(np.int64)
-    if len(labels) != n:
-        raise SchemaError(
-            format_problem(
-                f"file {url}, array 'labels'", f"one label per node ({n})",
-                f"{len(labels)} labels", "the file is corrupt; download it again.",
-            )
-        )
-    if (labels < -1).any():
-        raise InputError(
-            format_problem(
-                f"file {url}, array 'labels'", "class ids >= 0 (or -1 for unknown)",
-                f"the value {int(labels.min())}", "recode the labels.",
-            )
-        )
-    return labels
-
-
 def _features(npz, url: str, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """``(indptr, indices, data, feat_dim)`` of the CSR feature matrix: one row per node, finite."""
     attr_indptr, attr_indices, attr_data, (attr_rows, feat_dim) = _csr(npz, "attr", url)
@@ -167,7 +147,7 @@ def import_gnn_npz(
 
     with stage(f"import {FORMAT} {url}", log) as info, _common.open_npz(fs, path, url) as npz:
         adj_indptr, adj_indices, n = _adjacency(npz, url)
-        labels = _labels(npz, url, n)
+        labels = _common.npz_labels(npz, "labels", url, n)
         attr_indptr, attr_indices, attr_data, feat_dim = _features(npz, url, n)
 
         row_nid = np.repeat(np.arange(n, dtype=np.int64), np.diff(adj_indptr))

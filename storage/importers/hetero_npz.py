@@ -102,19 +102,6 @@ def _split_index_option(split_index) -> int:
     return int(split_index)
 
 
-def _labels(npz, url: str) -> np.ndarray:
-    """``node_labels`` as int64, each a class id or -1."""
-    labels = _common.npz_array(npz, "node_labels", url, ndim=1, kind="iu").astype(np.int64)
-    if (labels < -1).any():
-        raise InputError(
-            format_problem(
-                f"file {url}, array 'node_labels'", "class ids >= 0 (or -1 for unknown)",
-                f"the value {int(labels.min())}", "recode the labels.",
-            )
-        )
-    return labels
-
-
 def _undirected_edges(npz, url: str, n: int) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
     """``(src, dst, counts)``: each undirected edge of ``edges`` once, without self-loops."""
     edges = _common.npz_array(npz, "edges", url, ndim=2, kind="iu")
@@ -199,7 +186,7 @@ def import_hetero_npz(
     _common.check_out(out, storage_options, overwrite)
 
     with stage(f"import {FORMAT} {url}", log) as info, _common.open_npz(fs, path, url) as npz:
-        labels = _labels(npz, url)
+        labels = _common.npz_labels(npz, "node_labels", url)
         n = len(labels)
         split, num_splits = _published_split(npz, url, n, split_index)
         src_nid, dst_nid, counts = _undirected_edges(npz, url, n)
