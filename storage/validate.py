@@ -7,9 +7,11 @@ what was expected and what was found, and how to fix it.
 
 Checks, in order:
 
-1. shards exist (directory, glob or fsspec URL) and are readable Parquet files;
-2. no two shards have the same content (sha256), which would double-count rows;
-3. schemas: required columns and dtypes (:mod:`storage.schema`);
+1. ``meta.json``, if present, has its fields' JSON types, and the shards exist
+   (directory, glob or fsspec URL) and can be listed (:func:`storage.input.open_input`);
+2. shards are readable Parquet files with the required columns and dtypes
+   (:mod:`storage.schema`);
+3. no two shards have the same content (sha256), which would double-count rows;
 4. nodes: ids non-null, in ``[0, N)`` and unique, features finite with one width in
    every shard, labels in ``[-1, C)``, splits in ``{-1, 0, 1, 2}``; every id in
    ``0..N-1`` has a row;
@@ -377,7 +379,7 @@ def validate_input(
 
 
 def _open_sources(input_url, edges, nodes, storage_options):
-    """``(meta, edge_shards, node_shards, name)`` of the input; shards are listed once.
+    """``(meta, edge_shards, node_shards, name in messages)`` of the input, listed once.
 
     An :class:`InputDir` (or a URL without overrides) goes through :func:`open_input`;
     ``edges=``/``nodes=`` replace the conventional locations of a URL.
