@@ -5,7 +5,7 @@ into generation g+1. Both first decide, from the loaded state (O(N)), where ever
 or moved edge goes; they save that decision (the :class:`Plan`) with the new
 ``state.zarr`` in the staging directory; then :func:`write_increment` rebuilds the
 partitions that change and commits them, the node map and the state *together*,
-through the same journal as ``asepr partition`` (:mod:`pipeline.store.write`)::
+through the same protocol as ``asepr partition`` (:mod:`pipeline.store.commit`)::
 
     OUT/.asepr-staging/
       run.json                    run key and generation (resumption)
@@ -15,7 +15,7 @@ through the same journal as ``asepr partition`` (:mod:`pipeline.store.write`)::
       work/master.npy             int32 [N']   masters of generation g+1
       work/source.npy             int32 [N]    generation g's masters (whose store has each row)
       work/community.npy ...      (rebalance) community, move_from, move_to per community
-      route/ fetch/ gather/ gids/ spill files (:mod:`pipeline.store.route`, :mod:`pipeline.increment.rebuild`)
+      route/ fetch/ gather/ global_nid/   spill files (:mod:`pipeline.store.route`, :mod:`pipeline.increment.rebuild`)
       .part-*.zarr.partial/ part-*.zarr/ node_map.parquet    as for a partition run
       commit.json  old/           the journal and the replaced stores, while swapping
 
@@ -36,7 +36,6 @@ every rebuilt store whose checksums verify.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import shutil
 import time
@@ -55,27 +54,19 @@ from pipeline.increment.rebuild import (
     rebuild_edges,
     rebuild_nodes,
 )
+from pipeline.assign import edge_parts_path
+from pipeline.store.commit import Staging, commit, file_sha256, finished_entries, read_json_object, write_node_map
 from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
-from pipeline.store.write import (
-    Progress,
-    _apply_journal,
-    _finished_entry,
-    _read_json,
-    _run_tasks,
-    _save_node_map,
-    _Staging,
-    _timed,
-    _worker_peak_rss,
-    _write_json_atomic,
-)
+from pipeline.store.tasks import Progress, run_tasks, timed, worker_peak_rss
+from storage.atomic import write_json_atomic
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard, discover_shards
-from storage.manifest import JOURNAL_NAME, NODE_MAP_NAME, OLD_DIR, STAGING_NAME, part_name
-from storage.partition_store import open_store, resolve_store_url
+from storage.manifest import NODE_MAP_NAME, OLD_DIR, STAGING_NAME, part_name
+from storage.partition_store import resolve_store_url
 from storage.resources import peak_rss_bytes
 from storage.state import STATE_NAME, state_entry, state_identity
 
-__all__ = ["Plan", "begin_generation", "load_plan", "save_plan", "write_increment"]
+__all__ = ["Plan", "load_plan", "save_plan", "write_increment"]
 
 log = logging.getLogger(__name__)
 
@@ -123,27 +114,14 @@ class Plan:
     run_key: str = ""
 
 
-def begin_generation(staging: _Staging, run_key: str, generation: int, command: str, out: Path) -> None:
-    """Open the staging run of ``generation``: resume an interrupted run of the same
-    command and input (same ``run_key``), otherwise discard whatever is staged and start clean."""
-    run = staging.state()
-    if run and run.get("run_key") == run_key and run.get("generation") == generation:
-        log.warning("resuming the interrupted %s of generation %d in %s", command, generation, out)
-    else:
-        if staging.exists():
-            log.warning("discarding an interrupted run in %s (another command or input); starting clean", out)
-        staging.clear()
-    staging.begin(run_key, generation)
-
-
-def save_plan(staging: _Staging, plan: Plan) -> None:
+def save_plan(staging: Staging, plan: Plan) -> None:
     """Save the plan last: its presence says the state and the work files are complete."""
-    _write_json_atomic(staging.work / PLAN_NAME, dataclasses.asdict(plan))
+    write_json_atomic(staging.work / PLAN_NAME, dataclasses.asdict(plan))
 
 
-def load_plan(staging: _Staging, run_key: str, generation: int) -> Plan | None:
+def load_plan(staging: Staging, run_key: str, generation: int) -> Plan | None:
     """The saved plan of this run (same key and generation) if it and its state are complete."""
-    record = _read_json(staging.work / PLAN_NAME)
+    record = read_json_object(staging.work / PLAN_NAME)
     if not record or record.get("run_key") != run_key or record.get("generation") != generation:
         return None
     ident = state_identity(staging.state_path)
@@ -174,11 +152,7 @@ def _old_node_map(out: Path, manifest: dict[str, Any]) -> tuple[np.ndarray, np.n
     for path in (out / NODE_MAP_NAME, out / STAGING_NAME / OLD_DIR / NODE_MAP_NAME):
         if not path.exists():
             continue
-        h = hashlib.sha256()
-        with open(path, "rb") as fh:
-            while block := fh.read(8 << 20):
-                h.update(block)
-        if want is not None and h.hexdigest() != want:
+        if want is not None and file_sha256(path).hexdigest() != want:
             continue
         table = pq.read_table(path, columns=["part_id", "part_local_nid"])
         return (table.column("part_id").to_numpy().astype(np.int64),
@@ -189,8 +163,182 @@ def _old_node_map(out: Path, manifest: dict[str, Any]) -> tuple[np.ndarray, np.n
     )
 
 
+@dataclass
+class _Layout:
+    """What every stage of an incremental write needs: paths and run-wide settings."""
+
+    staging: Staging
+    plan: Plan
+    num_parts: int
+    halo: int
+    undirected: bool
+    feat_dim: int
+    old_urls: dict[int, str]
+    moves: dict[str, str]
+
+    @property
+    def master_path(self) -> str:
+        return str(self.staging.work / "master.npy")
+
+    @property
+    def source_path(self) -> str:
+        return str(self.staging.work / "source.npy")
+
+    def added_path(self, p: int) -> str:
+        """The sorted ids of the nodes partition ``p`` gains (``.npy``)."""
+        return str(self.staging.global_nid_dir / f"added-{p:05d}.npy")
+
+
+def _route(layout: _Layout, edge_shards: list[Shard], batch_rows: int, client, progress: Progress | None,
+           timings: dict[str, float]) -> list[tuple[Path, Path]]:
+    """Route the new edges and (rebalance) spill the moved ones; return every edge spill."""
+    staging, plan, k = layout.staging, layout.plan, layout.num_parts
+    route_spills = [edge_spill_paths(staging.route, i) for i in range(len(edge_shards))]
+    move_spills = [moves_spill_paths(staging.route, p) for p in plan.sources]
+    with timed("route", timings, client) as info:
+        calls = [
+            ((shard, i, str(edge_parts_path(staging.work, i)), str(staging.route)),
+             {"num_parts": k, "halo": layout.halo, "undirected": layout.undirected,
+              "master_path": layout.master_path, "batch_rows": batch_rows})
+            for i, shard in enumerate(edge_shards) if not route_spills[i][1].exists()
+        ]
+        run_tasks("route", route_edge_shard, calls, client, progress)
+        if plan.kind == "rebalance":
+            calls = [((p,), {"old_store": layout.old_urls[p], "route_dir": str(staging.route), "num_parts": k,
+                             **layout.moves})
+                     for p, spill in zip(plan.sources, move_spills) if not spill[1].exists()]
+            run_tasks("extract moves", extract_moves, calls, client, progress)
+        info.update(shards=len(edge_shards), sources=len(plan.sources))
+    return route_spills + move_spills
+
+
+def _changed_partitions(layout: _Layout, spills: list[tuple[Path, Path]]) -> list[int]:
+    """The partitions that gain or lose edges or nodes, or whose masters change."""
+    plan = layout.plan
+    master = np.load(layout.master_path, mmap_mode="r")
+    source = np.load(layout.source_path, mmap_mode="r")
+    n_old = plan.num_old_nodes
+    changed = _segment_parts(spills) | set(plan.sources)
+    changed |= {int(p) for p in np.unique(np.asarray(master[n_old:]))}
+    moved_master = np.flatnonzero(np.asarray(master[:n_old]) != np.asarray(source[:n_old]))
+    changed |= {int(p) for p in np.unique(np.asarray(master[moved_master]))}
+    changed |= {int(p) for p in np.unique(np.asarray(source[moved_master]))}
+    return sorted(changed)
+
+
+def _rebuild_edge_stage(layout: _Layout, todo: list[int], spills: list[tuple[Path, Path]], client,
+                        progress: Progress | None, timings: dict[str, float]) -> list[dict]:
+    staging = layout.staging
+    with timed("rebuild edges", timings, client) as info:
+        for p in todo:
+            shutil.rmtree(staging.partial_store(p), ignore_errors=True)
+        calls = [
+            ((p,), {"old_store": layout.old_urls.get(p), "edge_spills": spills, "master_path": layout.master_path,
+                    "store_path": str(staging.partial_store(p)),
+                    "global_nid_path": str(staging.global_nid_path(p)), "added_path": layout.added_path(p),
+                    "halo": layout.halo, **layout.moves})
+            for p in todo
+        ]
+        edge_infos = run_tasks("rebuild edges", rebuild_edges, calls, client, progress)
+        info.update(partitions=len(todo), added_nodes=sum(e["added"] for e in edge_infos))
+    return edge_infos
+
+
+def _gather_stage(layout: _Layout, todo: list[int], node_shards: list[Shard], client, progress: Progress | None,
+                  timings: dict[str, float]) -> list[tuple[Path, Path]]:
+    """Spill the rows of the nodes each partition gains: new nodes from the new node shards,
+    existing nodes from the old store of their previous master. Returns the row spills."""
+    staging, n_old, feat_dim = layout.staging, layout.plan.num_old_nodes, layout.feat_dim
+    source = np.load(layout.source_path, mmap_mode="r")
+    with timed("gather nodes", timings, client) as info:
+        added = {p: layout.added_path(p) for p in todo}
+        calls = [((shard, j, added, str(staging.gather)), {"feat_dim": feat_dim})
+                 for j, shard in enumerate(node_shards)]
+        rows = run_tasks("gather nodes", gather_node_shard, calls, client, progress)
+        needed = set()
+        for p in todo:
+            a = np.load(added[p])
+            a = a[a < n_old]
+            needed |= {int(q) for q in np.unique(np.asarray(source[a]))}
+        calls = [((q,), {"old_store": layout.old_urls[q], "added_paths": added, "source_path": layout.source_path,
+                         "num_old_nodes": n_old, "fetch_dir": str(staging.fetch), "feat_dim": feat_dim})
+                 for q in sorted(needed)]
+        fetched = run_tasks("fetch rows", fetch_rows, calls, client, progress)
+        info.update(new_node_rows=sum(rows), fetched_rows=sum(fetched), stores=len(needed))
+    return ([node_spill_paths(staging.gather, j) for j in range(len(node_shards))]
+            + [fetch_spill_paths(staging.fetch, q) for q in sorted(needed)])
+
+
+def _rebuild_node_stage(layout: _Layout, todo: list[int], edge_infos: list[dict],
+                        gather_spills: list[tuple[Path, Path]], attrs: dict[str, Any], client,
+                        progress: Progress | None, timings: dict[str, float]) -> list[dict]:
+    staging = layout.staging
+    with timed("rebuild nodes", timings, client) as info:
+        calls = [
+            ((p, e), {"old_store": layout.old_urls.get(p), "gather_spills": gather_spills,
+                      "store_path": str(staging.partial_store(p)), "final_path": str(staging.store(p)),
+                      "global_nid_path": str(staging.global_nid_path(p)), "added_path": layout.added_path(p),
+                      "feat_dim": layout.feat_dim, "attrs": attrs})
+            for p, e in zip(todo, edge_infos)
+        ]
+        entries = run_tasks("rebuild nodes", rebuild_nodes, calls, client, progress)
+        info.update(partitions=len(todo))
+    return entries
+
+
+def _node_map(layout: _Layout, old_manifest: dict[str, Any], changed: list[int]) -> str:
+    """Generation g's node map with the masters of the changed partitions claimed anew."""
+    part_of, local = _old_node_map(layout.staging.out, old_manifest)
+    n_new = layout.plan.num_nodes
+    grown_part = np.full(n_new, -1, dtype=np.int64)
+    grown_local = np.full(n_new, -1, dtype=np.int64)
+    grown_part[: len(part_of)] = part_of
+    grown_local[: len(local)] = local
+    stale = np.isin(grown_part, np.asarray(changed, dtype=np.int64))
+    grown_part[stale] = -1
+    return write_node_map(layout.staging, changed, grown_part, grown_local,
+                          fix="rerun the same command to start clean.")
+
+
+def _increment_manifest(plan: Plan, old_manifest: dict[str, Any], *, entries: dict[int, dict],
+                        changed: list[int], resumed: list[int], node_map_sha: str, timings: dict[str, float],
+                        client) -> dict[str, Any]:
+    """Generation g's manifest, updated for g+1 (unchanged partitions keep their entries)."""
+    old_entries = {int(e["part_id"]): e for e in old_manifest["partitions"]}
+    generation = plan.generation
+    manifest = dict(old_manifest)
+    manifest.setdefault("input_generation", int(old_manifest["generation"]))
+    manifest.update(
+        generation=generation,
+        created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        num_nodes=int(plan.num_nodes),
+        num_edges=int(plan.num_edges),
+        metrics=plan.metrics,
+        timings={key: round(v, 4) for key, v in timings.items()},
+        run={
+            "kind": plan.kind,
+            "changed_partitions": changed,
+            "resumed_partitions": resumed,
+            "peak_rss_bytes": {"driver": peak_rss_bytes(), "workers": worker_peak_rss(client)},
+        },
+        node_map={"path": NODE_MAP_NAME, "sha256": node_map_sha},
+        partitions=[
+            {"part_id": p, "path": part_name(p), "generation": generation, **entries[p]}
+            if p in entries else old_entries[p]
+            for p in range(int(old_manifest["num_parts"]))
+        ],
+        run_key=plan.run_key,
+        state=state_entry(generation, plan.state_checksum),
+    )
+    if plan.kind == "ingest":
+        manifest["increments"] = [*old_manifest.get("increments", []), plan.record]
+    else:
+        manifest["rebalances"] = [*old_manifest.get("rebalances", []), plan.record]
+    return manifest
+
+
 def write_increment(
-    staging: _Staging,
+    staging: Staging,
     plan: Plan,
     *,
     old_manifest: dict[str, Any],
@@ -207,170 +355,44 @@ def write_increment(
     """
     out = staging.out
     k = int(old_manifest["num_parts"])
-    halo = int(old_manifest.get("halo", 0))
-    undirected = bool(old_manifest.get("undirected", False))
-    feat_dim = int(old_manifest.get("feat_dim", 0))
-    generation = plan.generation
-    work = staging.work
-    fetch_dir = staging.root / "fetch"
-    for d in (staging.route, staging.gather, staging.gids, fetch_dir):
+    for d in (staging.route, staging.gather, staging.global_nid_dir, staging.fetch):
         d.mkdir(parents=True, exist_ok=True)
-    master_path = str(work / "master.npy")
-    source_path = str(work / "source.npy")
-    old_entries = {int(e["part_id"]): e for e in old_manifest["partitions"]}
-    old_urls = {p: resolve_store_url(out, old_manifest, e) for p, e in old_entries.items()}
-    edge_shards = _shards(plan.edge_shards)
-    node_shards = _shards(plan.node_shards)
+    work = staging.work
+    moves = {}
+    if plan.kind == "rebalance":
+        moves = {"community_path": str(work / "community.npy"), "move_from_path": str(work / "move_from.npy"),
+                 "move_to_path": str(work / "move_to.npy")}
+    layout = _Layout(
+        staging=staging, plan=plan, num_parts=k, halo=int(old_manifest.get("halo", 0)),
+        undirected=bool(old_manifest.get("undirected", False)), feat_dim=int(old_manifest.get("feat_dim", 0)),
+        old_urls={int(e["part_id"]): resolve_store_url(out, old_manifest, e) for e in old_manifest["partitions"]},
+        moves=moves,
+    )
     batch_rows = int(old_manifest.get("config", {}).get("batch_rows", 1 << 20))
-
-    route_spills = [edge_spill_paths(staging.route, i) for i in range(len(edge_shards))]
-    move_spills = [moves_spill_paths(staging.route, p) for p in plan.sources]
-    with _timed("route", timings, client) as info:
-        calls = [
-            ((shard, i, str(work / f"edge-parts-{i:05d}.npy"), str(staging.route)),
-             {"num_parts": k, "halo": halo, "undirected": undirected, "master_path": master_path,
-              "batch_rows": batch_rows})
-            for i, shard in enumerate(edge_shards) if not route_spills[i][1].exists()
-        ]
-        _run_tasks("route", route_edge_shard, calls, client, progress)
-        moves = {}
-        if plan.kind == "rebalance":
-            moves = {"community_path": str(work / "community.npy"),
-                     "move_from_path": str(work / "move_from.npy"),
-                     "move_to_path": str(work / "move_to.npy")}
-            calls = [((p,), {"old_store": old_urls[p], "route_dir": str(staging.route), "num_parts": k, **moves})
-                     for p, spill in zip(plan.sources, move_spills) if not spill[1].exists()]
-            _run_tasks("extract moves", extract_moves, calls, client, progress)
-        info.update(shards=len(edge_shards), sources=len(plan.sources))
-    spills = route_spills + move_spills
-
-    master = np.load(master_path, mmap_mode="r")
-    source = np.load(source_path, mmap_mode="r")
-    n_old = plan.num_old_nodes
-    changed = _segment_parts(spills) | set(plan.sources)
-    changed |= {int(p) for p in np.unique(np.asarray(master[n_old:]))}
-    moved_master = np.flatnonzero(np.asarray(master[:n_old]) != np.asarray(source[:n_old]))
-    changed |= {int(p) for p in np.unique(np.asarray(master[moved_master]))}
-    changed |= {int(p) for p in np.unique(np.asarray(source[moved_master]))}
-    changed = sorted(changed)
-    attrs = {"num_parts": k, "generation": generation, "undirected": undirected, "halo": halo}
-    entries: dict[int, dict] = {}
-    for p in changed:
-        entry = _finished_entry(staging, p, attrs)
-        if entry is not None:
-            entries[p] = entry
+    spills = _route(layout, _shards(plan.edge_shards), batch_rows, client, progress, timings)
+    changed = _changed_partitions(layout, spills)
+    attrs = {"num_parts": k, "generation": plan.generation, "undirected": layout.undirected, "halo": layout.halo}
+    entries = finished_entries(staging, changed, attrs)
     resumed = sorted(entries)
     todo = [p for p in changed if p not in entries]
     if resumed:
         log.warning("resuming: %d of %d changed partitions already rebuilt (checksums verified)",
                     len(resumed), len(changed))
-
-    def added_path(p: int) -> str:
-        return str(staging.gids / f"added-{p:05d}.npy")
-
     if todo:
-        with _timed("rebuild edges", timings, client) as info:
-            for p in todo:
-                shutil.rmtree(staging.partial_store(p), ignore_errors=True)
-            calls = [
-                ((p,), {"old_store": old_urls.get(p), "edge_spills": spills, "master_path": master_path,
-                        "store_path": str(staging.partial_store(p)), "gids_path": str(staging.gids_path(p)),
-                        "added_path": added_path(p), "halo": halo, **moves})
-                for p in todo
-            ]
-            edge_infos = _run_tasks("rebuild edges", rebuild_edges, calls, client, progress)
-            info.update(partitions=len(todo), added_nodes=sum(e["added"] for e in edge_infos))
-        with _timed("gather nodes", timings, client) as info:
-            added = {p: added_path(p) for p in todo}
-            calls = [((shard, j, added, str(staging.gather)), {"feat_dim": feat_dim})
-                     for j, shard in enumerate(node_shards)]
-            rows = _run_tasks("gather nodes", gather_node_shard, calls, client, progress)
-            needed = set()
-            for p in todo:
-                a = np.load(added[p])
-                a = a[a < n_old]
-                needed |= {int(q) for q in np.unique(np.asarray(source[a]))}
-            calls = [((q,), {"old_store": old_urls[q], "added_paths": added, "source_path": source_path,
-                             "num_old_nodes": n_old, "fetch_dir": str(fetch_dir), "feat_dim": feat_dim})
-                     for q in sorted(needed)]
-            fetched = _run_tasks("fetch rows", fetch_rows, calls, client, progress)
-            info.update(new_node_rows=sum(rows), fetched_rows=sum(fetched), stores=len(needed))
-        with _timed("rebuild nodes", timings, client) as info:
-            gather_spills = ([node_spill_paths(staging.gather, j) for j in range(len(node_shards))]
-                             + [fetch_spill_paths(fetch_dir, q) for q in sorted(needed)])
-            calls = [
-                ((p, e), {"old_store": old_urls.get(p), "gather_spills": gather_spills,
-                          "store_path": str(staging.partial_store(p)), "final_path": str(staging.store(p)),
-                          "gids_path": str(staging.gids_path(p)), "added_path": added_path(p),
-                          "feat_dim": feat_dim, "attrs": attrs})
-                for p, e in zip(todo, edge_infos)
-            ]
-            for entry in _run_tasks("rebuild nodes", rebuild_nodes, calls, client, progress):
-                entries[entry["part_id"]] = entry
-            info.update(partitions=len(todo))
+        edge_infos = _rebuild_edge_stage(layout, todo, spills, client, progress, timings)
+        gather_spills = _gather_stage(layout, todo, _shards(plan.node_shards), client, progress, timings)
+        for entry in _rebuild_node_stage(layout, todo, edge_infos, gather_spills, attrs, client, progress,
+                                         timings):
+            entries[entry["part_id"]] = entry
 
-    with _timed("node map", timings, client):
-        part_of, local = _old_node_map(out, old_manifest)
-        n_new = plan.num_nodes
-        grown_part = np.full(n_new, -1, dtype=np.int64)
-        grown_local = np.full(n_new, -1, dtype=np.int64)
-        grown_part[: len(part_of)] = part_of
-        grown_local[: len(local)] = local
-        stale = np.isin(grown_part, np.asarray(changed, dtype=np.int64))
-        grown_part[stale] = -1
-        for p in changed:
-            store = open_store(staging.store(p))
-            gids = store.global_nid[...]
-            is_master = store.is_master[...]
-            mastered = gids[is_master]
-            if (grown_part[mastered] >= 0).any():
-                raise StoreError(
-                    format_problem(f"partition {p}", "masters not claimed by another partition",
-                                   "a node mastered twice", "rerun the same command to start clean.")
-                )
-            grown_part[mastered] = p
-            grown_local[mastered] = np.flatnonzero(is_master)
-        node_map_sha = _save_node_map(staging, grown_part, grown_local)
+    with timed("node map", timings, client):
+        node_map_sha = _node_map(layout, old_manifest, changed)
 
-    with _timed("commit", timings, client):
-        manifest = {k2: v for k2, v in old_manifest.items()}
-        manifest.setdefault("input_generation", int(old_manifest["generation"]))
-        manifest.update(
-            generation=generation,
-            created=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            num_nodes=int(plan.num_nodes),
-            num_edges=int(plan.num_edges),
-            metrics=plan.metrics,
-            timings={k2: round(v, 4) for k2, v in timings.items()},
-            run={
-                "kind": plan.kind,
-                "changed_partitions": changed,
-                "resumed_partitions": resumed,
-                "peak_rss_bytes": {"driver": peak_rss_bytes(), "workers": _worker_peak_rss(client)},
-            },
-            node_map={"path": NODE_MAP_NAME, "sha256": node_map_sha},
-            partitions=[
-                {"part_id": p, "path": part_name(p), "generation": generation, **entries[p]}
-                if p in entries else old_entries[p]
-                for p in range(k)
-            ],
-            run_key=plan.run_key,
-            state=state_entry(generation, plan.state_checksum),
-        )
-        if plan.kind == "ingest":
-            manifest["increments"] = [*old_manifest.get("increments", []), plan.record]
-        else:
-            manifest["rebalances"] = [*old_manifest.get("rebalances", []), plan.record]
-        journal = {
-            "run_key": plan.run_key,
-            "generation": generation,
-            "items": [part_name(p) for p in changed] + [NODE_MAP_NAME, STATE_NAME],
-            "retire": [],
-            "manifest": manifest,
-        }
-        _write_json_atomic(staging.root / JOURNAL_NAME, journal)
-        _apply_journal(staging, journal, forward=True)
-        staging.clear()
-    log.info("committed generation %d of %s (%s): %d of %d partitions rebuilt", generation, out, plan.kind,
+    with timed("commit", timings, client):
+        manifest = _increment_manifest(plan, old_manifest, entries=entries, changed=changed, resumed=resumed,
+                                       node_map_sha=node_map_sha, timings=timings, client=client)
+        commit(staging, run_key=plan.run_key, generation=plan.generation,
+               items=[part_name(p) for p in changed] + [NODE_MAP_NAME, STATE_NAME], retire=[], manifest=manifest)
+    log.info("committed generation %d of %s (%s): %d of %d partitions rebuilt", plan.generation, out, plan.kind,
              len(changed), k)
     return manifest

@@ -43,15 +43,17 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.increment.generation import Plan, begin_generation, load_plan, save_plan, write_increment
+from pipeline.increment.generation import Plan, load_plan, save_plan, write_increment
 from pipeline.stages.metrics import drift_metrics, partition_metrics
 from pipeline.partition import edge_cap
-from pipeline.increment.rebuild import _old_edges
+from pipeline.increment.rebuild import store_edges
 from pipeline.store.continuation import Continuation
-from pipeline.store.write import Progress, _disk_errors, _local_output, _recover_journal, _Staging
+from pipeline.store.commit import Staging, disk_errors, local_output, recover_journal
+from pipeline.store.tasks import Progress
+from storage.atomic import dumps_json
 from storage.errors import StoreError, format_problem
 from storage.lock import OutputLock
-from storage.manifest import dumps_json, read_manifest
+from storage.manifest import read_manifest
 from storage.partition_store import resolve_store_url
 from storage.resources import peak_rss_bytes, stage
 from storage.state import read_state, read_state_attrs
@@ -82,7 +84,7 @@ def plan_moves(cont: Continuation, store_urls: dict[int, str]) -> dict[str, Any]
     counts of moved communities, volume, edges and remapped-only communities.
     """
     k = cont.num_parts
-    eps = float(cont.kernel.get("epsilon", cont.config.epsilon))
+    eps = cont.kernel.epsilon
     volume, part_of = cont.volume, cont.community_part
     live = (volume > 0) & (part_of >= 0)
     part_volume = np.bincount(part_of[live], weights=volume[live], minlength=k)[:k].astype(np.float64)
@@ -95,8 +97,8 @@ def plan_moves(cont: Continuation, store_urls: dict[int, str]) -> dict[str, Any]
     sources = []
     over = [int(p) for p in np.argsort(-part_volume, kind="stable") if part_volume[p] > volume_cap + 1e-9]
     for p in over:
-        gids, rows, indices, _ = _old_edges(store_urls[p], 0)
-        comm = cont.community[gids]
+        global_nid, rows, indices, _ = store_edges(store_urls[p], 0)
+        comm = cont.community[global_nid]
         cs, cd = comm[rows], comm[indices]
         intra = cs == cd
         ids, moved_count = np.unique(cs[intra], return_counts=True)
@@ -141,22 +143,22 @@ def plan_moves(cont: Continuation, store_urls: dict[int, str]) -> dict[str, Any]
         sources.append(p)
         # Replicas and masters of the nodes of p, after its moves.
         moving = intra & (move_from[cs] == p)
-        kept = np.zeros(len(gids), dtype=bool)
+        kept = np.zeros(len(global_nid), dtype=bool)
         kept[rows[~moving]] = True
         kept[indices[~moving]] = True
-        touched = np.zeros(len(gids), dtype=bool)
+        touched = np.zeros(len(global_nid), dtype=bool)
         touched[rows] = True
         touched[indices] = True
-        _clear_bit(cont.replicas, gids[touched & ~kept], p)
-        dest_of = np.full(len(gids), -1, dtype=np.int64)
+        _clear_bit(cont.replicas, global_nid[touched & ~kept], p)
+        dest_of = np.full(len(global_nid), -1, dtype=np.int64)
         dest = move_to[cs[moving]].astype(np.int64)
         dest_of[rows[moving]] = dest
         dest_of[indices[moving]] = dest
         for q in np.unique(dest):
-            _set_bit(cont.replicas, gids[dest_of == q], int(q))
-        leave = (~kept) & (dest_of >= 0) & (cont.master[gids] == p)
-        cont.master[gids[leave]] = dest_of[leave].astype(np.int32)
-        del gids, rows, indices, comm, cs, cd, intra, moving
+            _set_bit(cont.replicas, global_nid[dest_of == q], int(q))
+        leave = (~kept) & (dest_of >= 0) & (cont.master[global_nid] == p)
+        cont.master[global_nid[leave]] = dest_of[leave].astype(np.int32)
+        del global_nid, rows, indices, comm, cs, cd, intra, moving
     return {
         "move_from": move_from, "move_to": move_to, "sources": sources,
         "moves": [{"from": p, "to": q, "communities": v[0], "volume": v[1], "edges": v[2], "remapped_only": v[3]}
@@ -193,14 +195,14 @@ def rebalance(
         No state, a halo output, an algorithm without communities, a lock held by
         another writer, or a disk error (generation g stays intact; rerun).
     """
-    out_path = _local_output(out, storage_options)
+    out_path = local_output(out, storage_options)
     read_manifest(out_path)
-    with OutputLock(out_path), _disk_errors(out_path):
+    with OutputLock(out_path), disk_errors(out_path):
         start = time.perf_counter()
         manifest = read_manifest(out_path)
-        staging = _Staging(out_path)
+        staging = Staging(out_path)
         attrs = read_state_attrs(out_path, manifest)
-        committed = _recover_journal(staging, _run_key(manifest, attrs["checksum"]))
+        committed = recover_journal(staging, _run_key(manifest, attrs["checksum"]))
         if committed is not None:
             return committed
         manifest = read_manifest(out_path)
@@ -221,7 +223,7 @@ def rebalance(
                     "nothing to rebalance; repartition with `asepr partition ... --overwrite` to change balance.",
                 )
             )
-        eps = float(cont.kernel.get("epsilon", cont.config.epsilon))
+        eps = cont.kernel.epsilon
         drift = drift_metrics(cont.loads, eps, cont.community_part, cont.volume)
         if not drift["rebalance_advised"]:
             log.warning("nothing to rebalance in %s: no partition is past its cap (community balance %.3f, "
@@ -229,7 +231,7 @@ def rebalance(
                         1.0 + eps, manifest["generation"])
             return manifest
         generation = int(manifest["generation"]) + 1
-        begin_generation(staging, run_key, generation, "rebalance", out_path)
+        staging.open_run(run_key, generation, "rebalance")
         timings = {"load state": time.perf_counter() - start}
         plan = load_plan(staging, run_key, generation)
         if plan is None:
@@ -245,11 +247,11 @@ def rebalance(
                                timings=timings)
 
 
-def _plan_rebalance(out_path, manifest, staging: _Staging, cont: Continuation, run_key: str, generation: int,
+def _plan_rebalance(out_path, manifest, staging: Staging, cont: Continuation, run_key: str, generation: int,
                     timings: dict[str, float]) -> Plan | None:
     t0 = time.perf_counter()
     urls = {int(e["part_id"]): resolve_store_url(out_path, manifest, e) for e in manifest["partitions"]}
-    before = drift_metrics(cont.loads, float(cont.kernel.get("epsilon", cont.config.epsilon)),
+    before = drift_metrics(cont.loads, cont.kernel.epsilon,
                            cont.community_part, cont.volume)
     old_master = cont.master.copy()
     with stage("plan moves", log) as info:
@@ -266,7 +268,7 @@ def _plan_rebalance(out_path, manifest, staging: _Staging, cont: Continuation, r
     np.save(work / "community.npy", cont.community.astype(np.int64))
     np.save(work / "move_from.npy", moves["move_from"])
     np.save(work / "move_to.npy", moves["move_to"])
-    eps = float(cont.kernel.get("epsilon", cont.config.epsilon))
+    eps = cont.kernel.epsilon
     local_total = tuple(int(x) for x in cont.attrs.get("locality", (0, 0)))
     metrics = partition_metrics(cont.replicas, cont.loads, cont.master, cont.attr, cont.label, local_total)
     metrics["cap"] = edge_cap(int(cont.loads.sum()), cont.num_parts, eps)

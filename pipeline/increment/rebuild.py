@@ -40,8 +40,8 @@ Spill layout (inside the run's staging directory, besides :mod:`pipeline.store.r
 
     route/moves-PPPPP.bin|.idx.npy   edges moved off partition P, segments per destination
     fetch/store-PPPPP.bin|.idx.npy   node rows read from old store P, segments per requester
-    gids/part-PPPPP.npy              the rebuilt partition's sorted global_nid
-    gids/added-PPPPP.npy             its nodes that the old store did not hold (sorted)
+    global_nid/part-PPPPP.npy        the rebuilt partition's sorted global_nid
+    global_nid/added-PPPPP.npy       its nodes that the old store did not hold (sorted)
 """
 
 from __future__ import annotations
@@ -56,17 +56,18 @@ import numba
 import numpy as np
 import zarr
 
-from pipeline.store.finalize import _row_index, _save_npy_atomic, write_structure
+from pipeline.store.finalize import row_index, write_structure
 from pipeline.store.route import (
     EDGE_RECORD,
     KIND_ASSIGNED,
     KIND_HALO,
     SegmentWriter,
-    _write_grouped,
     node_record,
-    pause_point,
     read_segments,
+    write_grouped,
 )
+from storage import failpoints
+from storage.atomic import save_npy_atomic
 from storage.errors import StoreError, format_problem
 from storage.partition_store import (
     STORE_FORMAT,
@@ -85,6 +86,7 @@ __all__ = [
     "moves_spill_paths",
     "rebuild_edges",
     "rebuild_nodes",
+    "store_edges",
 ]
 
 log = logging.getLogger(__name__)
@@ -102,22 +104,31 @@ def fetch_spill_paths(fetch_dir: str | Path, part_id: int) -> tuple[Path, Path]:
     return base.with_suffix(".bin"), Path(f"{base}.idx.npy")
 
 
-def _old_edges(store_path: str, halo: int):
-    """``(global_nid, row, indices, is_halo)`` of a store's CSR (rows as local ids)."""
+def store_edges(store_path: str, halo: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(global_nid, row, indices, is_halo)`` of a store's CSR, rows and columns as local ids.
+
+    Parameters
+    ----------
+    store_path
+        The partition store.
+    halo
+        1 to read the halo flags (the output was written with ``--halo 1``); otherwise
+        every edge is reported as assigned.
+    """
     store = open_store(store_path)
-    gids = store.global_nid[...]
+    global_nid = store.global_nid[...]
     indptr = store.indptr[...]
     indices = store.indices[...].astype(np.int64)
-    rows = np.repeat(np.arange(len(gids), dtype=np.int64), np.diff(indptr))
+    rows = np.repeat(np.arange(len(global_nid), dtype=np.int64), np.diff(indptr))
     is_halo = store.is_halo[...] if halo and store.is_halo is not None else np.zeros(len(indices), bool)
-    return gids, rows, indices, is_halo
+    return global_nid, rows, indices, is_halo
 
 
-def _moving(gids, rows, indices, is_halo, part_id, community_path, move_from_path):
+def _moving(global_nid, rows, indices, is_halo, part_id, community_path, move_from_path):
     """Mask of the assigned edges of ``part_id`` that move: both ends in a moving community."""
     community = np.load(community_path, mmap_mode="r")
     move_from = np.load(move_from_path, mmap_mode="r")
-    comm = np.asarray(community[gids])
+    comm = np.asarray(community[global_nid])
     cs, cd = comm[rows], comm[indices]
     mask = (cs == cd) & ~is_halo
     cand = np.flatnonzero(mask)
@@ -140,18 +151,18 @@ def extract_moves(
     ``move_from[c]`` is the partition community ``c`` leaves (-1: it stays) and
     ``move_to[c]`` where it goes. Returns ``[moved, 0]`` counts per destination.
     """
-    gids, rows, indices, is_halo = _old_edges(old_store, 0)
-    mask, cs = _moving(gids, rows, indices, is_halo, part_id, community_path, move_from_path)
+    global_nid, rows, indices, is_halo = store_edges(old_store, 0)
+    mask, cs = _moving(global_nid, rows, indices, is_halo, part_id, community_path, move_from_path)
     move_to = np.load(move_to_path, mmap_mode="r")
     counts = np.zeros((num_parts, 2), dtype=np.int64)
     bin_path, idx_path = moves_spill_paths(route_dir, part_id)
     writer = SegmentWriter(bin_path, idx_path)
     try:
         records = np.empty(int(mask.sum()), dtype=EDGE_RECORD)
-        records["src"] = gids[rows[mask]]
-        records["dst"] = gids[indices[mask]]
+        records["src"] = global_nid[rows[mask]]
+        records["dst"] = global_nid[indices[mask]]
         dest = np.asarray(move_to[cs[mask]]).astype(np.int64)
-        _write_grouped(writer, records, dest, num_parts, KIND_ASSIGNED, counts)
+        write_grouped(writer, records, dest, num_parts, KIND_ASSIGNED, counts)
         writer.close()
     except BaseException:
         writer.abort()
@@ -213,6 +224,84 @@ def _union_sorted(*runs: np.ndarray) -> np.ndarray:
     return merged[keep]
 
 
+def _old_csr(old_store: str | None, halo: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(global_nid, indptr, indices, is_halo)`` of the committed store; empty without one."""
+    if old_store is None:
+        return np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, bool)
+    old = open_store(old_store)
+    indices = old.indices[...]
+    is_halo = old.is_halo[...] if halo and old.is_halo is not None else np.zeros(len(indices), bool)
+    return old.global_nid[...], old.indptr[...], indices, is_halo
+
+
+def _kept_and_alive(part_id: int, old_nid: np.ndarray, old_indptr: np.ndarray, old_indices: np.ndarray,
+                    old_halo: np.ndarray, masters_here: np.ndarray, community_path: str | None,
+                    move_from_path: str | None, moves: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Which old edges stay (rebalance: not in a moving community) and which old nodes stay.
+
+    A node stays when it is an endpoint of a kept edge or mastered here.
+    """
+    n_old = len(old_nid)
+    old_keep = np.ones(len(old_indices), dtype=bool)
+    if moves and len(old_indices):
+        rows = np.repeat(np.arange(n_old, dtype=np.int64), np.diff(old_indptr))
+        moving, _ = _moving(old_nid, rows, old_indices.astype(np.int64), old_halo, part_id, community_path,
+                            move_from_path)
+        old_keep = ~moving
+        del rows, moving
+    alive = np.zeros(n_old, dtype=bool)
+    if old_keep.all():
+        alive[np.diff(old_indptr) > 0] = True
+        alive[old_indices] = True
+    else:
+        rows = np.repeat(np.arange(n_old, dtype=np.int64), np.diff(old_indptr))
+        alive[rows[old_keep]] = True
+        alive[old_indices[old_keep]] = True
+        del rows
+    pos = np.searchsorted(old_nid, masters_here)
+    inside = pos < n_old
+    hit = pos[inside][old_nid[pos[inside]] == masters_here[inside]]
+    alive[hit] = True
+    return old_keep, alive
+
+
+def _with_new_edges(edge_spills: list[tuple[Path, Path]], part_id: int, kept_nid: np.ndarray,
+                    masters_here: np.ndarray, num_global: int) -> tuple[np.ndarray, ...]:
+    """The rebuilt node set and the routed new edges in its local ids.
+
+    Returns ``(global_nid, new_indptr, new_cols, new_halo)``: the sorted union of the
+    kept old nodes, the masters and the new edges' endpoints, and the new edges as a
+    CSR sorted by (row, column, halo flag).
+    """
+    records = read_segments(edge_spills, part_id, EDGE_RECORD)
+    empty = np.zeros(0, dtype=EDGE_RECORD)
+    owned, copies = records.get(KIND_ASSIGNED, empty), records.get(KIND_HALO, empty)
+    del records
+    src_new = np.concatenate([owned["src"], copies["src"]])
+    dst_new = np.concatenate([owned["dst"], copies["dst"]])
+    halo_new = np.zeros(len(src_new), dtype=bool)
+    halo_new[len(owned):] = True
+    del owned, copies
+
+    global_nid = _union_sorted(kept_nid, masters_here, np.sort(np.concatenate([src_new, dst_new])))
+    n = len(global_nid)
+    # A table over all N ids translates the new edges: one O(N) int32 array (pages
+    # touched only where a node of this partition lies) instead of a binary search per
+    # endpoint, which measured 10x slower for unsorted needles.
+    lookup = np.empty(num_global, dtype=np.int32 if n < 2**31 else np.int64)
+    lookup[global_nid] = np.arange(n, dtype=lookup.dtype)
+    row_new = lookup[src_new].astype(np.int64)
+    col_new = lookup[dst_new].astype(np.int64)
+    del src_new, dst_new, lookup
+    key = (row_new * max(n, 1) + col_new) * 2 + halo_new
+    order = np.argsort(key, kind="stable")
+    del key
+    row_new, col_new, halo_new = row_new[order], col_new[order], halo_new[order]
+    new_indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row_new, minlength=n), out=new_indptr[1:])
+    return global_nid, new_indptr, col_new, halo_new
+
+
 def rebuild_edges(
     part_id: int,
     *,
@@ -220,7 +309,7 @@ def rebuild_edges(
     edge_spills: list[tuple[Path, Path]],
     master_path: str,
     store_path: str,
-    gids_path: str,
+    global_nid_path: str,
     added_path: str,
     halo: int,
     community_path: str | None = None,
@@ -238,80 +327,28 @@ def rebuild_edges(
         or halo copies, kind 1; edges moved in by a rebalance).
     master_path
         ``int32 [N]`` masters of the new generation (``.npy``).
+    global_nid_path, added_path
+        Where the sorted ``global_nid`` of the rebuilt partition and the part of it
+        that the old store did not hold are saved (``.npy``).
     community_path, move_from_path, move_to_path
         Rebalance only: the edges of communities leaving ``part_id`` are dropped.
 
     Returns
     -------
-    dict with ``digests``, ``counts`` and ``index_dtype`` (as :func:`pipeline.store.finalize.finalize_edges`).
+    dict with ``digests``, ``counts`` and ``index_dtype`` (as :func:`pipeline.store.finalize.finalize_edges`)
+    and ``added`` (the number of nodes new to the partition).
     """
     master = np.load(master_path, mmap_mode="r")
-    if old_store is not None:
-        old = open_store(old_store)
-        gids_old = old.global_nid[...]
-        old_indptr = old.indptr[...]
-        old_indices = old.indices[...]
-        old_halo = old.is_halo[...] if halo and old.is_halo is not None else np.zeros(len(old_indices), bool)
-    else:
-        gids_old = np.zeros(0, np.int64)
-        old_indptr = np.zeros(1, np.int64)
-        old_indices = np.zeros(0, np.int32)
-        old_halo = np.zeros(0, bool)
-    n_old = len(gids_old)
-    old_keep = np.ones(len(old_indices), dtype=bool)
-    if move_to_path is not None and len(old_indices):
-        rows = np.repeat(np.arange(n_old, dtype=np.int64), np.diff(old_indptr))
-        moving, _ = _moving(gids_old, rows, old_indices.astype(np.int64), old_halo, part_id, community_path,
-                            move_from_path)
-        old_keep = ~moving
-        del rows, moving
-    # Which old nodes stay: an endpoint of a kept edge, or mastered here.
+    old_nid, old_indptr, old_indices, old_halo = _old_csr(old_store, halo)
     masters_here = np.flatnonzero(np.asarray(master) == part_id).astype(np.int64)
-    alive = np.zeros(n_old, dtype=bool)
-    if old_keep.all():
-        alive[np.diff(old_indptr) > 0] = True
-        alive[old_indices] = True
-    else:
-        rows = np.repeat(np.arange(n_old, dtype=np.int64), np.diff(old_indptr))
-        alive[rows[old_keep]] = True
-        alive[old_indices[old_keep]] = True
-        del rows
-    pos = np.searchsorted(gids_old, masters_here)
-    inside = pos < n_old
-    hit = pos[inside][gids_old[pos[inside]] == masters_here[inside]]
-    alive[hit] = True
-
-    records = read_segments(edge_spills, part_id, EDGE_RECORD)
-    empty = np.zeros(0, dtype=EDGE_RECORD)
-    owned, copies = records.get(KIND_ASSIGNED, empty), records.get(KIND_HALO, empty)
-    del records
-    src_new = np.concatenate([owned["src"], copies["src"]])
-    dst_new = np.concatenate([owned["dst"], copies["dst"]])
-    halo_new = np.zeros(len(src_new), dtype=bool)
-    halo_new[len(owned):] = True
-    del owned, copies
-
-    global_nid = _union_sorted(gids_old[alive], masters_here, np.sort(np.concatenate([src_new, dst_new])))
+    old_keep, alive = _kept_and_alive(part_id, old_nid, old_indptr, old_indices, old_halo, masters_here,
+                                      community_path, move_from_path, move_to_path is not None)
+    global_nid, new_indptr, col_new, halo_new = _with_new_edges(edge_spills, part_id, old_nid[alive],
+                                                                masters_here, len(master))
     n = len(global_nid)
-    old_map = np.searchsorted(global_nid, gids_old)  # old local -> new local (for alive nodes)
+    old_map = np.searchsorted(global_nid, old_nid)  # old local -> new local (for alive nodes)
     old_row_of = np.full(n, -1, dtype=np.int64)
     old_row_of[old_map[alive]] = np.flatnonzero(alive)
-    # New edges in the new local space, sorted by (row, column, halo flag). A table over
-    # all N ids translates them: one O(N) int32 array (pages touched only where a node of
-    # this partition lies) instead of a binary search per endpoint, which measured 10x
-    # slower for unsorted needles.
-    lookup = np.empty(len(master), dtype=np.int32 if n < 2**31 else np.int64)
-    lookup[global_nid] = np.arange(n, dtype=lookup.dtype)
-    row_new = lookup[src_new].astype(np.int64)
-    col_new = lookup[dst_new].astype(np.int64)
-    del src_new, dst_new, lookup
-    key = (row_new * max(n, 1) + col_new) * 2 + halo_new
-    order = np.argsort(key, kind="stable")
-    del key
-    row_new, col_new, halo_new = row_new[order], col_new[order], halo_new[order]
-    new_indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row_new, minlength=n), out=new_indptr[1:])
-    del row_new, order
     total = int(old_keep.sum()) + len(col_new)
     index_dtype = np.int32 if n < 2**31 else np.int64
     indptr = np.empty(n + 1, dtype=np.int64)
@@ -328,9 +365,9 @@ def rebuild_edges(
 
     digests = write_structure(store_path, global_nid, is_master, indptr, indices, is_halo if halo else None)
     known = np.zeros(n, dtype=bool)
-    known[np.searchsorted(global_nid, gids_old[alive])] = True
-    _save_npy_atomic(added_path, global_nid[~known])
-    _save_npy_atomic(gids_path, global_nid)
+    known[np.searchsorted(global_nid, old_nid[alive])] = True
+    save_npy_atomic(added_path, global_nid[~known])
+    save_npy_atomic(global_nid_path, global_nid)
     counts = {"nodes": int(n), "masters": int(is_master.sum()), "edges": int(total),
               "halo_edges": int(is_halo.sum()) if halo else 0}
     return {"part_id": int(part_id), "digests": digests, "counts": counts,
@@ -356,7 +393,7 @@ def fetch_rows(
     """
     source = np.load(source_path, mmap_mode="r")
     store = open_store(old_store)
-    gids_q = store.global_nid[...]
+    held = store.global_nid[...]
     want_p, want_a, want_local = [], [], []
     for p, path in sorted(added_paths.items()):
         added = np.load(path)
@@ -367,8 +404,8 @@ def fetch_rows(
         if not len(a_idx):
             continue
         g = added[a_idx]
-        local = np.searchsorted(gids_q, g)
-        ok = (local < len(gids_q)) & (gids_q[np.minimum(local, max(len(gids_q) - 1, 0))] == g)
+        local = np.searchsorted(held, g)
+        ok = (local < len(held)) & (held[np.minimum(local, max(len(held) - 1, 0))] == g)
         if not ok.all():
             bad = int(g[~ok][0])
             raise StoreError(
@@ -422,34 +459,18 @@ def fetch_rows(
     return int(sum(len(a) for a in want_a))
 
 
-def rebuild_nodes(
-    part_id: int,
-    edges_info: dict[str, Any],
-    *,
-    old_store: str | None,
-    gather_spills: list[tuple[Path, Path]],
-    store_path: str,
-    final_path: str,
-    gids_path: str,
-    added_path: str,
-    feat_dim: int,
-    attrs: dict[str, Any],
-) -> dict[str, Any]:
-    """Write the node rows and attributes of a rebuilt partition, then rename it into place.
+def _added_rows(gather_spills: list[tuple[Path, Path]], part_id: int, dtype: np.dtype,
+                added: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where the gathered row of each added node is: ``(files, records, by_added)``.
 
-    Rows of nodes the old store held are copied from it block by block; rows of the
-    added nodes come from ``gather_spills`` (their ``local`` field indexes the added
-    array). Returns the partition's manifest entry (without ``path``).
+    ``by_added[i]`` is the position in ``files``/``records`` of the row of ``added[i]``.
+
+    Raises
+    ------
+    StoreError
+        The spills do not hold exactly one row per added node.
     """
-    counts = edges_info["counts"]
-    global_nid = np.load(gids_path)
-    added = np.load(added_path)
-    n = len(global_nid)
-    if n != counts["nodes"]:
-        raise StoreError(format_problem(f"partition {part_id}", f"{counts['nodes']} node ids", f"{n}",
-                                        "the staging directory is damaged; rerun the command."))
-    dtype = node_record(feat_dim)
-    files, records, local = _row_index(gather_spills, part_id, dtype)
+    files, records, local = row_index(gather_spills, part_id, dtype)
     filled = np.zeros(len(added), dtype=bool)
     filled[local] = True
     if len(local) != len(added) or not filled.all():
@@ -463,23 +484,69 @@ def rebuild_nodes(
         )
     by_added = np.empty(len(added), dtype=np.int64)
     by_added[local] = np.arange(len(local))
-    del filled, local
+    return files, records, by_added
+
+
+def _old_rows(old_store: str | None, global_nid: np.ndarray):
+    """``(old, y_old, split_old, old_idx)``: the old store and its row of each node (-1: none)."""
     if old_store is not None:
         old = open_store(old_store)
-        gids_old = old.global_nid[...]
+        old_nid = old.global_nid[...]
         y_old, split_old = old.y[...], old.split[...]
     else:
-        old, gids_old = None, np.zeros(0, np.int64)
+        old, old_nid = None, np.zeros(0, np.int64)
         y_old, split_old = np.zeros(0, np.int64), np.zeros(0, np.int8)
-    pos = np.searchsorted(gids_old, global_nid)
-    old_idx = np.full(n, -1, dtype=np.int64)
-    if len(gids_old):
-        inside = pos < len(gids_old)
-        hit = np.flatnonzero(inside)
-        hit = hit[gids_old[pos[hit]] == global_nid[hit]]
+    old_idx = np.full(len(global_nid), -1, dtype=np.int64)
+    if len(old_nid):
+        pos = np.searchsorted(old_nid, global_nid)
+        hit = np.flatnonzero(pos < len(old_nid))
+        hit = hit[old_nid[pos[hit]] == global_nid[hit]]
         old_idx[hit] = pos[hit]
+    return old, y_old, split_old, old_idx
+
+
+def _gathered(gather_spills: list[tuple[Path, Path]], dtype: np.dtype, files: np.ndarray,
+              records: np.ndarray) -> np.ndarray:
+    """The spilled records at ``(files[i], records[i])``, read through memory maps."""
+    got = np.empty(len(files), dtype=dtype)
+    for f in np.unique(files):
+        mine = files == f
+        spill = np.memmap(gather_spills[f][0], dtype=dtype, mode="r")
+        got[mine] = spill[records[mine]]
+        del spill
+    return got
+
+
+def rebuild_nodes(
+    part_id: int,
+    edges_info: dict[str, Any],
+    *,
+    old_store: str | None,
+    gather_spills: list[tuple[Path, Path]],
+    store_path: str,
+    final_path: str,
+    global_nid_path: str,
+    added_path: str,
+    feat_dim: int,
+    attrs: dict[str, Any],
+) -> dict[str, Any]:
+    """Write the node rows and attributes of a rebuilt partition, then rename it into place.
+
+    Rows of nodes the old store held are copied from it block by block; rows of the
+    added nodes come from ``gather_spills`` (their ``local`` field indexes the added
+    array). Returns the partition's manifest entry (without ``path``).
+    """
+    counts = edges_info["counts"]
+    global_nid = np.load(global_nid_path)
+    added = np.load(added_path)
+    n = len(global_nid)
+    if n != counts["nodes"]:
+        raise StoreError(format_problem(f"partition {part_id}", f"{counts['nodes']} node ids", f"{n}",
+                                        "the staging directory is damaged; rerun the command."))
+    dtype = node_record(feat_dim)
+    files, records, by_added = _added_rows(gather_spills, part_id, dtype, added)
+    old, y_old, split_old, old_idx = _old_rows(old_store, global_nid)
     add_idx = np.searchsorted(added, global_nid)
-    del pos
 
     group = zarr.open_group(store_path, mode="r+")
     digests = dict(edges_info["digests"])
@@ -502,13 +569,7 @@ def rebuild_nodes(
         new_rows = np.flatnonzero(~from_old)
         if len(new_rows):
             pick = by_added[add_idx[start:stop][new_rows]]
-            pick_files, pick_records = files[pick], records[pick]
-            got = np.empty(len(pick), dtype=dtype)
-            for f in np.unique(pick_files):
-                mine = pick_files == f
-                spill = np.memmap(gather_spills[f][0], dtype=dtype, mode="r")
-                got[mine] = spill[pick_records[mine]]
-                del spill
+            got = _gathered(gather_spills, dtype, files[pick], records[pick])
             x[new_rows] = got["x"]
             y[start + new_rows] = got["y"]
             split[start + new_rows] = got["split"]
@@ -518,7 +579,7 @@ def rebuild_nodes(
     digests["nodes/x"] = x_writer.close()
     digests["nodes/y"] = write_array(group, "nodes/y", y)
     digests["nodes/split"] = write_array(group, "nodes/split", split)
-    pause_point("finalize")
+    failpoints.failpoint("finalize")
     checksum = combine_digests(digests)
     counts = {**counts, "feat_dim": int(feat_dim)}
     group.attrs.update(
@@ -535,5 +596,5 @@ def rebuild_nodes(
     )
     shutil.rmtree(final_path, ignore_errors=True)
     os.rename(store_path, final_path)
-    pause_point("between-commits")
+    failpoints.failpoint("between-commits")
     return {"part_id": int(part_id), "checksum": checksum, "counts": counts, "bytes": store_bytes(final_path)}

@@ -22,14 +22,9 @@ from typing import Any
 import numpy as np
 import zarr
 
-from pipeline.store.route import (
-    EDGE_RECORD,
-    KIND_ASSIGNED,
-    KIND_HALO,
-    node_record,
-    pause_point,
-    read_segments,
-)
+from pipeline.store.route import EDGE_RECORD, KIND_ASSIGNED, KIND_HALO, node_record, read_segments
+from storage import failpoints
+from storage.atomic import save_npy_atomic
 from storage.errors import StoreError, format_problem
 from storage.partition_store import (
     STORE_FORMAT,
@@ -41,22 +36,18 @@ from storage.partition_store import (
     write_array,
 )
 
-__all__ = ["finalize_edges", "finalize_nodes"]
+__all__ = ["finalize_edges", "finalize_nodes", "row_index", "write_structure"]
 
 log = logging.getLogger(__name__)
 
 
-def _save_npy_atomic(path: str | Path, array: np.ndarray) -> None:
-    tmp = f"{path}.tmp.npy"
-    np.save(tmp, array)
-    os.replace(tmp, path)
-
-
 def write_structure(store_path: Path, global_nid: np.ndarray, is_master: np.ndarray, indptr: np.ndarray,
                     indices: np.ndarray, is_halo: np.ndarray | None) -> dict[str, str]:
-    """Create the partition's store afresh (over any leftover of an earlier attempt) and
-    write its node ids, master flags and CSR (``is_halo`` only for ``--halo 1``); return
-    each array's digest."""
+    """Create the partition's store afresh and write its node ids, master flags and CSR.
+
+    Any leftover of an earlier attempt at ``store_path`` is removed first; ``is_halo``
+    is written only for ``--halo 1``. Returns each array's digest.
+    """
     shutil.rmtree(store_path, ignore_errors=True)
     group = create_store(store_path)
     digests = {
@@ -76,7 +67,7 @@ def finalize_edges(
     route_spills: list[tuple[Path, Path]],
     master_path: str,
     store_path: str,
-    gids_path: str,
+    global_nid_path: str,
     halo: int,
 ) -> dict[str, Any]:
     """Write partition ``part_id``'s node ids, master flags and CSR into a new store.
@@ -89,7 +80,7 @@ def finalize_edges(
         The ``int32 [N]`` master array (``.npy``).
     store_path
         The store's temporary path (created afresh).
-    gids_path
+    global_nid_path
         Where to save the sorted ``global_nid`` array for the node gather.
 
     Returns
@@ -107,19 +98,20 @@ def finalize_edges(
     dst = np.concatenate([owned["dst"], copies["dst"]])
     num_owned = len(owned)
     del owned, copies
-    # O(N) bitmap and rank instead of sorting the endpoints: N bytes + 8N, once.
+    # An O(N) bitmap and a global -> part-local id map instead of sorting the endpoints:
+    # N bytes + 8N, once.
     present = np.zeros(len(master), dtype=bool)
     present[src] = True
     present[dst] = True
     present[masters_here] = True
     global_nid = np.flatnonzero(present).astype(np.int64)
     n = len(global_nid)
-    rank = np.cumsum(present, dtype=np.int64)
-    rank -= 1
+    local_of_global = np.cumsum(present, dtype=np.int64)
+    local_of_global -= 1
     del present
-    local_src = rank[src]
-    local_dst = rank[dst]
-    del src, dst, rank
+    local_src = local_of_global[src]
+    local_dst = local_of_global[dst]
+    del src, dst, local_of_global
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(local_src, minlength=n), out=indptr[1:])
     # One int64 sort key per edge: (source row, destination[, halo flag]). Sorting the
@@ -141,7 +133,7 @@ def finalize_edges(
     is_master = np.asarray(master[global_nid]) == part_id
 
     digests = write_structure(store_path, global_nid, is_master, indptr, indices, is_halo if halo else None)
-    _save_npy_atomic(gids_path, global_nid)
+    save_npy_atomic(global_nid_path, global_nid)
     counts = {
         "nodes": int(n),
         "masters": int(is_master.sum()),
@@ -152,10 +144,10 @@ def finalize_edges(
             "index_dtype": np.dtype(index_dtype).name}
 
 
-def _row_index(
+def row_index(
     gather_spills: list[tuple[Path, Path]], part_id: int, dtype: np.dtype
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Where each gathered row of ``part_id`` is: (spill file, record number, part_local_nid).
+    """Where each gathered row of ``part_id`` is: (spill file, record number, ``local`` field).
 
     Reads only the ``local`` field of the partition's records (through a memory map),
     so the features stay on disk until they are written out block by block.
@@ -205,7 +197,7 @@ def finalize_nodes(
     counts = edges_info["counts"]
     n = counts["nodes"]
     dtype = node_record(feat_dim)
-    files, records, local = _row_index(gather_spills, part_id, dtype)
+    files, records, local = row_index(gather_spills, part_id, dtype)
     filled = np.zeros(n, dtype=bool)
     filled[local] = True
     if len(local) != n or not filled.all():
@@ -245,7 +237,7 @@ def finalize_nodes(
     digests["nodes/y"] = write_array(group, "nodes/y", y)
     digests["nodes/split"] = write_array(group, "nodes/split", split)
     del y, split
-    pause_point("finalize")
+    failpoints.failpoint("finalize")
     checksum = combine_digests(digests)
     group.attrs.update(
         {
@@ -261,7 +253,7 @@ def finalize_nodes(
     )
     shutil.rmtree(final_path, ignore_errors=True)
     os.rename(store_path, final_path)
-    pause_point("between-commits")
+    failpoints.failpoint("between-commits")
     return {
         "part_id": int(part_id),
         "checksum": checksum,

@@ -21,13 +21,12 @@ Memory per task: one record batch plus its per-partition slices, never a shard.
 from __future__ import annotations
 
 import logging
-import os
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
 
+from storage import failpoints
+from storage.atomic import refuse_symlink, save_npy_atomic
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard
 from storage.schema import check_node_schema, feature_matrix
@@ -40,9 +39,9 @@ __all__ = [
     "gather_node_shard",
     "node_record",
     "node_spill_paths",
-    "pause_point",
     "read_segments",
     "route_edge_shard",
+    "write_grouped",
 ]
 
 log = logging.getLogger(__name__)
@@ -55,35 +54,6 @@ _NODE_BATCH_BYTES = 16 << 20
 def node_record(feat_dim: int) -> np.dtype:
     """The spill record of one gathered node row."""
     return np.dtype([("local", "<i8"), ("y", "<i8"), ("split", "i1"), ("x", "<f4", (feat_dim,))])
-
-
-def pause_point(stage: str) -> None:
-    """Test hook: with ``ASEPR_TEST_PAUSE_AT`` naming ``stage``, announce and wait forever.
-
-    The crash-safety tests set ``ASEPR_TEST_PAUSE_AT=<stage>[,<stage>...]`` and
-    ``ASEPR_TEST_PAUSE_MARKER=<file>``; the writer creates the marker file when it
-    reaches the stage and then sleeps, so the test can SIGKILL it at a known point
-    instead of guessing with timers. Without the variable this is a no-op.
-
-    Stages: ``route`` (after a shard's first batch is spilled), ``finalize`` (a
-    store's arrays written, its attrs not yet), ``between-commits`` (right after a
-    finished store was renamed into staging), ``swap`` (the first store of the new
-    generation moved into place, the rest and the manifest not yet) and ``manifest``
-    (every store swapped, the manifest not yet replaced).
-    """
-    wanted = os.environ.get("ASEPR_TEST_PAUSE_AT")
-    if not wanted or stage not in wanted.split(","):
-        return
-    marker = os.environ.get("ASEPR_TEST_PAUSE_MARKER")
-    log.warning("test hook: pausing at stage %r (pid %d)", stage, os.getpid())
-    # Several worker threads can reach the same stage at once: the marker gets one
-    # writer per thread (its own temp name), and the replace is atomic.
-    if marker:
-        tmp = f"{marker}.{os.getpid()}-{threading.get_ident()}.tmp"
-        Path(tmp).write_text(f"{stage} {os.getpid()}\n")
-        os.replace(tmp, marker)
-    while True:
-        time.sleep(0.05)
 
 
 def edge_spill_paths(route_dir: str | Path, shard_index: int) -> tuple[Path, Path]:
@@ -102,6 +72,7 @@ class SegmentWriter:
     def __init__(self, bin_path: Path, idx_path: Path):
         self.bin_path, self.idx_path = Path(bin_path), Path(idx_path)
         self.idx_path.unlink(missing_ok=True)
+        refuse_symlink(self.bin_path)
         self._fh = open(self.bin_path, "wb")  # noqa: SIM115 - closed by close()/abort()
         self._offset = 0
         self._segments: list[tuple[int, int, int, int]] = []
@@ -115,10 +86,7 @@ class SegmentWriter:
 
     def close(self) -> None:
         self._fh.close()
-        index = np.array(self._segments, dtype=np.int64).reshape(-1, 4)
-        tmp = self.idx_path.with_name(self.idx_path.name + ".tmp.npy")
-        np.save(tmp, index)
-        os.replace(tmp, self.idx_path)
+        save_npy_atomic(self.idx_path, np.array(self._segments, dtype=np.int64).reshape(-1, 4))
 
     def abort(self) -> None:
         self._fh.close()
@@ -212,17 +180,17 @@ def route_edge_shard(
             records["src"] = batch.column("src").to_numpy()
             records["dst"] = batch.column("dst").to_numpy()
             part = np.asarray(parts[row0 : row0 + n]).astype(np.int64)
-            _write_grouped(writer, records, part, num_parts, KIND_ASSIGNED, counts)
+            write_grouped(writer, records, part, num_parts, KIND_ASSIGNED, counts)
             if halo:
                 to_dst = np.asarray(master[records["dst"]]).astype(np.int64)
                 copy = to_dst != part
-                _write_grouped(writer, records[copy], to_dst[copy], num_parts, KIND_HALO, counts)
+                write_grouped(writer, records[copy], to_dst[copy], num_parts, KIND_HALO, counts)
                 if undirected:
                     to_src = np.asarray(master[records["src"]]).astype(np.int64)
                     copy = (to_src != part) & (to_src != to_dst)
-                    _write_grouped(writer, records[copy], to_src[copy], num_parts, KIND_HALO, counts)
+                    write_grouped(writer, records[copy], to_src[copy], num_parts, KIND_HALO, counts)
             row0 += n
-            pause_point("route")
+            failpoints.failpoint("route")
         writer.close()
     except BaseException:
         writer.abort()
@@ -230,7 +198,7 @@ def route_edge_shard(
     return counts.tolist()
 
 
-def _write_grouped(writer, records, part, num_parts, kind, counts) -> None:
+def write_grouped(writer, records, part, num_parts, kind, counts) -> None:
     if not len(records):
         return
     order, bounds = _group_by(part, num_parts)
@@ -243,17 +211,17 @@ def _write_grouped(writer, records, part, num_parts, kind, counts) -> None:
 def gather_node_shard(
     shard: Shard,
     shard_index: int,
-    gids_paths: dict[int, str],
+    global_nid_paths: dict[int, str],
     gather_dir: str,
     *,
     feat_dim: int,
 ) -> int:
     """Send every row of one node shard to each partition that holds the node.
 
-    ``gids_paths[p]`` is the sorted ``global_nid`` array (``.npy``) of partition ``p``;
-    only the partitions listed are served. Returns the number of rows read.
+    ``global_nid_paths[p]`` is the sorted ``global_nid`` array (``.npy``) of partition
+    ``p``; only the partitions listed are served. Returns the number of rows read.
     """
-    gids = {p: np.load(path, mmap_mode="r") for p, path in gids_paths.items()}
+    global_nids = {p: np.load(path, mmap_mode="r") for p, path in global_nid_paths.items()}
     dtype = node_record(feat_dim)
     bin_path, idx_path = node_spill_paths(gather_dir, shard_index)
     writer = SegmentWriter(bin_path, idx_path)
@@ -269,7 +237,7 @@ def gather_node_shard(
             feat = feature_matrix(batch, layout) if n else np.zeros((0, feat_dim), np.float32)
             label = batch.column("label").to_numpy() if "label" in present else np.full(n, -1, np.int64)
             split = batch.column("split").to_numpy() if "split" in present else np.full(n, -1, np.int8)
-            for p, g in gids.items():
+            for p, g in global_nids.items():
                 if not len(g):
                     continue
                 pos = np.searchsorted(g, ids)

@@ -1,14 +1,16 @@
-"""An in-process stand-in for a kill at a writer's named pause point."""
+"""An in-process stand-in for a kill at a writer's named failpoint (:mod:`storage.failpoints`)."""
 
 from __future__ import annotations
+
+from storage import failpoints
 
 
 class Crash(BaseException):
     """Stands for a kill: not an Exception, so only BaseException handlers see it."""
 
 
-def crash_at(monkeypatch, stage: str, modules, after: int = 1) -> None:
-    """Make ``pause_point(stage)`` in each of ``modules`` raise Crash on its ``after``-th hit."""
+def crash_at(monkeypatch, stage: str, after: int = 1) -> None:
+    """Make ``failpoints.failpoint(stage)`` raise Crash on its ``after``-th hit."""
     hits = {"n": 0}
 
     def hook(name):
@@ -17,5 +19,4 @@ def crash_at(monkeypatch, stage: str, modules, after: int = 1) -> None:
             if hits["n"] >= after:
                 raise Crash(stage)
 
-    for module in modules:
-        monkeypatch.setattr(module, "pause_point", hook)
+    monkeypatch.setattr(failpoints, "failpoint", hook)

@@ -8,9 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import pipeline.increment.rebuild
-import pipeline.store.route
-import pipeline.store.write
 from pipeline import ingest, rebalance
 from pipeline.config import PartitionConfig
 from pipeline.stages.metrics import drift_metrics
@@ -20,6 +17,7 @@ from pipeline.store.write import partition_to_store
 from storage.errors import StoreError
 from storage.manifest import STAGING_NAME, read_manifest
 from storage.state import read_state
+from tests.pipeline.crash import Crash, crash_at
 from tests.pipeline.ingest_cases import edge_multiset, skewed_edges
 
 
@@ -102,22 +100,13 @@ def test_rebalance_refuses_halo_outputs_and_algorithms_without_communities(tmp_p
     assert verify_output(tmp_path / "hash").ok
 
 
-class _Crash(BaseException):
-    pass
-
-
 def test_killed_rebalance_leaves_the_previous_generation(drifted, tmp_path, monkeypatch):
     out = tmp_path / "out"
     shutil.copytree(drifted, out)
     before = read_manifest(out)
 
-    def hook(name):
-        if name == "between-commits":
-            raise _Crash(name)
-
-    for module in (pipeline.store.route, pipeline.increment.rebuild, pipeline.store.write):
-        monkeypatch.setattr(module, "pause_point", hook)
-    with pytest.raises(_Crash):
+    crash_at(monkeypatch, "between-commits")
+    with pytest.raises(Crash):
         rebalance(out)
     monkeypatch.undo()
     assert read_manifest(out) == before

@@ -17,9 +17,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import pipeline.store.finalize
-import pipeline.store.route
-import pipeline.store.write
 import storage.partition_store
 from pipeline.config import ALGORITHMS, PartitionConfig
 from pipeline.partition import partition
@@ -216,11 +213,8 @@ def test_more_partitions_than_busy_nodes_and_an_empty_shard(tmp_path):
 # --- failures ----------------------------------------------------------------------------
 
 
-_WRITERS = (pipeline.store.route, pipeline.store.finalize, pipeline.store.write)
-
-
 def _crash_at(monkeypatch, stage: str, after: int = 1) -> None:
-    crash_at(monkeypatch, stage, _WRITERS, after)
+    crash_at(monkeypatch, stage, after)
 
 
 def test_failed_run_resumes_finished_partitions_verified_by_checksum(tmp_path, small_input, monkeypatch):

@@ -172,12 +172,12 @@ def test_manifest_is_written_last(outputs, tmp_path, monkeypatch):
     """A run stopped right before its manifest leaves the previous generation readable."""
     out = tmp_path / "out"
     shutil.copytree(outputs[0], out)
-    import pipeline.store.write
+    import pipeline.store.commit
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt("stopped before the manifest")
 
-    monkeypatch.setattr(pipeline.store.write, "write_manifest", stop)
+    monkeypatch.setattr(pipeline.store.commit, "write_manifest", stop)
     with pytest.raises(KeyboardInterrupt):
         partition_to_store(_input_of(outputs[0]), out, PartitionConfig(num_parts=2, algo="dbh"),
                            overwrite=True)

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def spawn_paused(args: list[str], pause_at: str, marker: Path) -> subprocess.Popen:
     """Start ``asepr ARGS`` so that it writes ``marker`` and waits at ``pause_at``."""
-    env = dict(os.environ, ASEPR_TEST_PAUSE_AT=pause_at, ASEPR_TEST_PAUSE_MARKER=str(marker),
+    env = dict(os.environ, ASEPR_FAILPOINTS=f"{pause_at}=pause", ASEPR_FAILPOINT_MARKER=str(marker),
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.Popen([sys.executable, "-m", "workflows", *args], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -1,0 +1,123 @@
+"""Run the write stages as Dask tasks, timed, with an optional progress bar.
+
+Every stage of a write (route, finalize, gather, rebuild) is a list of calls of one
+function, one Dask task per shard or partition. :func:`run_tasks` runs them on a
+``distributed.Client`` or, without one, on local threads; :func:`timed` records a
+stage's wall time (and the workers' peak memory) in the run's ``timings``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import dask
+
+from storage.resources import peak_rss_bytes, stage
+
+__all__ = ["NoBar", "Progress", "bar_for", "run_tasks", "timed", "worker_peak_rss"]
+
+log = logging.getLogger(__name__)
+
+#: ``progress(stage_name, total_tasks)`` returns a context manager with ``update(n)``
+#: (a ``tqdm`` bar fits); ``workflows`` supplies it, the pipeline draws nothing itself.
+Progress = Callable[[str, int], Any]
+
+
+class NoBar:
+    """A progress bar that draws nothing (used when no ``progress`` is given)."""
+
+    def __enter__(self) -> NoBar:
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+    def update(self, n: int = 1) -> None:
+        """Count ``n`` finished tasks (ignored)."""
+
+
+def bar_for(progress: Progress | None, name: str, total: int):
+    """``progress(name, total)``, or a :class:`NoBar` when ``progress`` is None."""
+    return progress(name, total) if progress else NoBar()
+
+
+class _Counter(dask.callbacks.Callback):
+    """Advances a progress bar as local-scheduler tasks of one stage finish."""
+
+    def __init__(self, bar, prefix: str):
+        super().__init__()
+        self.bar, self.prefix = bar, prefix
+
+    def _posttask(self, key, result, dsk, state, worker_id):
+        name = key[0] if isinstance(key, tuple) else key
+        if isinstance(name, str) and name.startswith(self.prefix):
+            self.bar.update(1)
+
+
+def run_tasks(name: str, fn, calls: list[tuple[tuple, dict]], client, progress: Progress | None) -> list:
+    """Run ``fn(*args, **kwargs)`` for each call as one Dask task each.
+
+    Parameters
+    ----------
+    name
+        The stage, for the task keys and the progress bar.
+    fn, calls
+        The function and its ``(args, kwargs)`` per task.
+    client
+        A ``distributed.Client``; None runs the tasks on local threads.
+    progress
+        Draws one bar for the stage (see :data:`Progress`).
+
+    Returns
+    -------
+    list
+        The results, in the order of ``calls``.
+    """
+    if not calls:
+        return []
+    prefix = f"asepr-{name.replace(' ', '-')}-{os.urandom(6).hex()}"
+    tasks = [
+        dask.delayed(fn, pure=False)(*args, **kwargs, dask_key_name=f"{prefix}-{i}")
+        for i, (args, kwargs) in enumerate(calls)
+    ]
+    with bar_for(progress, name, len(tasks)) as bar:
+        if client is None:
+            with _Counter(bar, prefix):
+                return list(dask.compute(*tasks, scheduler="threads"))
+        import distributed
+
+        futures = client.compute(tasks)
+        for _ in distributed.as_completed(futures, raise_errors=False):
+            bar.update(1)
+        return client.gather(futures)
+
+
+def worker_peak_rss(client) -> dict[str, int]:
+    """Peak resident memory (bytes) per Dask worker; empty without a client or on error."""
+    if client is None:
+        return {}
+    try:
+        return {k: int(v) for k, v in client.run(peak_rss_bytes).items()}
+    except Exception:  # noqa: BLE001 - diagnostics only
+        return {}
+
+
+@contextlib.contextmanager
+def timed(name: str, timings: dict[str, float], client) -> Iterator[dict[str, Any]]:
+    """Log stage ``name`` and add its wall time to ``timings[name]``.
+
+    Yields the stage's info dict (:func:`storage.resources.stage`); the workers' peak
+    memory is added to it when a client is given.
+    """
+    start = time.perf_counter()
+    with stage(name, log) as info:
+        yield info
+        workers = worker_peak_rss(client)
+        if workers:
+            info["workers_peak_rss_mib"] = round(max(workers.values()) / 2**20)
+    timings[name] = timings.get(name, 0.0) + time.perf_counter() - start
