@@ -90,8 +90,9 @@ def headline(train_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def bench_all(out: Path, *, quick: bool = False, cache: Path | None = None, echo=print) -> dict[str, Any]:
     """Run every part; write ``OUT/report.md`` and each part's files; return all rows."""
+    out = Path(out).absolute()  # children (trainers, bench phases) run elsewhere
     out.mkdir(parents=True, exist_ok=True)
-    cache = cache or out / "inputs"
+    cache = Path(cache).absolute() if cache else out / "inputs"
     started = time.strftime("%Y-%m-%d %H:%M")
     t0 = time.perf_counter()
     if quick:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -127,6 +128,11 @@ def _setup_logging(args: argparse.Namespace) -> None:
     else:
         level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if level >= logging.WARNING:
+        # distributed configures its own loggers at INFO, in this process and in every
+        # worker process it spawns (which read the config from the environment).
+        os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+        logging.getLogger("distributed").setLevel(logging.WARNING)
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
