@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage.errors import InputError
 
 __all__ = ["ALGORITHMS", "SCORINGS", "PartitionConfig"]
+
+if TYPE_CHECKING:
+    from storage.input import InputDir
 
 ALGORITHMS = ("asep", "2ps-l", "2ps-hdrf", "hdrf", "dbh", "greedy", "hash", "metis")
 SCORINGS = ("candidates", "hdrf")
@@ -37,33 +40,19 @@ class PartitionConfig:
         different attribute cluster is allowed only while the target community's
         volume stays under ``(1 - alpha) * cap``. 0 is 2PS-L; 1 forbids every such move.
     beta
-        Weight of the attribute-home term of the edge score.
-
-        Defaults alpha = beta = 0.25, chosen by measurement (rerun with
-        ``asepr bench partition``, shuffled order, amazon-computers, coauthor-physics,
-        tolokers, facebook-pagepage, k = 4, 8, 16, 32, seed 0). Against the best of
-        2ps-l, 2ps-hdrf and hdrf, ASEP's replication factor was no higher in 11 of 16
-        cells at 0.5/0.5, 10 at 0.5/0.25 and 12 at 0.25/0.25 (all with lift scaling,
-        reference 0.3), and 13 at 0.25/0.25 without it (the default since
-        2026-11-30; natural order also 13). 0.25/0.25 won the three coauthor-physics
-        cells (k = 4, 8, 16) that 0.5/0.5 lost by 1-8 %. Its attribute homogeneity was
-        lower (coauthor-physics k = 4: 1.60x hash against 1.68x) but at least 1.5x
-        hash in the same 6 cells. Larger weights (0.5/1, 1/4) lost every RF cell and
-        reached 1.5x hash in 6 and 7 (``docs/results/partition-sweep``).
+        Weight of the attribute-home term of the edge score. alpha = beta = 0.25 by
+        default: the best replication factor against the baselines in the weight
+        sweep (``docs/results/partition-sweep``).
     num_attr_clusters
-        C; default ``k`` (measured: with ``C = 16k`` the replication factor and the
-        attribute homogeneity were both worse on the shared datasets; see the README).
+        C; default ``k`` (more clusters cost replication without reaching the
+        homogeneity target; ``docs/results/partition-sweep``).
     attr_column
         Use this categorical node column as the attribute clusters instead of k-means.
     lift_reference
         Scale alpha and beta by ``min(1, lift / lift_reference)``, where ``lift`` is
-        the measured attribute lift (:mod:`pipeline.stages.attr_lift`); 0 (default) disables
-        scaling. Measured at alpha = beta = 0.25 on the same 16 shuffled cells:
-        without scaling ASEP's RF was no higher than the best baseline in 13 cells
-        against 12 with reference 0.3; its homogeneity was higher in 11 cells, equal in
-        the 4 coauthor-physics cells (lift above the reference) and lower in 1.
-        Scaling had paid off at alpha = beta = 0.5, where unscaled attribute weights
-        cost replication on the low-lift datasets.
+        the measured attribute lift (:mod:`pipeline.stages.attr_lift`); 0 (default)
+        disables scaling, which at alpha = beta = 0.25 won as many replication cells
+        or more (``docs/results/partition-sweep``).
     cluster_passes
         Streaming passes of structural clustering (2PS-L uses 1; more re-stream).
     keep_attr_together
@@ -77,14 +66,9 @@ class PartitionConfig:
         Seeds k-means, the projection and the hash baselines.
     projection_dim, projection_threshold
         k-means runs on features wider than ``projection_threshold`` after a seeded
-        random projection to ``projection_dim`` dimensions. Default 256 and 256, by
-        measurement (``asepr bench partition``, shuffled, seed 0): DESIGN.md's 64 lost
-        the clusters' signal on amazon-computers (767-d), coauthor-physics (8415-d)
-        and facebook-pagepage (4714-d multi-hot); ASEP's RF then won 16 of 16 cells.
-        With 256, ASEP's RF on amazon-computers fell from 1.953 / 2.528 / 3.183 / 3.854
-        to 1.883 / 2.431 / 3.131 / 3.848 at k = 4 / 8 / 16 / 32, below 2ps-hdrf's in all
-        four; no projection at all did about as well (1.849 / 2.432 / 3.122 / 3.757)
-        but costs k-means time and spill in the full width.
+        random projection to ``projection_dim`` dimensions. Default 256 and 256: 64
+        dimensions lost the clusters' signal on the wide shared datasets, 256 kept it
+        (``docs/results/partition-sweep``).
     undirected
         Whether each edge row stands for both directions (default: the input's meta).
     """
@@ -152,6 +136,16 @@ class PartitionConfig:
     @property
     def uses_attributes(self) -> bool:
         return self.algo == "asep"
+
+    def resolved(self, source: InputDir) -> PartitionConfig:
+        """This configuration with what the input decides filled in.
+
+        ``undirected`` left as None takes the input's ``meta.json`` value (else False).
+        The one place a run resolves it.
+        """
+        if self.undirected is not None:
+            return self
+        return replace(self, undirected=source.undirected)
 
     def effective(self) -> "PartitionConfig":
         """The configuration the kernels actually run: baselines pin alpha/beta/scoring."""

@@ -6,9 +6,10 @@ Stages (DESIGN §1): validate → ② degrees (Dask) → ③ attribute clusters 
 streaming stages keep O(N) state and the edge → partition result goes to disk, one
 ``int16`` array per input edge shard, aligned with the shard's rows.
 
-The Dask stages run on ``client`` when given and on dask's threaded scheduler
-otherwise; setting up a cluster (``LocalCluster``, a scheduler address) is the
-caller's business (``workflows``).
+The input is opened once (:func:`storage.input.open_input`) and its shards passed to
+every stage. The Dask stages run on ``client`` when given and on dask's threaded
+scheduler otherwise; setting up a cluster (``LocalCluster``, a scheduler address) is
+the caller's business (``workflows``).
 """
 
 from __future__ import annotations
@@ -16,51 +17,43 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.assign import MODES, AssignState
+from pipeline.assign import (
+    AssignState,
+    EdgePartSink,
+    KernelSettings,
+    edge_cap,
+    edge_parts_path,
+    iter_assigned,
+    stream_assign,
+)
+from pipeline.config import PartitionConfig
 from pipeline.stages.attr_cluster import AttrClusters, attribute_clusters
 from pipeline.stages.attr_column import column_clusters
-from pipeline.stages.attr_lift import attribute_lift
-from pipeline.config import PartitionConfig
+from pipeline.stages.attr_lift import AttributeLift, attribute_lift
 from pipeline.stages.degrees import Degrees, compute_degrees
 from pipeline.stages.mapping import CommunityMapping, map_communities
 from pipeline.stages.masters import choose_masters, count_edges_per_replica, replica_offsets
+from pipeline.stages.metis import metis_membership
 from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
-from pipeline.stream import iter_edge_batches, warmup_arrays
 from pipeline.stages.struct_cluster import Communities, structural_clusters
+from pipeline.stream import iter_edge_batches
 from storage.errors import InputError, format_problem
-from storage.fs import Shard, discover_shards
+from storage.fs import Shard
+from storage.input import InputDir, open_input, open_parquet
 from storage.reader import read_node_column
-from storage.resources import peak_rss_bytes, stage
-from storage.input import input_paths, open_parquet, read_meta
 from storage.report import ValidationReport
+from storage.resources import StageClock, peak_rss_bytes, stage
 from storage.validate import validate_input
 
-__all__ = ["Assignment", "edge_cap", "kernel_mode", "partition"]
+__all__ = ["Assignment", "edge_cap", "partition"]
 
 log = logging.getLogger(__name__)
-
-
-def edge_cap(num_edges: int, num_parts: int, epsilon: float) -> int:
-    """The hard per-partition edge cap ``ceil((1 + epsilon) |E| / k)``."""
-    return int(np.ceil((1.0 + epsilon) * num_edges / num_parts))
-
-
-def kernel_mode(config: PartitionConfig) -> tuple[int, bool]:
-    """``(mode, use_partial)`` of :func:`pipeline.assign.assign_batch` for an (effective) config."""
-    if config.algo in ("asep", "2ps-l", "2ps-hdrf", "metis"):
-        mode = MODES["all"] if config.scoring == "hdrf" else MODES["candidates"]
-    elif config.algo == "hdrf":
-        mode = MODES["all"]
-    else:
-        mode = MODES[config.algo]
-    return mode, config.algo == "hdrf"
 
 
 @dataclass
@@ -85,21 +78,18 @@ class Assignment:
     owns_workdir: bool = False
     #: Labels per node (-1 unknown), for the metrics and the persisted state.
     labels: np.ndarray | None = None
-    #: The kernel settings as run (mode, use_partial, the lift-scaled alpha and beta,
-    #: lam, seed, epsilon): incremental ingest continues with the same ones.
-    kernel: dict[str, Any] = field(default_factory=dict)
+    #: The kernel settings as run: incremental ingest continues with the same ones.
+    kernel: KernelSettings | None = None
     #: (local, total) 1-hop incidences behind ``metrics["one_hop_locality"]``.
     locality: tuple[int, int] = (0, 0)
 
     def edge_parts(self, shard_index: int) -> np.ndarray:
         """Partition id of every row of edge shard ``shard_index`` (memory-mapped)."""
-        return np.load(Path(self.workdir) / f"edge-parts-{shard_index:05d}.npy", mmap_mode="r")
+        return np.load(edge_parts_path(self.workdir, shard_index), mmap_mode="r")
 
     def iter_assigned(self, batch_rows: int = 1 << 20):
         """Yield ``(src, dst, part)`` batches in stream order."""
-        for batch in iter_edge_batches(self.edge_shards, batch_rows):
-            parts = self.edge_parts(batch.shard_index)
-            yield batch.src, batch.dst, np.asarray(parts[batch.row0 : batch.row0 + len(batch.src)])
+        return iter_assigned(self.edge_shards, self.workdir, batch_rows)
 
     def close(self) -> None:
         if self.owns_workdir:
@@ -112,44 +102,170 @@ class Assignment:
         self.close()
 
 
-def _metis_membership(edge_shards: list[Shard], degree: np.ndarray, num_parts: int, seed: int, batch_rows: int) -> np.ndarray:
-    import pymetis
+@dataclass
+class _Steering:
+    """What steers the kernel besides the degrees: attribute weights, communities, homes."""
 
-    n = len(degree)
-    # In-memory CSR of the symmetrised graph: metis is a small-graph reference only.
-    srcs, dsts = [], []
-    for batch in iter_edge_batches(edge_shards, batch_rows):
-        keep = batch.src != batch.dst
-        srcs.append(batch.src[keep])
-        dsts.append(batch.dst[keep])
-    src = np.concatenate(srcs + [np.zeros(0, np.int64)])
-    dst = np.concatenate(dsts + [np.zeros(0, np.int64)])
-    a = np.concatenate([src, dst])
-    b = np.concatenate([dst, src])
-    key = np.unique(a * n + b)
-    a, b = key // n, key % n
-    xadj = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(a, minlength=n), out=xadj[1:])
-    if num_parts == 1:
-        return np.zeros(n, dtype=np.int32)
-    opts = pymetis.Options(seed=seed)
-    adjacency = pymetis.CSRAdjacency(xadj, b) if hasattr(pymetis, "CSRAdjacency") else None
-    if adjacency is not None:
-        _, membership = pymetis.part_graph(num_parts, adjacency, options=opts)
-    else:
-        _, membership = pymetis.part_graph(num_parts, xadj=xadj, adjncy=b, options=opts)
-    return np.asarray(membership, dtype=np.int32)
+    alpha: float
+    beta: float
+    keep_attr_together: bool
+    lift: AttributeLift | None = None
+    communities: Communities | None = None
+    mapping: CommunityMapping | None = None
+    #: Per vertex: its community's partition and volume, its attribute cluster's home.
+    vertex_part: np.ndarray | None = None
+    vertex_volume: np.ndarray | None = None
+    vertex_home: np.ndarray | None = None
 
 
-def _resolve_inputs(input_url, storage_options):
-    edges_url, nodes_url = input_paths(input_url)
-    edge_shards = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
-    node_shards = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
-    return edge_shards, node_shards
+# --- the stages -------------------------------------------------------------------------------
+
+
+def _config_for(num_parts: int | None, algo: str | None, config: PartitionConfig | None) -> PartitionConfig:
+    if config is None:
+        if num_parts is None:
+            raise ValueError("partition() needs num_parts or config")
+        return PartitionConfig(num_parts=num_parts, algo=algo or "asep")
+    if num_parts is not None or algo is not None:
+        return replace(config, num_parts=num_parts or config.num_parts, algo=algo or config.algo)
+    return config
+
+
+def _num_nodes(source: InputDir, report: ValidationReport | None) -> int:
+    if report is not None:
+        return report.num_nodes
+    if source.num_nodes is None:
+        raise InputError(
+            format_problem(
+                f"input {source.url}",
+                "a validation report or 'num_nodes' in meta.json when validate=False",
+                "neither",
+                "call partition() with validate=True (the default).",
+            )
+        )
+    return int(source.num_nodes)
+
+
+def _attribute_clusters(run: PartitionConfig, node_shards: list[Shard], num_nodes: int, client) -> AttrClusters:
+    """③: a categorical column's values, or k-means of the features."""
+    if run.attr_column:
+        return column_clusters(node_shards, num_nodes, run.attr_column, client=client)
+    return attribute_clusters(
+        node_shards, num_nodes, run.attr_clusters, seed=run.seed,
+        max_passes=run.kmeans_max_passes, tol=run.kmeans_tol,
+        sample_size=run.kmeans_sample, projection_dim=run.projection_dim,
+        projection_threshold=run.projection_threshold, client=client,
+    )
+
+
+def _attribute_weights(run: PartitionConfig, edge_shards: list[Shard], degree: np.ndarray,
+                       attr_ids: np.ndarray) -> _Steering:
+    """alpha, beta and keep-together, scaled by the measured attribute lift (ASEP only)."""
+    steering = _Steering(alpha=run.alpha, beta=run.beta, keep_attr_together=run.keep_attr_together)
+    if run.uses_attributes:
+        # Measured and reported always (a 2M-edge prefix); it scales the attribute
+        # weights only when lift_reference > 0.
+        lift = attribute_lift(edge_shards, degree, attr_ids, batch_rows=run.batch_rows)
+        factor = lift.scale(run.lift_reference)
+        steering.lift = lift
+        steering.alpha, steering.beta = run.alpha * factor, run.beta * factor
+        steering.keep_attr_together = run.keep_attr_together and factor > 0
+        log.info(
+            "attribute lift %.3f (homophily %.3f, chance %.3f): alpha %.3f, beta %.3f",
+            lift.lift, lift.homophily, lift.chance, steering.alpha, steering.beta,
+        )
+    return steering
+
+
+def _communities(run: PartitionConfig, edge_shards: list[Shard], degree: np.ndarray, attr_ids: np.ndarray,
+                 steering: _Steering, clock: StageClock) -> None:
+    """④ and ⑤ (or the METIS reference): the per-vertex terms of ``steering``."""
+    k = run.num_parts
+    if run.uses_communities:
+        struct_attr = attr_ids if run.uses_attributes else np.zeros(len(degree), dtype=np.int32)
+        communities = structural_clusters(
+            edge_shards, degree, struct_attr, k, steering.alpha,
+            passes=run.cluster_passes, batch_rows=run.batch_rows,
+        )
+        clock.add("clustering kernel", communities.kernel_seconds)
+        clock.tick("structural clustering")
+        mapping = map_communities(
+            communities.volume, attr_ids, k, epsilon=run.epsilon,
+            keep_attr_together=run.uses_attributes and steering.keep_attr_together,
+            community_id=communities.community_id, degree=degree,
+        )
+        # Resolve the community indirections per vertex once, so the kernel reads one
+        # row per endpoint instead of chasing community -> partition on every edge.
+        steering.communities, steering.mapping = communities, mapping
+        steering.vertex_part = mapping.community_part[communities.community_id]
+        steering.vertex_volume = communities.volume[communities.community_id]
+        if run.uses_attributes:
+            steering.vertex_home = mapping.attr_home[attr_ids]
+        clock.tick("mapping")
+    elif run.algo == "metis":
+        steering.vertex_part = metis_membership(edge_shards, len(degree), k, run.seed, run.batch_rows)
+        steering.vertex_volume = degree
+        clock.tick("metis")
+
+
+def _assign(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, steering: _Steering,
+            workdir: Path, clock: StageClock) -> tuple[np.ndarray, np.ndarray, KernelSettings]:
+    """⑥: stream every edge through the kernel; returns ``(replicas, loads, settings)``."""
+    settings = KernelSettings.for_run(run, degrees.num_edges, alpha=steering.alpha, beta=steering.beta,
+                                      keep_attr_together=steering.keep_attr_together)
+    state = AssignState(run.num_parts, degrees.degree, steering.vertex_part, steering.vertex_volume,
+                        steering.vertex_home)
+    steering.vertex_part = steering.vertex_volume = steering.vertex_home = None  # copied into the rows
+    sink = EdgePartSink(workdir, [open_parquet(s).metadata.num_rows for s in edge_shards])
+    seconds = stream_assign(state, iter_edge_batches(edge_shards, run.batch_rows), settings, sink)
+    clock.add("assignment kernel", seconds)
+    clock.tick("assignment")
+    # Keep the O(N*W) replica bitsets only; the packed rows go with the state.
+    return state.replicas, state.loads, settings
+
+
+def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarray, num_parts: int,
+                    batch_rows: int) -> np.ndarray:
+    offsets = replica_offsets(replicas)
+    counts = np.zeros(offsets[-1], dtype=np.int64)
+    for src, dst, part in iter_assigned(edge_shards, workdir, batch_rows):
+        count_edges_per_replica(src, dst, part, replicas, offsets, counts)
+    return choose_masters(replicas, offsets, counts, num_parts)
+
+
+def _measure(result: Assignment, attr_ids: np.ndarray, steering: _Steering) -> None:
+    """The metrics of ``result`` (its ``metrics``, ``labels`` and ``locality``)."""
+    run = result.config
+    with stage("metrics", log):
+        local = total = 0
+        for batch in iter_edge_batches(result.edge_shards, run.batch_rows):
+            a, b = locality_batch(batch.src, batch.dst, result.replicas, result.master)
+            local += a
+            total += b
+        labels = read_node_column(result.node_shards, result.num_nodes, "label")
+        result.metrics = partition_metrics(
+            result.replicas, result.loads, result.master, attr_ids, labels, (local, total)
+        )
+    result.labels = labels
+    result.locality = (int(local), int(total))
+    result.metrics["cap"] = result.kernel.cap
+    result.metrics["drift"] = drift_metrics(
+        result.loads, run.epsilon,
+        steering.mapping.community_part if steering.mapping is not None else None,
+        steering.communities.volume if steering.communities is not None else None,
+    )
+    if steering.lift is not None:
+        result.metrics["attribute_lift"] = {
+            "lift": steering.lift.lift, "homophily": steering.lift.homophily, "chance": steering.lift.chance,
+            "alpha_effective": steering.alpha, "beta_effective": result.kernel.beta,
+        }
+
+
+# --- the run ------------------------------------------------------------------------------------
 
 
 def partition(
-    input_url: str | Path,
+    input_url: str | Path | InputDir,
     num_parts: int | None = None,
     *,
     algo: str | None = None,
@@ -167,7 +283,8 @@ def partition(
     Parameters
     ----------
     input_url
-        An input directory (``edges/``, ``nodes/``, optional ``meta.json``).
+        An input directory (``edges/``, ``nodes/``, optional ``meta.json``), or one
+        already opened (:func:`storage.input.open_input`).
     num_parts, algo
         Shorthands for ``config.num_parts`` and ``config.algo``.
     config
@@ -189,231 +306,43 @@ def partition(
     -------
     Assignment
     """
-    if config is None:
-        if num_parts is None:
-            raise ValueError("partition() needs num_parts or config")
-        config = PartitionConfig(num_parts=num_parts, algo=algo or "asep")
-    elif num_parts is not None or algo is not None:
-        config = replace(config, num_parts=num_parts or config.num_parts, algo=algo or config.algo)
-    timings: dict[str, float] = {}
-    clock = time.perf_counter()
-
-    def tick(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[name] = timings.get(name, 0.0) + now - clock
-        clock = now
-
-    meta = read_meta(input_url, storage_options) or {}
-    if config.undirected is None:
-        config = replace(config, undirected=bool(meta.get("undirected", False)))
+    clock = StageClock()
+    source = open_input(input_url, storage_options)
+    config = _config_for(num_parts, algo, config).resolved(source)
     if report is None and validate:
-        report = validate_input(
-            input_url, undirected=config.undirected, check_duplicates=False,
-            storage_options=storage_options,
-        )
-    tick("validate")
-    edge_shards, node_shards = _resolve_inputs(input_url, storage_options)
-    if report is None and "num_nodes" not in meta:
-        raise InputError(
-            format_problem(
-                f"input {input_url}",
-                "a validation report or 'num_nodes' in meta.json when validate=False",
-                "neither",
-                "call partition() with validate=True (the default).",
-            )
-        )
-    num_nodes = report.num_nodes if report else int(meta["num_nodes"])
-    k = config.num_parts
+        report = validate_input(source, undirected=config.undirected, check_duplicates=False)
+    clock.tick("validate")
+    num_nodes = _num_nodes(source, report)
     run = config.effective()
-
     if degrees is None:
-        degrees = compute_degrees(edge_shards, num_nodes, client=client, batch_rows=run.batch_rows)
-    degree = degrees.degree
-    num_edges = degrees.num_edges
-    tick("degrees")
-
+        degrees = compute_degrees(source.edge_shards, num_nodes, client=client, batch_rows=run.batch_rows)
+    clock.tick("degrees")
     if attr is None:
-        if run.attr_column:
-            attr = column_clusters(node_shards, num_nodes, run.attr_column, client=client)
-        else:
-            attr = attribute_clusters(
-                node_shards, num_nodes, run.attr_clusters, seed=run.seed,
-                max_passes=run.kmeans_max_passes, tol=run.kmeans_tol,
-                sample_size=run.kmeans_sample, projection_dim=run.projection_dim,
-                projection_threshold=run.projection_threshold, client=client,
-            )
+        attr = _attribute_clusters(run, source.node_shards, num_nodes, client)
     attr_ids = np.ascontiguousarray(attr.attr_cluster_id, dtype=np.int32)
-    tick("attribute clustering")
-
-    communities = mapping = None
-    vertex_part = vertex_volume = vertex_home = None
-    alpha, beta, keep_together = run.alpha, run.beta, run.keep_attr_together
-    lift = None
-    if run.uses_attributes:
-        # Measured and reported always (a 2M-edge prefix); it scales the attribute
-        # weights only when lift_reference > 0.
-        lift = attribute_lift(edge_shards, degree, attr_ids, batch_rows=run.batch_rows)
-        factor = lift.scale(run.lift_reference)
-        alpha, beta = alpha * factor, beta * factor
-        keep_together = keep_together and factor > 0
-        log.info(
-            "attribute lift %.3f (homophily %.3f, chance %.3f): alpha %.3f, beta %.3f",
-            lift.lift, lift.homophily, lift.chance, alpha, beta,
-        )
-    if run.uses_communities:
-        struct_attr = attr_ids if run.uses_attributes else np.zeros(num_nodes, dtype=np.int32)
-        communities = structural_clusters(
-            edge_shards, degree, struct_attr, k, alpha,
-            passes=run.cluster_passes, batch_rows=run.batch_rows,
-        )
-        timings["clustering kernel"] = communities.kernel_seconds
-        tick("structural clustering")
-        mapping = map_communities(
-            communities.volume, attr_ids, k, epsilon=run.epsilon,
-            keep_attr_together=run.uses_attributes and keep_together,
-            community_id=communities.community_id, degree=degree,
-        )
-        # Resolve the community indirections per vertex once, so the kernel reads one
-        # row per endpoint instead of chasing community -> partition on every edge.
-        vertex_part = mapping.community_part[communities.community_id]
-        vertex_volume = communities.volume[communities.community_id]
-        if run.uses_attributes:
-            vertex_home = mapping.attr_home[attr_ids]
-        tick("mapping")
-    elif run.algo == "metis":
-        vertex_part = _metis_membership(edge_shards, degree, k, run.seed, run.batch_rows)
-        vertex_volume = degree
-        tick("metis")
-
-    mode, use_partial = kernel_mode(run)
-    beta = beta if run.uses_attributes else 0.0
-    cap = edge_cap(num_edges, k, run.epsilon)
+    clock.tick("attribute clustering")
+    steering = _attribute_weights(run, source.edge_shards, degrees.degree, attr_ids)
+    _communities(run, source.edge_shards, degrees.degree, attr_ids, steering, clock)
 
     owns = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="asepr-assign-") if owns else workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    state = AssignState(k, degree, vertex_part, vertex_volume, vertex_home)
-    del vertex_part, vertex_volume, vertex_home
     try:
-        shard_rows = [open_parquet(s).metadata.num_rows for s in edge_shards]
-        # Plain sequential writes, not memmaps: dirty mapped pages would count in RSS
-        # and grow with |E|. Batches arrive in shard order, so each file is appended.
-        sink = _EdgePartSink(workdir, shard_rows)
-        with stage("assignment", log) as info:
-            kernel_args = dict(use_partial=use_partial, beta=beta, lam=run.hdrf_lambda,
-                               cap=cap, seed=run.seed)
-            for empty in warmup_arrays():  # compile outside the timed loop
-                state.assign(empty, empty, np.zeros(0, np.int16), mode, **kernel_args)
-            kernel_seconds = 0.0
-            for batch in iter_edge_batches(edge_shards, run.batch_rows):
-                out = np.empty(len(batch.src), dtype=np.int16)
-                t0 = time.perf_counter()
-                state.assign(batch.src, batch.dst, out, mode, **kernel_args)
-                kernel_seconds += time.perf_counter() - t0
-                sink.write(batch.shard_index, batch.row0, out)
-            sink.finish()
-            info.update(edges=num_edges, kernel_edges_per_s=int(num_edges / max(kernel_seconds, 1e-9)))
-        timings["assignment kernel"] = kernel_seconds
-        tick("assignment")
-
-        replicas = state.replicas
-        del state.vstate  # the packed rows are no longer needed; keep O(N*W) bitsets only
+        replicas, loads, settings = _assign(run, source.edge_shards, degrees, steering, workdir, clock)
+        master = _choose_masters(source.edge_shards, workdir, replicas, run.num_parts, run.batch_rows)
+        clock.tick("masters")
         result = Assignment(
-            config=run, num_nodes=num_nodes, num_edges=num_edges, edge_shards=edge_shards,
-            node_shards=node_shards, workdir=str(workdir), degree=degree,
-            replicas=replicas, loads=state.loads, master=np.zeros(num_nodes, np.int32),
-            attr=attr, communities=communities, mapping=mapping, metrics={},
-            timings=timings, owns_workdir=owns,
+            config=run, num_nodes=num_nodes, num_edges=degrees.num_edges, edge_shards=source.edge_shards,
+            node_shards=source.node_shards, workdir=str(workdir), degree=degrees.degree,
+            replicas=replicas, loads=loads, master=master, attr=attr,
+            communities=steering.communities, mapping=steering.mapping, metrics={},
+            timings=clock.timings, owns_workdir=owns, kernel=settings,
         )
-        offsets = replica_offsets(replicas)
-        counts = np.zeros(offsets[-1], dtype=np.int64)
-        for src, dst, part in result.iter_assigned(run.batch_rows):
-            count_edges_per_replica(src, dst, part, replicas, offsets, counts)
-        result.master = choose_masters(replicas, offsets, counts, k)
-        del counts, offsets
-        tick("masters")
-
-        with stage("metrics", log):
-            local = total = 0
-            for batch in iter_edge_batches(edge_shards, run.batch_rows):
-                a, b = locality_batch(batch.src, batch.dst, replicas, result.master)
-                local += a
-                total += b
-            labels = read_node_column(node_shards, num_nodes, "label")
-            result.metrics = partition_metrics(
-                replicas, state.loads, result.master, attr_ids, labels, (local, total)
-            )
-        result.labels = labels
-        result.locality = (int(local), int(total))
-        result.kernel = {
-            "mode": int(mode), "use_partial": bool(use_partial), "alpha": float(alpha),
-            "beta": float(beta), "lam": float(run.hdrf_lambda), "seed": int(run.seed),
-            "epsilon": float(run.epsilon), "keep_attr_together": bool(keep_together),
-        }
-        result.metrics["cap"] = cap
-        result.metrics["drift"] = drift_metrics(
-            state.loads, run.epsilon,
-            mapping.community_part if mapping is not None else None,
-            communities.volume if communities is not None else None,
-        )
-        if lift is not None:
-            result.metrics["attribute_lift"] = {
-                "lift": lift.lift, "homophily": lift.homophily, "chance": lift.chance,
-                "alpha_effective": alpha, "beta_effective": beta,
-            }
-        tick("metrics")
+        _measure(result, attr_ids, steering)
+        clock.tick("metrics")
         result.metrics["peak_rss_bytes"] = peak_rss_bytes()
         return result
     except BaseException:
         if owns:
             shutil.rmtree(workdir, ignore_errors=True)
         raise
-
-
-class _EdgePartSink:
-    """Writes ``edge-parts-XXXXX.npy`` (int16, one per edge shard) append-only."""
-
-    def __init__(self, workdir: Path, shard_rows: list[int]):
-        self.workdir = workdir
-        self.shard_rows = shard_rows
-        self._index = -1
-        self._handle = None
-        self._written = 0
-
-    def _open(self, index: int) -> None:
-        self.close()
-        for skipped in range(self._index + 1, index):  # empty shards still get a file
-            np.save(self.workdir / f"edge-parts-{skipped:05d}.npy", np.zeros(0, np.int16))
-        self._index = index
-        self._handle = open(self.workdir / f"edge-parts-{index:05d}.npy", "wb")
-        header = {"descr": "<i2", "fortran_order": False, "shape": (self.shard_rows[index],)}
-        np.lib.format.write_array_header_1_0(self._handle, header)
-        self._written = 0
-
-    def write(self, index: int, row0: int, parts: np.ndarray) -> None:
-        if index != self._index:
-            self._open(index)
-        if row0 != self._written:
-            raise RuntimeError(f"edge shard {index}: batch at row {row0}, expected {self._written}")
-        self._handle.write(parts.astype("<i2", copy=False).tobytes())
-        self._written += len(parts)
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-            if self._written != self.shard_rows[self._index]:
-                raise RuntimeError(
-                    f"edge shard {self._index}: wrote {self._written} rows, "
-                    f"expected {self.shard_rows[self._index]}"
-                )
-
-    def finish(self) -> None:
-        self.close()
-        self._open_rest()
-
-    def _open_rest(self) -> None:
-        for skipped in range(self._index + 1, len(self.shard_rows)):
-            np.save(self.workdir / f"edge-parts-{skipped:05d}.npy", np.zeros(0, np.int16))
-

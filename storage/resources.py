@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-__all__ = ["peak_rss_bytes", "stage"]
+__all__ = ["StageClock", "peak_rss_bytes", "stage"]
 
 
 def peak_rss_bytes() -> int:
@@ -33,3 +33,30 @@ def stage(name: str, logger: logging.Logger) -> Iterator[dict]:
     logger.info(
         "stage %s: %.2f s, peak RSS %.0f MiB%s", name, elapsed, peak_rss_bytes() / 2**20, extra
     )
+
+
+class StageClock:
+    """Wall time per stage of a run, accumulated into a ``{stage: seconds}`` dict.
+
+    Each :meth:`tick` charges the time since the previous tick (or since the clock
+    was made) to the stage just finished.
+
+    Parameters
+    ----------
+    timings
+        The dict to accumulate into (a new one when None), e.g. a run's timings so far.
+    """
+
+    def __init__(self, timings: dict[str, float] | None = None):
+        self.timings: dict[str, float] = {} if timings is None else timings
+        self._last = time.perf_counter()
+
+    def tick(self, name: str) -> None:
+        """Charge the time since the last tick to stage ``name``."""
+        now = time.perf_counter()
+        self.add(name, now - self._last)
+        self._last = now
+
+    def add(self, name: str, seconds: float) -> None:
+        """Charge ``seconds`` measured elsewhere (a kernel's own time) to ``name``."""
+        self.timings[name] = self.timings.get(name, 0.0) + seconds

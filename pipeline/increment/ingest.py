@@ -43,35 +43,29 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.assign import AssignState
+from pipeline.assign import EdgePartSink, iter_assigned, stream_assign
 from pipeline.stages.attr_cluster import AttrModel
 from pipeline.stages.degrees import compute_degrees
-from pipeline.increment.generation import Plan, begin_generation, load_plan, save_plan, write_increment
+from pipeline.increment.generation import Plan, load_plan, save_plan, write_increment
 from pipeline.stages.mapping import place_new_communities
 from pipeline.stages.masters import choose_new_masters, count_new_edges_per_replica, replica_offsets
 from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
-from pipeline.partition import _EdgePartSink, edge_cap
 from pipeline.store.continuation import Continuation
-from pipeline.stream import iter_edge_batches, warmup_arrays
+from pipeline.stream import iter_edge_batches
 from pipeline.stages.struct_cluster import ClusterState
-from pipeline.store.write import (
-    Progress,
-    _disk_errors,
-    _local_output,
-    _recover_journal,
-    _Staging,
-)
+from pipeline.store.commit import Staging, disk_errors, local_output, recover_journal
+from pipeline.store.tasks import Progress, bar_for
+from storage.atomic import dumps_json
 from storage.errors import InputError, StoreError, format_problem
 from storage.fs import Shard, discover_shards, fingerprint
 from storage.lock import OutputLock
-from storage.manifest import dumps_json, read_manifest
-from storage.resources import peak_rss_bytes, stage
+from storage.manifest import read_manifest
+from storage.resources import StageClock, peak_rss_bytes, stage
 from storage.schema import check_node_schema, feature_matrix
 from storage.state import read_state, read_state_attrs
 from storage.input import open_parquet
@@ -122,12 +116,6 @@ def _report_skips(skipped: list, known: dict[str, dict]) -> None:
 
 
 # --- the assignment of the increment ----------------------------------------------------------
-
-
-def _iter_assigned(edge_shards: list[Shard], workdir: Path, batch_rows: int) -> Iterator[tuple]:
-    for batch in iter_edge_batches(edge_shards, batch_rows):
-        parts = np.load(workdir / f"edge-parts-{batch.shard_index:05d}.npy", mmap_mode="r")
-        yield batch.src, batch.dst, np.asarray(parts[batch.row0 : batch.row0 + len(batch.src)])
 
 
 def _attr_model(cont: Continuation) -> AttrModel | None:
@@ -203,6 +191,95 @@ def _neighbour_majority(cont: Continuation, edge_shards: list[Shard], nodes: np.
     log.info("ingest: %d new node(s) without features took their neighbours' majority cluster", len(nodes))
 
 
+def _grow_degrees(cont: Continuation, edge_shards: list[Shard], num_new_nodes: int, client,
+                  batch_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Step 3: grow ``cont`` by the new nodes and edges; returns ``(seen_degree, new_degree)``.
+
+    ``seen_degree`` is the degree before the increment (the kernel's partial degrees),
+    ``new_degree`` the increment's own.
+    """
+    first = cont.num_nodes
+    seen_degree = np.zeros(first + num_new_nodes, dtype=np.int64)
+    seen_degree[:first] = cont.degree
+    cont.grow(first + num_new_nodes)
+    degrees = compute_degrees(edge_shards, cont.num_nodes, client=client, batch_rows=batch_rows)
+    cont.degree += degrees.degree
+    cont.num_edges += degrees.num_edges
+    cont.kernel = cont.kernel.with_edges(cont.num_edges, cont.num_parts)
+    return seen_degree, degrees.degree
+
+
+def _grow_communities(cont: Continuation, edge_shards: list[Shard], new_degree: np.ndarray,
+                      batch_rows: int) -> int:
+    """Step 5: volumes grow, new nodes may join communities, new communities are placed."""
+    config, k = cont.config, cont.num_parts
+    with stage("structural clustering", log) as info:
+        grown = np.bincount(cont.community, weights=new_degree, minlength=cont.num_nodes)
+        cont.volume += np.rint(grown[: cont.num_nodes]).astype(np.int64)
+        del grown
+        attr = cont.attr if config.uses_attributes else np.zeros(cont.num_nodes, np.int32)
+        cap = float(cont.degree.sum()) / k
+        cross_cap = (1.0 - cont.kernel.alpha) * cap
+        clusters = ClusterState(cont.degree, attr, cont.community, cont.volume)
+        moves = 0
+        for batch in iter_edge_batches(edge_shards, batch_rows):
+            moves += clusters.cluster(batch.src, batch.dst, cap, cross_cap)
+        cont.community[:] = clusters.community
+        cont.volume[:] = clusters.volume
+        del clusters
+        keep = config.uses_attributes and cont.kernel.keep_attr_together
+        new_communities = place_new_communities(
+            cont.community_part, cont.volume, cont.attr, cont.attr_home if keep else None, k,
+            epsilon=config.epsilon,
+        )
+        info.update(moves=moves, new_communities=new_communities)
+    return new_communities
+
+
+def _assign_new_edges(cont: Continuation, edge_shards: list[Shard], seen_degree: np.ndarray, workdir: Path,
+                      batch_rows: int, clock: StageClock) -> tuple[int, int]:
+    """Step 6: stream the new edges through the kernel; returns ``(new edges, off-community edges)``."""
+    state = cont.assign_state(seen_degree)
+    vertex_part = cont.vertex_part()
+    off_community = 0
+
+    def count_off_community(batch, parts) -> None:
+        nonlocal off_community
+        off_community += int(np.count_nonzero((parts != vertex_part[batch.src]) & (parts != vertex_part[batch.dst])))
+
+    shard_rows = [open_parquet(s).metadata.num_rows for s in edge_shards]
+    sink = EdgePartSink(workdir, shard_rows)
+    seconds = stream_assign(state, iter_edge_batches(edge_shards, batch_rows), cont.kernel, sink,
+                            observe=count_off_community if vertex_part is not None else None)
+    clock.add("assignment kernel", seconds)
+    cont.replicas = state.replicas
+    cont.loads = state.loads.copy()
+    return int(sum(shard_rows)), off_community
+
+
+def _new_masters(cont: Continuation, edge_shards: list[Shard], first: int, workdir: Path, batch_rows: int) -> None:
+    """Step 7: existing nodes keep their masters; nodes ``first ..`` get one."""
+    offsets = replica_offsets(cont.replicas[first:])
+    counts = np.zeros(offsets[-1], dtype=np.int64)
+    for src, dst, part in iter_assigned(edge_shards, workdir, batch_rows):
+        count_new_edges_per_replica(src, dst, part, cont.replicas, offsets, counts, first)
+    per_part = np.bincount(cont.master[:first], minlength=cont.num_parts)
+    cont.master[first:] = choose_new_masters(cont.replicas, offsets, counts, cont.num_parts, first, per_part)
+
+
+def _grown_metrics(cont: Continuation, edge_shards: list[Shard], batch_rows: int) -> tuple[dict, tuple[int, int]]:
+    """The metrics of the grown graph and its 1-hop locality counts (old ones as committed)."""
+    local, total = (int(x) for x in cont.attrs.get("locality", (0, 0)))
+    for batch in iter_edge_batches(edge_shards, batch_rows):
+        a, b = locality_batch(batch.src, batch.dst, cont.replicas, cont.master)
+        local += a
+        total += b
+    metrics = partition_metrics(cont.replicas, cont.loads, cont.master, cont.attr, cont.label, (local, total))
+    metrics["cap"] = cont.kernel.cap
+    metrics["drift"] = drift_metrics(cont.loads, cont.kernel.epsilon, cont.community_part, cont.volume)
+    return metrics, (local, total)
+
+
 def _assign_increment(
     cont: Continuation,
     edge_shards: list[Shard],
@@ -212,112 +289,33 @@ def _assign_increment(
     client,
     timings: dict[str, float],
 ) -> dict[str, Any]:
-    """Steps 3-7 of the module docstring, on ``cont`` in place; writes ``edge-parts-*.npy``."""
-    config, kernel = cont.config, cont.kernel
-    k = cont.num_parts
-    batch_rows = int(config.batch_rows)
+    """Steps 3-7 of the module docstring, on ``cont`` in place; writes the edge-parts files."""
+    batch_rows = int(cont.config.batch_rows)
     first = cont.num_nodes
-    clock = time.perf_counter()
-
-    def tick(name: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[name] = timings.get(name, 0.0) + now - clock
-        clock = now
-
-    seen_degree = np.zeros(first + num_new_nodes, dtype=np.int64)
-    seen_degree[:first] = cont.degree
-    cont.grow(first + num_new_nodes)
-    degrees = compute_degrees(edge_shards, cont.num_nodes, client=client, batch_rows=batch_rows)
-    cont.degree += degrees.degree
-    cont.num_edges += degrees.num_edges
-    tick("degrees")
-
+    clock = StageClock(timings)
+    seen_degree, new_degree = _grow_degrees(cont, edge_shards, num_new_nodes, client, batch_rows)
+    clock.tick("degrees")
     featureless = _new_node_rows(cont, node_shards, batch_rows)
     if len(featureless):
         _neighbour_majority(cont, edge_shards, featureless, batch_rows)
-    tick("attribute clusters")
-
+    clock.tick("attribute clusters")
     new_communities = 0
     if cont.has_communities:
-        with stage("structural clustering", log) as info:
-            grown = np.bincount(cont.community, weights=degrees.degree, minlength=cont.num_nodes)
-            cont.volume += np.rint(grown[: cont.num_nodes]).astype(np.int64)
-            del grown
-            attr = cont.attr if config.uses_attributes else np.zeros(cont.num_nodes, np.int32)
-            cap = float(cont.degree.sum()) / k
-            cross_cap = (1.0 - float(kernel.get("alpha", config.alpha))) * cap
-            clusters = ClusterState(cont.degree, attr, cont.community, cont.volume)
-            moves = 0
-            for batch in iter_edge_batches(edge_shards, batch_rows):
-                moves += clusters.cluster(batch.src, batch.dst, cap, cross_cap)
-            cont.community[:] = clusters.community
-            cont.volume[:] = clusters.volume
-            del clusters
-            keep = config.uses_attributes and bool(kernel.get("keep_attr_together", config.keep_attr_together))
-            new_communities = place_new_communities(
-                cont.community_part, cont.volume, cont.attr, cont.attr_home if keep else None, k,
-                epsilon=config.epsilon,
-            )
-            info.update(moves=moves, new_communities=new_communities)
-        tick("structural clustering")
-
-    del degrees
-    state: AssignState = cont.assign_state(seen_degree)
+        new_communities = _grow_communities(cont, edge_shards, new_degree, batch_rows)
+        clock.tick("structural clustering")
+    del new_degree
+    new_edges, off_community = _assign_new_edges(cont, edge_shards, seen_degree, workdir, batch_rows, clock)
     del seen_degree
-    mode = int(kernel["mode"])
-    cap = edge_cap(cont.num_edges, k, float(kernel.get("epsilon", config.epsilon)))
-    args = {"use_partial": bool(kernel.get("use_partial", False)), "beta": float(kernel.get("beta", 0.0)),
-            "lam": float(kernel.get("lam", config.hdrf_lambda)), "cap": cap, "seed": int(kernel.get("seed", 0))}
-    shard_rows = [open_parquet(s).metadata.num_rows for s in edge_shards]
-    sink = _EdgePartSink(workdir, shard_rows)
-    off_community = 0
-    vertex_part = cont.vertex_part()
-    with stage("assignment", log) as info:
-        for empty in warmup_arrays():  # compile outside the timed loop
-            state.assign(empty, empty, np.zeros(0, np.int16), mode, **args)
-        kernel_seconds = 0.0
-        for batch in iter_edge_batches(edge_shards, batch_rows):
-            out = np.empty(len(batch.src), dtype=np.int16)
-            t0 = time.perf_counter()
-            state.assign(batch.src, batch.dst, out, mode, **args)
-            kernel_seconds += time.perf_counter() - t0
-            sink.write(batch.shard_index, batch.row0, out)
-            if vertex_part is not None:
-                off_community += int(np.count_nonzero((out != vertex_part[batch.src])
-                                                      & (out != vertex_part[batch.dst])))
-        sink.finish()
-        info.update(edges=int(sum(shard_rows)), kernel_seconds=round(kernel_seconds, 3))
-    timings["assignment kernel"] = kernel_seconds
-    cont.replicas = state.replicas
-    cont.loads = state.loads.copy()
-    del state, vertex_part
-    tick("assignment")
-
+    clock.tick("assignment")
     if num_new_nodes:
-        offsets = replica_offsets(cont.replicas[first:])
-        counts = np.zeros(offsets[-1], dtype=np.int64)
-        for src, dst, part in _iter_assigned(edge_shards, workdir, batch_rows):
-            count_new_edges_per_replica(src, dst, part, cont.replicas, offsets, counts, first)
-        per_part = np.bincount(cont.master[:first], minlength=k)
-        cont.master[first:] = choose_new_masters(cont.replicas, offsets, counts, k, first, per_part)
-        del offsets, counts
-    tick("masters")
-
-    local, total = (int(x) for x in cont.attrs.get("locality", (0, 0)))
-    for batch in iter_edge_batches(edge_shards, batch_rows):
-        a, b = locality_batch(batch.src, batch.dst, cont.replicas, cont.master)
-        local += a
-        total += b
-    metrics = partition_metrics(cont.replicas, cont.loads, cont.master, cont.attr, cont.label, (local, total))
-    metrics["cap"] = cap
-    metrics["drift"] = drift_metrics(cont.loads, float(kernel.get("epsilon", config.epsilon)),
-                                     cont.community_part, cont.volume)
-    tick("metrics")
+        _new_masters(cont, edge_shards, first, workdir, batch_rows)
+    clock.tick("masters")
+    metrics, locality = _grown_metrics(cont, edge_shards, batch_rows)
+    clock.tick("metrics")
     return {
         "metrics": metrics,
-        "locality": (local, total),
-        "new_edges": int(sum(shard_rows)),
+        "locality": locality,
+        "new_edges": new_edges,
         "new_nodes": int(num_new_nodes),
         "featureless_nodes": len(featureless),
         "new_communities": int(new_communities),
@@ -370,20 +368,20 @@ def ingest(
         The output has no state, is locked by another writer, or a disk error occurred
         (generation g stays intact; rerun the same command).
     """
-    out_path = _local_output(out, storage_options)
+    out_path = local_output(out, storage_options)
     edge_shards = _discover(new_edges, "new edge shards", storage_options)
     node_shards = _discover(nodes, "new node shards", storage_options) if nodes is not None else []
     read_manifest(out_path)  # a clear error before taking the lock of something that is no output
-    with OutputLock(out_path), _disk_errors(out_path):
+    with OutputLock(out_path), disk_errors(out_path):
         start = time.perf_counter()
         with stage("fingerprints", log):
             edges_fp = _fingerprinted(edge_shards)
             nodes_fp = _fingerprinted(node_shards)
         manifest = read_manifest(out_path)
         known = _known_shards(read_state_attrs(out_path, manifest))
-        staging = _Staging(out_path)
+        staging = Staging(out_path)
         run_key = _run_key(manifest, _split_new(edges_fp, known)[0], _split_new(nodes_fp, known)[0])
-        committed = _recover_journal(staging, run_key)
+        committed = recover_journal(staging, run_key)
         if committed is not None:
             return committed
         manifest = read_manifest(out_path)
@@ -412,7 +410,7 @@ def ingest(
         )
         timings = {"validate": time.perf_counter() - start}
         generation = int(manifest["generation"]) + 1
-        begin_generation(staging, run_key, generation, "ingest", out_path)
+        staging.open_run(run_key, generation, "ingest")
         plan = load_plan(staging, run_key, generation)
         if plan is None:
             staging.reset_work()
@@ -427,9 +425,7 @@ def ingest(
 
 def _plan_ingest(out_path, manifest, staging, run_key, generation, new_e, new_n, report, skipped,
                  client, progress, timings) -> Plan:
-    from pipeline.store.write import _NoBar
-
-    with progress("assign", 1) if progress else _NoBar() as bar:
+    with bar_for(progress, "assign", 1) as bar:
         t0 = time.perf_counter()
         state = read_state(out_path, manifest)
         cont = Continuation.from_state(state)

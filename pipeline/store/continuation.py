@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.assign import AssignState
+from pipeline.assign import AssignState, KernelSettings
 from pipeline.config import PartitionConfig
 from storage.errors import StoreError, format_problem
 from storage.state import PartitionerState, write_state
@@ -71,7 +71,7 @@ def assignment_state(assignment, generation: int, input_info: dict[str, Any]) ->
         "feat_dim": int(input_info.get("feat_dim", 0)),
         "algorithm": assignment.config.algo,
         "config": assignment.config.to_dict(),
-        "kernel": dict(assignment.kernel),
+        "kernel": assignment.kernel.to_dict(),
         "attr_source": attr.source,
         "locality": [int(assignment.locality[0]), int(assignment.locality[1])],
         "shards": shard_records(input_info, generation),
@@ -108,7 +108,7 @@ class Continuation:
     num_parts: int
     num_edges: int
     config: PartitionConfig
-    kernel: dict[str, Any]
+    kernel: KernelSettings
     degree: np.ndarray
     attr: np.ndarray
     master: np.ndarray
@@ -144,7 +144,7 @@ class Continuation:
 
         return cls(
             num_nodes=state.num_nodes, num_parts=state.num_parts, num_edges=state.num_edges,
-            config=config, kernel=dict(attrs.get("kernel") or {}),
+            config=config, kernel=KernelSettings.from_dict(attrs.get("kernel") or {}, config, state.num_edges),
             degree=copy("vertices/degree"), attr=copy("vertices/attr_cluster_id"),
             master=copy("vertices/master"), label=copy("vertices/label"),
             replicas=copy("vertices/replicas"), loads=copy("partitions/loads"),
@@ -228,7 +228,7 @@ class Continuation:
             "num_nodes": int(self.num_nodes),
             "num_parts": int(self.num_parts),
             "num_edges": int(self.num_edges),
-            "kernel": self.kernel,
+            "kernel": self.kernel.to_dict(),
             "locality": [int(locality[0]), int(locality[1])],
             "shards": shards,
         }

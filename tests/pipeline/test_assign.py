@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.assign import MODES, AssignState, replica_sets
+from pipeline.assign import MODES, AssignState, KernelSettings, assign_edges, replica_sets
 from pipeline.stages.mapping import map_communities
 from pipeline.stages.masters import (
     choose_masters,
@@ -36,11 +36,12 @@ def run_kernel(algo, src, dst, num_nodes, k, *, attr=None, alpha=0.5, beta=1.0, 
             "2ps-hdrf": "all", "asep": "candidates", "asep-hdrf": "all"}[algo]
     cap = math.ceil((1 + epsilon) * len(src) / k)
     state = AssignState(k, degree, vertex_part, vertex_volume, vertex_home)
+    settings = KernelSettings(mode=MODES[mode], use_partial=algo == "hdrf", alpha=alpha,
+                              beta=beta if uses_attr else 0.0, lam=1.0, seed=seed, epsilon=epsilon,
+                              keep_attr_together=uses_attr, cap=cap)
     out = np.empty(len(src), dtype=np.int16)
     for lo in range(0, len(src), batch):
-        state.assign(src[lo:lo + batch], dst[lo:lo + batch], out[lo:lo + batch], MODES[mode],
-                     use_partial=algo == "hdrf", beta=beta if uses_attr else 0.0, lam=1.0,
-                     cap=cap, seed=seed)
+        assign_edges(state, src[lo:lo + batch], dst[lo:lo + batch], out[lo:lo + batch], settings)
     return out, state, cap, degree
 
 
@@ -314,3 +315,72 @@ def test_attribute_home_follows_the_vertices_not_the_founders():
     empty = map_communities(volume, np.array([0, 0, 0, 0, 3], np.int32), 2,
                             community_id=community, degree=np.array([1, 1, 1, 1, 0]))
     assert empty.attr_home[1] == -1 and empty.attr_home[2] == -1
+
+
+# --- kernel settings and the streaming loop --------------------------------------------------
+
+
+def test_kernel_settings_persist_as_before_and_read_back():
+    from pipeline import PartitionConfig
+
+    run = PartitionConfig(num_parts=4, algo="asep")
+    settings = KernelSettings.for_run(run, 1000, alpha=0.2, beta=0.1, keep_attr_together=True)
+    assert settings.mode == MODES["all"] and settings.cap == math.ceil(1.05 * 1000 / 4)
+    saved = settings.to_dict()
+    # The state's `kernel` attribute: the same keys, in the same order, as always.
+    assert list(saved) == ["mode", "use_partial", "alpha", "beta", "lam", "seed", "epsilon",
+                           "keep_attr_together"]
+    assert KernelSettings.from_dict(saved, run, 1000) == settings
+    assert KernelSettings.from_dict(saved, run, 2000).cap == settings.with_edges(2000, 4).cap
+    # Baselines without attributes run with beta 0.
+    assert KernelSettings.for_run(PartitionConfig(num_parts=4, algo="hdrf"), 10, alpha=0.25, beta=0.25,
+                                  keep_attr_together=True).beta == 0.0
+
+
+def test_kernel_settings_of_an_older_state_fall_back_to_the_config():
+    from pipeline import PartitionConfig
+    from storage.errors import StoreError
+
+    run = PartitionConfig(num_parts=2, epsilon=0.1, hdrf_lambda=2.0)
+    old = KernelSettings.from_dict({"mode": MODES["candidates"]}, run, 100)
+    assert (old.epsilon, old.lam, old.alpha, old.beta, old.seed, old.use_partial) == (0.1, 2.0, 0.25, 0.0, 0, False)
+    assert old.cap == math.ceil(1.1 * 100 / 2)
+    with pytest.raises(StoreError, match="kernel"):
+        KernelSettings.from_dict({}, run, 100)
+
+
+def test_edge_part_sink_writes_one_file_per_shard(tmp_path):
+    from pipeline.assign import EdgePartSink, edge_parts_path
+
+    sink = EdgePartSink(tmp_path, [3, 0, 2, 0])
+    sink.write(0, 0, np.array([1, 2], np.int16))
+    sink.write(0, 2, np.array([3], np.int16))
+    sink.write(2, 0, np.array([4, 5], np.int16))
+    sink.finish()
+    assert edge_parts_path(tmp_path, 1).name == "edge-parts-00001.npy"
+    assert [np.load(edge_parts_path(tmp_path, i)).tolist() for i in range(4)] == [[1, 2, 3], [], [4, 5], []]
+    short = EdgePartSink(tmp_path / "x", [3])
+    (tmp_path / "x").mkdir()
+    short.write(0, 0, np.array([1], np.int16))
+    with pytest.raises(RuntimeError, match="wrote 1 rows, expected 3"):
+        short.finish()
+
+
+def test_stream_assign_equals_the_kernel_batch_by_batch(tmp_path):
+    from pipeline.assign import EdgePartSink, edge_parts_path, stream_assign
+    from pipeline.stream import EdgeBatch
+
+    src, dst = skewed_graph(5, n=100, m=900)
+    degree = np.bincount(src, minlength=100) + np.bincount(dst, minlength=100)
+    settings = KernelSettings(mode=MODES["all"], use_partial=True, alpha=0.0, beta=0.0, lam=1.0, seed=0,
+                              epsilon=0.05, keep_attr_together=False, cap=math.ceil(1.05 * 900 / 8))
+    batches = [EdgeBatch(i // 500, i % 500, i, src[i:i + 250], dst[i:i + 250]) for i in range(0, 900, 250)]
+    seen = []
+    seconds = stream_assign(AssignState(8, degree), batches, settings, EdgePartSink(tmp_path, [500, 400]),
+                            observe=lambda batch, parts: seen.append(len(parts)))
+    assert seconds >= 0 and seen == [250, 250, 250, 150]
+    state = AssignState(8, degree)
+    expected = np.empty(900, np.int16)
+    assign_edges(state, src, dst, expected, settings)
+    got = np.concatenate([np.load(edge_parts_path(tmp_path, i)) for i in range(2)])
+    assert got.tolist() == expected.tolist()

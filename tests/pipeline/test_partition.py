@@ -138,3 +138,16 @@ def test_without_validation_num_nodes_must_come_from_meta(tmp_path):
     write_input(tmp_path / "in")
     with pytest.raises(InputError, match="num_nodes"):
         partition(tmp_path / "in", 2, validate=False)
+
+
+def test_an_opened_input_is_listed_once_and_timed_by_stage(inputs):
+    from storage.input import open_input
+
+    source = open_input(inputs[8])
+    with partition(source, 2, algo="2ps-l") as a:
+        assert a.edge_shards is source.edge_shards and a.node_shards is source.node_shards
+        assert a.config.undirected is source.undirected
+        assert list(a.timings) == ["validate", "degrees", "attribute clustering", "clustering kernel",
+                                   "structural clustering", "mapping", "assignment kernel", "assignment",
+                                   "masters", "metrics"]
+        assert a.kernel.cap == a.metrics["cap"]

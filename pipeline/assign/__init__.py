@@ -1,0 +1,49 @@
+"""The streaming edge assignment: ASEP and its baselines, one kernel, one loop.
+
+Where each algorithm's choice lives (each is inlined into the one kernel loop of
+:func:`~pipeline.assign.kernel.assign_batch`):
+
+==========================  ============================================================
+module                      mode (``MODES``) and algorithms
+==========================  ============================================================
+:mod:`.candidates`          ``candidates``: 2PS-L, ASEP ``--scoring candidates``
+:mod:`.hdrf`                ``all``: HDRF, 2PS-HDRF, ASEP ``--scoring hdrf`` (default)
+:mod:`.terms`               the score terms both of the above share
+:mod:`.hashing`             ``hash``, ``dbh``
+:mod:`.greedy`              ``greedy`` (PowerGraph)
+==========================  ============================================================
+
+The other modules: :mod:`.state` (:class:`AssignState`, the packed per-vertex rows),
+:mod:`.kernel` (the loop: prefetch, load bookkeeping, the cap fallback),
+:mod:`.settings` (:class:`KernelSettings`, the cap) and :mod:`.loop` (the streaming
+loop :func:`stream_assign` and the per-shard output files).
+
+Every mode respects the hard cap ``ceil((1 + epsilon) |E| / k)``: a partition at cap
+is never chosen, and if the choice is at cap (or there is none) the edge goes to the
+least-loaded partition. Ties go to the lowest partition id, so a run is deterministic
+for a given stream order.
+"""
+
+from __future__ import annotations
+
+from pipeline.assign.hashing import edge_hash
+from pipeline.assign.kernel import MODES, assign_batch
+from pipeline.assign.loop import EdgePartSink, assign_edges, edge_parts_path, iter_assigned, stream_assign
+from pipeline.assign.settings import KernelSettings, edge_cap, kernel_mode
+from pipeline.assign.state import AssignState, replica_sets
+
+__all__ = [
+    "MODES",
+    "AssignState",
+    "EdgePartSink",
+    "KernelSettings",
+    "assign_batch",
+    "assign_edges",
+    "edge_cap",
+    "edge_hash",
+    "edge_parts_path",
+    "iter_assigned",
+    "kernel_mode",
+    "replica_sets",
+    "stream_assign",
+]

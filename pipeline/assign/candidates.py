@@ -1,0 +1,52 @@
+"""Two-candidate scoring (``candidates``: 2PS-L, and ASEP with ``--scoring candidates``).
+
+Only the partitions of the endpoints' communities ``{p(c(u)), p(c(v))}`` are scored,
+with the terms of :mod:`pipeline.assign.terms` and no balance term (the cap alone
+balances): O(1) per edge. A candidate at the cap is skipped; ties go to p(c(u)).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from pipeline.assign.state import has_replica
+from pipeline.assign.terms import edge_terms
+
+__all__ = ["candidates_choice"]
+
+
+@numba.njit(cache=True, inline="always")
+def _score(q, load, max_load, scale, vstate, u, v, gu, gv, pu, pv, scu, scv, hu, hv, beta):
+    # The same operations in the same order as a plain scan, so float ties agree.
+    s = scale * np.float64(max_load - load)
+    s += gu * (1.0 if has_replica(vstate, u, q) else 0.0)
+    s += gv * (1.0 if has_replica(vstate, v, q) else 0.0)
+    if q == pu:
+        s += scu
+    if q == pv:
+        s += scv
+    if q == hu:
+        s += beta
+    if q == hv:
+        s += beta
+    return s
+
+
+@numba.njit(cache=True, inline="always")
+def candidates_choice(vstate, u, v, words, loads, max_load, cap, use_partial, beta):
+    """The better of p(c(u)) and p(c(v)) below the cap, or -1 for the kernel's fallback."""
+    gu, gv, pu, pv, scu, scv, hu, hv = edge_terms(vstate, u, v, words, use_partial, beta)
+    p = -1
+    best_score = -1.0
+    for j in range(2):
+        q = pu if j == 0 else pv
+        if j == 1 and q == pu:
+            break
+        if loads[q] >= cap:
+            continue
+        s = _score(q, loads[q], max_load, 0.0, vstate, u, v, gu, gv, pu, pv, scu, scv, hu, hv, beta)
+        if s > best_score:
+            best_score = s
+            p = q
+    return p

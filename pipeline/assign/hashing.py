@@ -1,0 +1,47 @@
+"""The hashing baselines: edge hashing (``hash``) and degree-based hashing (``dbh``).
+
+``hash`` places an edge by a seeded hash of its endpoint pair; ``dbh`` by a seeded
+hash of its lower-degree endpoint (exact degrees, ties to the lower id), so a hub's
+edges spread while a low-degree vertex's edges stay together.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from pipeline.assign.state import DEG
+
+__all__ = ["dbh_choice", "edge_hash", "hash_choice", "mix"]
+
+
+@numba.njit(cache=True, inline="always")
+def mix(x):
+    """The splitmix64 finaliser; all arithmetic stays in uint64."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@numba.njit(cache=True)
+def edge_hash(u, v, seed):
+    """Seeded 64-bit hash of an edge (order-independent)."""
+    a = min(u, v)
+    b = max(u, v)
+    return mix(np.uint64(a) * np.uint64(0x9E3779B97F4A7C15) ^ mix(np.uint64(b) + np.uint64(seed)))
+
+
+@numba.njit(cache=True, inline="always")
+def hash_choice(u, v, k, seed):
+    """The ``hash`` partition of edge (u, v)."""
+    return np.int64(edge_hash(u, v, seed) % np.uint64(k))
+
+
+@numba.njit(cache=True, inline="always")
+def dbh_choice(vstate, u, v, words, k, seed):
+    """The ``dbh`` partition of edge (u, v): the hash of its lower-degree endpoint."""
+    deg_col = words + DEG
+    x = u
+    if vstate[v, deg_col] < vstate[u, deg_col] or (vstate[v, deg_col] == vstate[u, deg_col] and v < u):
+        x = v
+    return np.int64(mix(np.uint64(x) + np.uint64(seed)) % np.uint64(k))
