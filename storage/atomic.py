@@ -174,7 +174,7 @@ def refuse_symlink(path: str | Path) -> None:
         raise StoreError(
             format_problem(
                 f"file {path}",
-                "a regular file (or no file yet)",
+                "a regular file or directory (or nothing yet)",
                 f"a symbolic link to {os.readlink(path)}",
                 "remove the link; asepr never writes through a symbolic link, which could "
                 "redirect its output outside the directory.",

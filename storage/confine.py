@@ -5,16 +5,22 @@ relative to the output directory. A crafted or damaged file could name
 ``../victim`` or a symlink pointing elsewhere, and a commit would then move, read or
 delete something outside the output. :func:`confined_path` is the one check every
 reader of such a path goes through: it resolves symlinks, then requires the result to
-lie strictly inside the (resolved) root.
+lie strictly inside the (resolved) root. :func:`confined_join` does the same for a
+directory given as an fsspec filesystem and path (a lexical check off the local disk,
+where there are no symlinks to resolve).
 """
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 
-from storage.errors import StoreError, format_problem
+import fsspec
 
-__all__ = ["confined_path"]
+from storage.errors import StoreError, format_problem
+from storage.fs import join
+
+__all__ = ["confined_join", "confined_path"]
 
 
 def confined_path(root: str | Path, relative: object, *, what: str) -> Path:
@@ -54,3 +60,38 @@ def confined_path(root: str | Path, relative: object, *, what: str) -> Path:
                            f"the entry {relative!r}, which resolves to {target}", fix)
         )
     return target
+
+
+def confined_join(fs: fsspec.AbstractFileSystem, base: str, relative: object, *, what: str) -> str:
+    """``base/relative`` on ``fs``, after checking that it stays inside ``base``.
+
+    On a local filesystem this is :func:`confined_path` (symlinks resolved); elsewhere
+    ``relative`` must be a relative path that does not climb out of ``base`` (no
+    leading ``/``, no ``..`` above it). The lexical join is returned, not the resolved
+    path, so URLs and messages keep the form the caller gave.
+
+    Parameters
+    ----------
+    fs, base
+        The directory (as from :func:`storage.fs.resolve`).
+    relative
+        The path as read from a file inside ``base``.
+    what
+        The file and field it came from, for the message.
+
+    Raises
+    ------
+    StoreError
+        As :func:`confined_path`.
+    """
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        confined_path(base, relative, what=what)
+    else:
+        normal = posixpath.normpath(relative) if isinstance(relative, str) and relative else ""
+        if not normal or normal == "." or normal.startswith(("/", "../")) or normal == ".." or "\x00" in normal:
+            raise StoreError(
+                format_problem(what, f"a path inside {base}", f"the entry {relative!r}",
+                               "the file was damaged or crafted: remove it (or restore it from a trusted copy).")
+            )
+    return join(base, relative)

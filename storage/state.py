@@ -55,9 +55,10 @@ import numpy as np
 import zarr
 from zarr.codecs import BloscCodec, BloscShuffle
 
+from storage.confine import confined_join
 from storage.errors import StoreError, format_problem
 from storage.fs import join, resolve, url_of
-from storage.manifest import OLD_DIR, STAGING_NAME, read_manifest
+from storage.manifest import MANIFEST_NAME, OLD_DIR, STAGING_NAME, read_manifest
 from storage.partition_store import (
     CHUNK_BYTES,
     array_digest,
@@ -388,7 +389,10 @@ def resolve_state_url(
         )
     want = (int(entry["generation"]), str(entry.get("checksum")))
     found = []
-    for cand in (join(base, entry.get("path", STATE_NAME)), join(base, STAGING_NAME, OLD_DIR, STATE_NAME)):
+    manifest_url = url_of(fs, join(base, MANIFEST_NAME))
+    committed = confined_join(fs, base, entry.get("path", STATE_NAME),
+                              what=f"manifest {manifest_url} (state path)")
+    for cand in (committed, join(base, STAGING_NAME, OLD_DIR, STATE_NAME)):
         url = url_of(fs, cand)
         ident = state_identity(url, storage_options)
         if ident == want:

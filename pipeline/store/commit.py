@@ -124,7 +124,7 @@ def local_output(out: str | Path, storage_options: dict | None) -> Path:
 def _owned_name(name: str) -> bool:
     return (
         name in (MANIFEST_NAME, NODE_MAP_NAME, STAGING_NAME, STATE_NAME)
-        or name.startswith((LOCK_NAME, f".{MANIFEST_NAME}."))
+        or name.startswith((LOCK_NAME, f".{MANIFEST_NAME}.", f"{MANIFEST_NAME}.partial-"))
         or (name.startswith("part-") and name.endswith(".zarr"))
     )
 
@@ -485,6 +485,7 @@ def apply_journal(staging: Staging, journal: dict[str, Any], *, forward: bool) -
     prefix of these renames a crash left done, either direction can run again.
     """
     check_journal(staging, journal)
+    refuse_symlink(staging.out / MANIFEST_NAME)
     staging.old.mkdir(parents=True, exist_ok=True)
     swapped = 0
     for name in journal["items"]:
@@ -544,10 +545,12 @@ def commit(staging: Staging, *, run_key: str, generation: int, items: list[str],
     Raises
     ------
     StoreError
-        A name that would leave the output (nothing is written or moved).
+        A name that would leave the output, or ``manifest.json`` is a symbolic link
+        (nothing is written or moved).
     """
     journal = check_journal(staging, {"run_key": run_key, "generation": generation, "items": items,
                                       "retire": retire, "manifest": manifest})
+    refuse_symlink(staging.out / MANIFEST_NAME)
     write_json_atomic(staging.journal_path, journal)
     apply_journal(staging, journal, forward=True)
     staging.clear()
