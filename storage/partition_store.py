@@ -64,6 +64,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,19 +72,24 @@ from typing import Any
 import numpy as np
 import zarr
 from zarr.codecs import BloscCodec, BloscShuffle
+from zarr.core.sync import sync
 
+from storage.confine import confined_path
 from storage.errors import StoreError, format_problem
 from storage.fs import join, resolve, url_of
-from storage.manifest import OLD_DIR, STAGING_NAME, read_manifest
+from storage.manifest import MANIFEST_NAME, OLD_DIR, STAGING_NAME, read_manifest
 
 __all__ = [
     "CHUNK_BYTES",
+    "CHUNK_DIGESTS",
     "EDGE_ARRAYS",
     "NODE_ARRAYS",
     "STORE_FORMAT",
     "STORE_VERSION",
     "ArrayWriter",
+    "CheckedArray",
     "PartitionStore",
+    "StoredKeys",
     "array_digest",
     "checksum_problems",
     "combine_digests",
@@ -98,7 +104,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 STORE_FORMAT = "asepr-partition"
-STORE_VERSION = 1
+#: 2: every array records the crc32 of each chunk's content (``attrs["chunk_crc32"]``).
+STORE_VERSION = 2
+#: The array attribute that lists the crc32 of each chunk's content, in chunk order.
+CHUNK_DIGESTS = "chunk_crc32"
 #: Target uncompressed bytes per chunk (see the module docstring for the measurement).
 CHUNK_BYTES = 4 << 20
 
@@ -144,7 +153,7 @@ def array_digest(name: str, data: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def zarr_array_digest(name: str, array: zarr.Array, block_bytes: int = 64 << 20) -> str:
+def zarr_array_digest(name: str, array: zarr.Array | CheckedArray, block_bytes: int = 64 << 20) -> str:
     """:func:`array_digest` of a stored array, read in blocks of whole rows."""
     shape = tuple(array.shape)
     h = hashlib.sha256(_digest_header(name, array.dtype, shape))
@@ -169,7 +178,11 @@ def combine_digests(digests: dict[str, str]) -> str:
 
 
 def checksum_problems(store: PartitionStore) -> list[str]:
-    """Recompute every array's content digest; describe each mismatch (empty: all match)."""
+    """Recompute every array's content digest; describe each mismatch (empty: all match).
+
+    A damaged array of a checked store is described chunk by chunk
+    (:meth:`CheckedArray.chunk_problems`): which chunk is missing, undecodable or altered.
+    """
     recorded = dict(store.attrs.get("array_checksums") or {})
     problems = []
     if sorted(recorded) != sorted(store.arrays):
@@ -179,7 +192,10 @@ def checksum_problems(store: PartitionStore) -> list[str]:
     for name, array in store.arrays.items():
         try:
             digest = zarr_array_digest(name, array)
-        except Exception as exc:  # noqa: BLE001 - a missing or corrupt chunk is what we look for
+        except StoreError as exc:
+            problems += (array.chunk_problems() if isinstance(array, CheckedArray) else []) or [str(exc)]
+            continue
+        except Exception as exc:  # noqa: BLE001 - an unreadable array is what we look for
             problems.append(f"array {name} is unreadable ({type(exc).__name__}: {exc})")
             continue
         if name in recorded and digest != recorded[name]:
@@ -239,6 +255,9 @@ class ArrayWriter:
         self.block_rows = chunk_rows * max(1, block_bytes // max(1, chunk_rows * row_bytes))
         self._hash = hashlib.sha256(_digest_header(name, self.dtype, self.shape))
         self._next = 0
+        self._chunk_rows = chunk_rows
+        self._chunk_crcs: list[int] = []
+        self._crc = 0
 
     def write(self, block: np.ndarray) -> None:
         block = np.ascontiguousarray(block, dtype=self.dtype)
@@ -250,11 +269,27 @@ class ArrayWriter:
         if len(block):
             _write_block(self.array, self._next, block)
             self._hash.update(block.view(np.uint8).reshape(-1))
+            self._add_chunk_crcs(block)
             self._next += len(block)
 
+    def _add_chunk_crcs(self, block: np.ndarray) -> None:
+        """Extend the running crc32 of the current chunk; close each chunk it completes."""
+        row, pos = self._next, 0
+        while pos < len(block):
+            take = min(len(block) - pos, self._chunk_rows - row % self._chunk_rows)
+            self._crc = zlib.crc32(block[pos : pos + take].reshape(-1).view(np.uint8), self._crc)
+            pos, row = pos + take, row + take
+            if row % self._chunk_rows == 0:
+                self._chunk_crcs.append(self._crc)
+                self._crc = 0
+
     def close(self) -> str:
+        """Check every row was written, record the chunk digests; return the content digest."""
         if self._next != self.shape[0]:
             raise StoreError(f"partition array {self.name}: {self._next} of {self.shape[0]} rows written.")
+        if self._next % self._chunk_rows:
+            self._chunk_crcs.append(self._crc)
+        self.array.attrs[CHUNK_DIGESTS] = self._chunk_crcs
         return self._hash.hexdigest()
 
 
@@ -288,10 +323,196 @@ def store_bytes(path: str | Path) -> int:
 
 # --- reading ----------------------------------------------------------------------------
 
+_DAMAGED_FIX = "the store is damaged; rerun `asepr partition ... --overwrite` (or restore it from a copy)."
+
+
+class CheckedArray:
+    """A stored array whose every read is checked against its chunk digests.
+
+    Reads go through ``array[selection]`` (rows first, as for ``zarr.Array``; a
+    selection may be an int, a slice, an index array or ``...``, with further axes
+    after it) or ``np.asarray(array)``. Each read loads the whole chunks that the rows
+    touch, requires each chunk's file to exist (zarr would return the fill value for a
+    missing one), compares each chunk's crc32 with ``attrs["chunk_crc32"]``, and only
+    then returns the selected rows. Any difference, a missing chunk or a chunk that
+    does not decode raises :class:`StoreError` naming the partition, the array and
+    the chunk key.
+
+    Attributes
+    ----------
+    name
+        The layout name (``"nodes/x"``).
+    where
+        The partition and store, for messages.
+    """
+
+    def __init__(self, name: str, array: zarr.Array, where: str, stored: StoredKeys | None = None):
+        self.name, self.where, self._array = name, where, array
+        self._rows = array.chunks[0] if array.ndim else 1
+        self._digests = _chunk_digests(name, array, where)
+        self._stored = stored if stored is not None else StoredKeys(array.store_path.store)
+        self._prefix = array.store_path.path.strip("/")
+
+    shape = property(lambda self: tuple(self._array.shape), doc="The array's shape.")
+    dtype = property(lambda self: self._array.dtype, doc="The array's numpy dtype.")
+    chunks = property(lambda self: tuple(self._array.chunks), doc="The chunk shape (whole rows).")
+    ndim = property(lambda self: self._array.ndim, doc="The number of axes.")
+    size = property(lambda self: self._array.size, doc="The number of elements.")
+    nbytes = property(lambda self: self._array.nbytes, doc="Bytes of the decoded array.")
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def __repr__(self) -> str:
+        return f"CheckedArray({self.name!r}, shape={self.shape}, dtype={self.dtype}, {self.where})"
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        data = self[...]
+        return data if dtype is None else data.astype(dtype, copy=False)
+
+    def __getitem__(self, key) -> np.ndarray:
+        key = Ellipsis if isinstance(key, tuple) and not key else key
+        first, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        n = int(self.shape[0])
+        if first is Ellipsis:
+            lo, hi, first, rest = 0, n, slice(None), () if key is Ellipsis else key
+        else:
+            first, lo, hi = _row_selection(first, n)
+        start = lo // self._rows * self._rows
+        stop = min(n, -(-hi // self._rows) * self._rows) if hi > lo else start
+        block = self.read_rows(start, stop)
+        if isinstance(first, slice):
+            first = slice(first.start - start, first.stop - start) if first.start is not None else first
+        else:
+            first = first - start
+        return block[(first, *rest)]
+
+    def read_rows(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)``, chunk-aligned (``start`` a multiple of the chunk rows
+        and ``stop`` one too or the end), checked chunk by chunk."""
+        if stop <= start:
+            return np.empty((0, *self.shape[1:]), dtype=self.dtype)
+        chunks = range(start // self._rows, -(-stop // self._rows))
+        for c in chunks:
+            self._raise(self._missing(c))
+        try:
+            block = np.ascontiguousarray(self._array.get_basic_selection(slice(start, stop)))
+        except Exception as exc:  # noqa: BLE001 - any decoder failure is a damaged chunk
+            for c in chunks:
+                self._raise(self._chunk(c)[1])
+            raise StoreError(format_problem(f"{self.where}, array {self.name}", "chunks that decode",
+                                            f"{type(exc).__name__}: {exc}", _DAMAGED_FIX)) from exc
+        for c in chunks:
+            self._raise(self._altered(c, block[c * self._rows - start : min(stop, (c + 1) * self._rows) - start]))
+        return block
+
+    def chunk_problems(self) -> list[str]:
+        """Check every chunk on its own: one message per missing, undecodable or altered
+        chunk (``array NAME, chunk KEY: expected ..., found ...``); empty when all hold."""
+        found = []
+        for c in range(len(self._digests)):
+            problem = self._missing(c)
+            if problem is None:
+                data, problem = self._chunk(c)
+                problem = problem or self._altered(c, data)
+            if problem is not None:
+                found.append(format_problem(*problem))
+        return found
+
+    def _label(self, c: int) -> str:
+        grid = tuple(self._array.cdata_shape[1:])
+        keys = [self._array.metadata.encode_chunk_key((c, *rest)) for rest in np.ndindex(grid)]
+        return f"array {self.name}, chunk {', '.join(keys) if keys else c}"
+
+    def _raise(self, problem: tuple[str, str, str] | None) -> None:
+        if problem is not None:
+            where, expected, found = problem
+            raise StoreError(format_problem(f"{self.where}, {where}", expected, found, _DAMAGED_FIX))
+
+    def _missing(self, c: int) -> tuple[str, str, str] | None:
+        for rest in np.ndindex(tuple(self._array.cdata_shape[1:])):
+            key = f"{self._prefix}/{self._array.metadata.encode_chunk_key((c, *rest))}".lstrip("/")
+            if key not in self._stored:
+                return self._label(c), "a chunk file (every chunk is written)", f"no file {key}"
+        return None
+
+    def _chunk(self, c: int) -> tuple[np.ndarray | None, tuple[str, str, str] | None]:
+        rows = slice(c * self._rows, min(int(self.shape[0]), (c + 1) * self._rows))
+        try:
+            return np.ascontiguousarray(self._array.get_basic_selection(rows)), None
+        except Exception as exc:  # noqa: BLE001 - the decoder's own error is the finding
+            return None, (self._label(c), "a chunk that decodes", f"{type(exc).__name__}: {exc}")
+
+    def _altered(self, c: int, data: np.ndarray) -> tuple[str, str, str] | None:
+        crc = zlib.crc32(data.reshape(-1).view(np.uint8))
+        if crc == self._digests[c]:
+            return None
+        return (self._label(c), f"content with crc32 {self._digests[c]} (attrs {CHUNK_DIGESTS})",
+                f"crc32 {crc}: the chunk was altered")
+
+
+def _row_selection(first, n: int) -> tuple[Any, int, int]:
+    """A selection on the rows as (selection, lo, hi): the rows ``[lo, hi)`` that it touches."""
+    if isinstance(first, slice):
+        start, stop, step = first.indices(n)
+        if step == 1:
+            return slice(start, max(start, stop)), start, max(start, stop)
+        first = np.arange(start, stop, step)
+    elif isinstance(first, (int, np.integer)):
+        if not -n <= int(first) < n:
+            raise IndexError(f"index {int(first)} is out of bounds for axis 0 with size {n}")
+        row = int(first) % n
+        return row, row, row + 1
+    index = np.asarray(first)
+    if index.dtype == np.bool_:
+        index = np.flatnonzero(index)
+    index = np.where(index < 0, index + n, index).astype(np.int64)
+    if len(index) and (index.min() < 0 or index.max() >= n):
+        raise IndexError(f"index out of bounds for axis 0 with size {n}")
+    return index, (int(index.min()) if len(index) else 0), (int(index.max()) + 1 if len(index) else 0)
+
+
+def _chunk_digests(name: str, array: zarr.Array, where: str) -> list[int]:
+    """The array's ``chunk_crc32`` attribute, one int per chunk of rows; StoreError otherwise."""
+    digests = array.attrs.get(CHUNK_DIGESTS)
+    rows = array.chunks[0] if array.ndim else 1
+    want = -(-int(array.shape[0]) // rows) if array.ndim else 1
+    if not isinstance(digests, list) or len(digests) != want or not all(
+            isinstance(d, int) and not isinstance(d, bool) for d in digests):
+        found = "none" if digests is None else f"{type(digests).__name__} of {len(digests) if isinstance(digests, list) else '?'}"
+        raise StoreError(format_problem(
+            f"{where}, array {name}, attrs {CHUNK_DIGESTS}", f"a list of {want} crc32 values (one per chunk)",
+            found, _DAMAGED_FIX))
+    return digests
+
+
+class StoredKeys:
+    """The keys of every object in a Zarr store, listed once, on first use.
+
+    One listing serves all the arrays of a partition store: a chunk key that is not
+    listed is a missing chunk.
+    """
+
+    def __init__(self, store):
+        self._store = store
+        self._keys: set[str] | None = None
+
+    def __contains__(self, key: str) -> bool:
+        if self._keys is None:
+            self._keys = sync(_list_keys(self._store))
+        return key in self._keys
+
+
+async def _list_keys(store) -> set[str]:
+    return {key async for key in store.list_prefix("")}
+
+
+
 
 @dataclass(frozen=True)
 class PartitionStore:
-    """One partition, opened lazily: ``arrays`` are ``zarr.Array`` s, read on access.
+    """One partition, opened lazily: ``arrays`` are :class:`CheckedArray` s, read (and
+    checked) on access.
 
     Attributes
     ----------
@@ -302,7 +523,7 @@ class PartitionStore:
     attrs
         All group attributes (``counts``, ``undirected``, ``halo``, ``checksum``, ...).
     arrays
-        ``"nodes/global_nid"``, ``"nodes/x"``, ... → ``zarr.Array``.
+        ``"nodes/global_nid"``, ``"nodes/x"``, ... → :class:`CheckedArray`.
     manifest
         The output's manifest (None when opened with :func:`open_store`).
     """
@@ -312,42 +533,42 @@ class PartitionStore:
     generation: int
     path: str
     attrs: dict[str, Any]
-    arrays: dict[str, zarr.Array] = field(repr=False)
+    arrays: dict[str, CheckedArray] = field(repr=False)
     manifest: dict[str, Any] | None = field(default=None, repr=False)
 
-    def __getitem__(self, name: str) -> zarr.Array:
+    def __getitem__(self, name: str) -> CheckedArray:
         return self.arrays[name]
 
     @property
-    def global_nid(self) -> zarr.Array:
+    def global_nid(self) -> CheckedArray:
         return self.arrays["nodes/global_nid"]
 
     @property
-    def x(self) -> zarr.Array:
+    def x(self) -> CheckedArray:
         return self.arrays["nodes/x"]
 
     @property
-    def y(self) -> zarr.Array:
+    def y(self) -> CheckedArray:
         return self.arrays["nodes/y"]
 
     @property
-    def split(self) -> zarr.Array:
+    def split(self) -> CheckedArray:
         return self.arrays["nodes/split"]
 
     @property
-    def is_master(self) -> zarr.Array:
+    def is_master(self) -> CheckedArray:
         return self.arrays["nodes/is_master"]
 
     @property
-    def indptr(self) -> zarr.Array:
+    def indptr(self) -> CheckedArray:
         return self.arrays["edges/indptr"]
 
     @property
-    def indices(self) -> zarr.Array:
+    def indices(self) -> CheckedArray:
         return self.arrays["edges/indices"]
 
     @property
-    def is_halo(self) -> zarr.Array | None:
+    def is_halo(self) -> CheckedArray | None:
         return self.arrays.get("edges/is_halo")
 
     @property
@@ -367,8 +588,8 @@ class PartitionStore:
         return {name: self.arrays[name][...] for name in (names or list(self.arrays))}
 
     def checksum_mismatch(self, entry: dict[str, Any]) -> bool:
-        """Whether a manifest entry names another checksum than the store's attrs."""
-        return entry.get("checksum") is not None and entry["checksum"] != self.attrs.get("checksum")
+        """Whether a manifest entry names another checksum than the store's attrs (or none)."""
+        return entry.get("checksum") != self.attrs.get("checksum")
 
 
 def open_group_readonly(url: str, storage_options: dict | None = None) -> zarr.Group:
@@ -400,13 +621,21 @@ def open_finished_group(url: str, storage_options: dict | None, *, what: str, fm
     return group
 
 
-def open_store(path: str | Path, *, storage_options: dict | None = None) -> PartitionStore:
+def open_store(path: str | Path, *, storage_options: dict | None = None, verify: bool = True) -> PartitionStore:
     """Open one store directly (no manifest): for the writer and for ``asepr verify``.
+
+    Parameters
+    ----------
+    verify
+        True (the default): the arrays are :class:`CheckedArray` s, every read checks
+        the chunks it loads. False: plain ``zarr.Array`` s, read unchecked; only for
+        ``asepr verify``, to describe a store it has already reported damaged.
 
     Raises
     ------
     StoreError
-        The directory is not a finished partition store.
+        The directory is not a finished partition store of this format version, or
+        its checksums or chunk digests are absent or null.
     """
     url = str(path)
     group = open_finished_group(
@@ -416,20 +645,24 @@ def open_store(path: str | Path, *, storage_options: dict | None = None) -> Part
         fix_unfinished="the store is unfinished or foreign; rerun `asepr partition`.",
     )
     attrs = dict(group.attrs)
+    if attrs.get("format_version") != STORE_VERSION:
+        raise StoreError(format_problem(
+            f"partition store {url}, attrs format_version", f"{STORE_VERSION} (stores with chunk digests)",
+            repr(attrs.get("format_version")),
+            "rerun `asepr partition ... --overwrite` with this version of asepr to rewrite the output."))
     names = [*NODE_ARRAYS, *EDGE_ARRAYS] + (["edges/is_halo"] if attrs.get("halo") else [])
+    _require_checksums(url, attrs, names)
+    where = f"partition {attrs.get('part_id')} ({url})"
+    stored = StoredKeys(group.store_path.store)
     arrays = {}
     for name in names:
         try:
-            arrays[name] = group[name]
-        except KeyError as exc:
-            raise StoreError(
-                format_problem(
-                    f"partition store {url}",
-                    f"an array {name}",
-                    "no such array",
-                    "the store is damaged; rerun `asepr partition ... --overwrite`.",
-                )
-            ) from exc
+            array = group[name]
+        except Exception as exc:  # noqa: BLE001 - a missing or unparsable array is the finding
+            found = "no such array" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            raise StoreError(format_problem(f"partition store {url}", f"an array {name}", found,
+                                            "the store is damaged; rerun `asepr partition ... --overwrite`.")) from exc
+        arrays[name] = CheckedArray(name, array, where, stored) if verify else array
     return PartitionStore(
         part_id=int(attrs["part_id"]),
         num_parts=int(attrs["num_parts"]),
@@ -440,12 +673,42 @@ def open_store(path: str | Path, *, storage_options: dict | None = None) -> Part
     )
 
 
+def _require_checksums(url: str, attrs: dict[str, Any], names: list[str]) -> None:
+    """A finished store has a content digest per array and the checksum that combines them."""
+    recorded = attrs.get("array_checksums")
+    if not isinstance(recorded, dict) or sorted(recorded) != sorted(names) or not all(
+            isinstance(v, str) and len(v) == 64 for v in recorded.values()):
+        found = sorted(recorded) if isinstance(recorded, dict) else repr(recorded)
+        raise StoreError(format_problem(f"partition store {url}, attrs array_checksums",
+                                        f"a sha256 for each of {names}", f"{found}", _DAMAGED_FIX))
+    if attrs.get("checksum") != combine_digests(recorded):
+        raise StoreError(format_problem(f"partition store {url}, attrs checksum",
+                                        "the sha256 that combines array_checksums",
+                                        repr(attrs.get("checksum")), _DAMAGED_FIX))
+
+
 def _store_generation(url: str, storage_options: dict | None) -> int | None:
     try:
         attrs = open_group_readonly(url, storage_options).attrs
         return int(attrs["generation"]) if "checksum" in attrs else None
     except Exception:  # noqa: BLE001 - any unreadable store simply is not this generation
         return None
+
+
+def _confine(fs, root: str, relative: object, what: str) -> None:
+    """Refuse a path read from the manifest that leads outside ``root``.
+
+    Local paths go through :func:`storage.confine.confined_path` (symlinks followed);
+    on other filesystems the path must be relative and free of ``..`` components.
+    """
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        confined_path(root, relative, what=what)
+        return
+    parts = relative.split("/") if isinstance(relative, str) else []
+    if not parts or relative.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in relative:
+        raise StoreError(format_problem(what, f"a path inside {root}", f"the entry {relative!r}",
+                                        "the manifest was damaged or crafted; restore it from a trusted copy."))
 
 
 def resolve_store_url(
@@ -456,11 +719,20 @@ def resolve_store_url(
     Normally ``OUT/<entry path>``. While a new generation is being swapped in (a
     commit in progress or interrupted), a store of the manifest's generation may
     wait in ``OUT/.asepr-staging/old/``; readers keep reading it from there.
+
+    Raises
+    ------
+    StoreError
+        The entry's path leads outside ``out`` (``..``, an absolute path, a symlink
+        pointing out), or no store of the entry's generation is there.
     """
     fs, base = resolve(out, storage_options)
     # An incremental generation rewrites only the partitions it changed: each entry
     # records the generation its store was written in (the manifest's by default).
     want = int(entry.get("generation", manifest["generation"]))
+    what = f"{url_of(fs, join(base, MANIFEST_NAME))}, the path of partition {entry.get('part_id')}"
+    _confine(fs, base, entry.get("path"), what)
+    _confine(fs, join(base, STAGING_NAME, OLD_DIR), entry["path"], what)
     candidates = [join(base, entry["path"]), join(base, STAGING_NAME, OLD_DIR, entry["path"])]
     found = []
     for cand in candidates:
@@ -497,7 +769,8 @@ def open_partition(
     Returns
     -------
     PartitionStore
-        With ``zarr.Array`` s that read on access; ``to_numpy()`` loads them all.
+        With :class:`CheckedArray` s that read (and check) on access; ``to_numpy()``
+        loads them all.
 
     Raises
     ------
@@ -517,6 +790,10 @@ def open_partition(
         )
     entry = entries[int(part_id)]
     url = resolve_store_url(out, manifest, entry, storage_options)
+    if not isinstance(entry.get("checksum"), str):
+        raise StoreError(format_problem(
+            f"{join(str(out), MANIFEST_NAME)}, the entry of partition {part_id}", 'a checksum "sha256:..."',
+            repr(entry.get("checksum")), "the manifest was damaged; rerun `asepr partition ... --overwrite`."))
     store = open_store(url, storage_options=storage_options)
     if store.part_id != int(part_id) or store.checksum_mismatch(entry):
         raise StoreError(

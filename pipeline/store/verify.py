@@ -153,7 +153,7 @@ def verify_output(
     with stage("verify", log) as info:
         try:
             _verify_impl(out, input_url, storage_options, batch_rows, memory_budget, spill_dir, report, problems)
-        except AseprError as exc:
+        except (AseprError, OSError) as exc:
             problems.add("output", str(exc))
         if problems.dropped:
             report.problems.append(Problem("verify", f"{problems.dropped} more problem(s) not shown"))
@@ -167,7 +167,6 @@ def _verify_impl(out, input_url, storage_options, batch_rows, memory_budget, spi
     report.generation, report.num_parts = int(manifest["generation"]), k
     num_nodes, num_edges = int(manifest["num_nodes"]), int(manifest["num_edges"])
     halo = int(manifest.get("halo", 0))
-    undirected = bool(manifest.get("undirected", False))
     ids = sorted(int(e["part_id"]) for e in manifest["partitions"])
     if ids != list(range(k)):
         problems.add("manifest", f"expected one partition entry per part_id 0..{k - 1}, found part_ids {ids[:20]}")
@@ -176,38 +175,22 @@ def _verify_impl(out, input_url, storage_options, batch_rows, memory_budget, spi
     spill = Path(tempfile.mkdtemp(prefix="asepr-verify-", dir=spill_dir))
     try:
         buckets = max(1, math.ceil(num_edges / _BUCKET_EDGES))
-        edge_sink = _BucketSink(spill / "parts", buckets, _PART_RECORD)
-        master_count = np.zeros(num_nodes, dtype=np.int32)
-        master_part = np.full(num_nodes, -1, dtype=np.int64)
-        master_local = np.full(num_nodes, -1, dtype=np.int64)
-        halo_in = np.zeros(num_nodes, dtype=np.int64) if halo else None
         state = _load_state(out, manifest, storage_options, num_nodes, k, problems)
-        stores: dict[int, PartitionStore] = {}
+        scan = _Scan(_BucketSink(spill / "parts", buckets, _PART_RECORD), num_nodes, halo)
         for entry in sorted(manifest["partitions"], key=lambda e: int(e["part_id"])):
-            p = int(entry["part_id"])
-            where = f"partition {p}"
-            try:
-                store = open_store(resolve_store_url(out, manifest, entry, storage_options),
-                                   storage_options=storage_options)
-            except StoreError as exc:
-                problems.add(where, str(exc))
-                continue
-            if _check_store(store, entry, manifest, problems):
-                stores[p] = store
-                _scan_partition(store, num_nodes, undirected, halo, edge_sink, master_count,
-                                master_part, master_local, halo_in, problems, state)
-        edge_sink.close()
+            _verify_partition(out, manifest, entry, storage_options, scan, state, problems)
+        scan.edge_sink.close()
         report.checks += ["manifest and store attributes", "checksums", "CSR well formed"]
 
-        zero, many = np.flatnonzero(master_count == 0), np.flatnonzero(master_count > 1)
-        if len(stores) == k and len(zero):
+        zero, many = np.flatnonzero(scan.master_count == 0), np.flatnonzero(scan.master_count > 1)
+        if len(scan.scanned) == k and len(zero):
             problems.add("masters", f"{len(zero):,} node(s) have no master, e.g. global_nid {zero[:5].tolist()}")
         if len(many):
             problems.add("masters", f"{len(many):,} node(s) have several masters, e.g. global_nid {many[:5].tolist()}")
-        _check_node_map(out, manifest, storage_options, master_part, master_local, problems)
+        _check_node_map(out, manifest, storage_options, scan.master_part, scan.master_local, problems)
         report.checks += ["exactly one master per node", "node_map"]
         if state is not None:
-            _check_state_masters(state, master_part, master_count, problems)
+            _check_state_masters(state, scan.master_part, scan.master_count, problems)
             report.checks.append("state agrees with the stores (loads, replicas, masters)")
 
         input_url = input_url if input_url is not None else manifest.get("input", {}).get("url")
@@ -222,39 +205,94 @@ def _verify_impl(out, input_url, storage_options, batch_rows, memory_budget, spi
         _check_fingerprints(manifest, edge_shards, node_shards, problems)
         report.checks.append("input fingerprints")
         in_sink = _BucketSink(spill / "input", buckets, np.dtype("<i8"))
-        in_degree = np.zeros(num_nodes, dtype=np.int64) if halo else None
-        rows = 0
-        for batch in iter_edge_batches(edge_shards, batch_rows):
-            src, dst = batch.src, batch.dst
-            rows += len(src)
-            if src.size and (src.min() < 0 or dst.min() < 0 or src.max() >= num_nodes or dst.max() >= num_nodes):
-                problems.add("input", f"edge ids outside [0, {num_nodes}) in {edge_shards[batch.shard_index].url}")
-                return
-            in_sink.add(src * num_nodes + dst)
-            if halo:
-                in_degree += np.bincount(dst, minlength=num_nodes)
-                if undirected:
-                    loop = src == dst
-                    in_degree += np.bincount(src[~loop], minlength=num_nodes)
-        in_sink.close()
-        if rows != num_edges:
-            problems.add("input", f"the manifest says {num_edges:,} edges, the input has {rows:,}")
-        _compare_edges(in_sink, edge_sink, num_nodes, problems)
+        ids_ok, in_degree = _hash_input_edges(edge_shards, batch_rows, manifest, in_sink, problems)
+        if not ids_ok:
+            return
+        _compare_edges(in_sink, scan.edge_sink, num_nodes, problems)
         report.checks.append("edge multiset equals the input")
         if halo:
-            bad = np.flatnonzero((master_count == 1) & (halo_in != in_degree))
+            bad = np.flatnonzero((scan.master_count == 1) & (scan.halo_in != in_degree))
             if len(bad):
                 v = int(bad[0])
                 problems.add(
-                    f"partition {int(master_part[v])}",
-                    f"halo incomplete: master global_nid {v} holds {int(halo_in[v])} of its "
+                    f"partition {int(scan.master_part[v])}",
+                    f"halo incomplete: master global_nid {v} holds {int(scan.halo_in[v])} of its "
                     f"{int(in_degree[v])} in-edges ({len(bad):,} master(s) affected)",
                 )
             report.checks.append("halo holds every in-edge of each master")
-        _compare_nodes(stores, node_shards, memory_budget, problems)
+        _compare_nodes(scan.intact, node_shards, memory_budget, problems)
         report.checks.append("features, labels and splits match the input")
     finally:
         shutil.rmtree(spill, ignore_errors=True)
+
+
+class _Scan:
+    """What the partition scans accumulate: the edge records, the masters and halo counts."""
+
+    def __init__(self, edge_sink: _BucketSink, num_nodes: int, halo: int):
+        self.edge_sink, self.num_nodes, self.halo = edge_sink, num_nodes, halo
+        self.master_count = np.zeros(num_nodes, dtype=np.int32)
+        self.master_part = np.full(num_nodes, -1, dtype=np.int64)
+        self.master_local = np.full(num_nodes, -1, dtype=np.int64)
+        self.halo_in = np.zeros(num_nodes, dtype=np.int64) if halo else None
+        self.scanned: set[int] = set()
+        #: Stores that passed every check, chunk digests included (their node rows are compared).
+        self.intact: dict[int, PartitionStore] = {}
+
+
+def _verify_partition(out, manifest, entry, storage_options, scan: _Scan, state, problems) -> None:
+    """Open, check and scan one partition. A store whose chunks are missing, undecodable or
+    altered is reported chunk by chunk, then scanned unchecked (as far as it decodes) so
+    the problems it causes elsewhere (masters, edges) are reported too."""
+    p = int(entry["part_id"])
+    where = f"partition {p}"
+    try:
+        url = resolve_store_url(out, manifest, entry, storage_options)
+        store = open_store(url, storage_options=storage_options)
+    except StoreError as exc:
+        problems.add(where, str(exc))
+        return
+    layout_ok, damaged = _check_store(store, entry, manifest, problems)
+    if not layout_ok:
+        return
+    if damaged:
+        store = open_store(url, storage_options=storage_options, verify=False)
+    undirected = bool(manifest.get("undirected", False))
+    try:
+        _scan_partition(store, scan.num_nodes, undirected, scan.halo, scan.edge_sink, scan.master_count,
+                        scan.master_part, scan.master_local, scan.halo_in, problems, state)
+    except Exception as exc:  # noqa: BLE001 - a damaged store may fail to decode in any way
+        if not damaged:
+            raise
+        problems.add(where, f"could not be scanned past its damage ({type(exc).__name__}: {exc})")
+        return
+    scan.scanned.add(p)
+    if not damaged:
+        scan.intact[p] = store
+
+
+def _hash_input_edges(edge_shards, batch_rows, manifest, in_sink, problems):
+    """Bucket the input's edge keys: ``(ids_ok, in_degree)``, the in-degrees with halo 1."""
+    num_nodes, num_edges = int(manifest["num_nodes"]), int(manifest["num_edges"])
+    halo, undirected = int(manifest.get("halo", 0)), bool(manifest.get("undirected", False))
+    in_degree = np.zeros(num_nodes, dtype=np.int64) if halo else None
+    rows = 0
+    for batch in iter_edge_batches(edge_shards, batch_rows):
+        src, dst = batch.src, batch.dst
+        rows += len(src)
+        if src.size and (src.min() < 0 or dst.min() < 0 or src.max() >= num_nodes or dst.max() >= num_nodes):
+            problems.add("input", f"edge ids outside [0, {num_nodes}) in {edge_shards[batch.shard_index].url}")
+            return False, in_degree
+        in_sink.add(src * num_nodes + dst)
+        if halo:
+            in_degree += np.bincount(dst, minlength=num_nodes)
+            if undirected:
+                loop = src == dst
+                in_degree += np.bincount(src[~loop], minlength=num_nodes)
+    in_sink.close()
+    if rows != num_edges:
+        problems.add("input", f"the manifest says {num_edges:,} edges, the input has {rows:,}")
+    return True, in_degree
 
 
 def _input_shards(input_url, storage_options, manifest=None):
@@ -292,8 +330,10 @@ def _check_fingerprints(manifest, edge_shards, node_shards, problems) -> None:
 # --- per-partition structure ----------------------------------------------------------
 
 
-def _check_store(store: PartitionStore, entry, manifest, problems) -> bool:
-    """Attributes, checksums, dtypes and shapes; True when the CSR can be scanned."""
+def _check_store(store: PartitionStore, entry, manifest, problems) -> tuple[bool, bool]:
+    """Attributes, checksums, dtypes and shapes: ``(layout_ok, damaged)``. The CSR can
+    be scanned when the layout is right; ``damaged`` when a chunk is missing,
+    undecodable or altered (the store's checked reads refuse it)."""
     where = f"partition {store.part_id}"
     attrs = store.attrs
     expect = {
@@ -307,7 +347,8 @@ def _check_store(store: PartitionStore, entry, manifest, problems) -> bool:
     for key, value in expect.items():
         if attrs.get(key) != value:
             problems.add(where, f"attrs {key} is {attrs.get(key)!r}, the manifest says {value!r}")
-    for name in checksum_problems(store):
+    damaged = checksum_problems(store)
+    for name in damaged:
         problems.add(where, f"checksum mismatch: {name}")
     n = store.num_nodes
     m = store.num_edges
@@ -336,7 +377,7 @@ def _check_store(store: PartitionStore, entry, manifest, problems) -> bool:
         if counts.get(key) != value or entry.get("counts", {}).get(key) != value:
             problems.add(where, f"counts.{key}: attrs say {counts.get(key)}, manifest "
                                 f"{entry.get('counts', {}).get(key)}, the arrays hold {value}")
-    return ok
+    return ok, bool(damaged)
 
 
 def _scan_partition(store, num_nodes, undirected, halo, edge_sink, master_count, master_part,

@@ -96,7 +96,7 @@ def test_store_uses_the_measured_codecs_and_chunks(outputs):
 
 def test_open_partition_is_lazy_and_complete(outputs):
     store = open_partition(outputs[0], 2)
-    assert isinstance(store.x, zarr.Array) and store.part_id == 2 and store.num_parts == 3
+    assert isinstance(store.x, ps.CheckedArray) and store.part_id == 2 and store.num_parts == 3
     data = store.to_numpy()
     assert data["nodes/x"].shape == (store.num_nodes, 4)
     assert store.manifest["generation"] == store.generation == 1
