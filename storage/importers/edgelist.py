@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 
 from storage.errors import InputError, SchemaError, format_problem
 from storage.fs import resolve, url_of
-from storage.importers import _common
+import storage.importers._common as _common
 from storage.importers._edge_text import (
     DELIMITERS,
     EdgeFile,

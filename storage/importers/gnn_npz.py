@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from storage.errors import InputError, SchemaError, format_problem
-from storage.importers import _common
+import storage.importers._common as _common
 from storage.input_writer import InputWriter
 from storage.resources import stage
 

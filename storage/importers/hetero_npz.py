@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from storage.errors import InputError, SchemaError, format_problem
-from storage.importers import _common
+import storage.importers._common as _common
 from storage.input_writer import InputWriter
 from storage.resources import stage
 from storage.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL

@@ -32,7 +32,7 @@ import pyarrow.csv as pacsv
 
 from storage.errors import InputError, InputNotFoundError, SchemaError, format_problem
 from storage.fs import url_of
-from storage.importers import _common
+import storage.importers._common as _common
 from storage.input_writer import InputWriter
 from storage.resources import stage
 
