@@ -104,6 +104,36 @@ def test_open_partition_is_lazy_and_complete(outputs):
         open_partition(outputs[0], 3)
 
 
+def test_checked_reads_select_like_numpy(outputs, tmp_path, monkeypatch):
+    """Every selection form reads the same values as numpy does on the whole array,
+    across chunk boundaries (small chunks: many per array)."""
+    monkeypatch.setattr(ps, "CHUNK_BYTES", 256)
+    group = ps.create_store(tmp_path / "s.zarr")
+    data = np.arange(300 * 4, dtype=np.float32).reshape(300, 4)
+    ps.write_array(group, "nodes/x", data)
+    x = ps.CheckedArray("nodes/x", zarr.open_group(str(tmp_path / "s.zarr"), mode="r")["nodes/x"], "test")
+    assert x.chunks[0] == 16 and x.shape == data.shape and len(x) == 300
+    mask = np.zeros(300, dtype=bool)
+    mask[[3, 40, 299]] = True
+    for key in [..., (), slice(None), slice(5, 37), slice(17, 18), slice(5, 2), slice(290, 400), slice(None, None, 7),
+                slice(250, 10, -9), 0, -1, np.int64(33), [1, 200, -3], np.array([], dtype=np.int64), mask,
+                (slice(10, 50), 2), (..., 1), (7, slice(1, 3)), (slice(0, 20), [0, 3])]:
+        got, want = x[key], data[key]
+        assert got.shape == want.shape and np.array_equal(got, want), key
+    assert np.array_equal(np.asarray(x), data)
+    for key in (300, -301, [300]):
+        with pytest.raises(IndexError):
+            x[key]
+
+
+def test_stores_of_an_older_format_are_refused(outputs, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(outputs[0], out)
+    zarr.open_group(str(out / "part-00000.zarr"), mode="r+").attrs["format_version"] = 1
+    with pytest.raises(StoreError, match=r"attrs format_version: expected 2 \(stores with chunk digests\), found 1"):
+        open_partition(out, 0)
+
+
 def test_open_partition_reads_only_its_own_files(outputs, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(outputs[0], out)

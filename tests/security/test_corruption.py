@@ -1,0 +1,243 @@
+"""Issue 16, cases 1 to 3: a damaged or crafted partition store is never read silently.
+
+Each test damages a copy of a real output the way a failing disk or a hostile co-user
+of a shared filesystem could, then reads it through every door: the reader
+(:func:`storage.open_partition`), the trainers' loader, ``asepr verify`` and
+``asepr ingest``. Each must refuse with a :class:`StoreError` (or a failed check)
+naming the partition, the array and the chunk, and commit nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numcodecs
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import zarr
+
+import storage.partition_store as ps
+from pipeline.config import PartitionConfig
+from pipeline.increment.ingest import ingest
+from pipeline.store.verify import verify_output
+from pipeline.store.write import partition_to_store
+from storage.errors import StoreError
+from storage.manifest import read_manifest
+from storage.partition_store import CHUNK_DIGESTS, CheckedArray, create_store, open_partition, write_array
+from tests.storage.helpers import edge_table
+from training.data import load_local_graph
+from workflows.cli import main
+
+#: Small chunks, so that each partition's ``nodes/x`` spans several of them.
+_CHUNK_BYTES = 8 << 10
+
+
+@pytest.fixture(scope="module")
+def committed(synth_input, tmp_path_factory) -> Path:
+    """Generation 1 of the synthetic input in 4 partitions, written with small chunks."""
+    out = tmp_path_factory.mktemp("corruption") / "gen1"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ps, "CHUNK_BYTES", _CHUNK_BYTES)
+        partition_to_store(synth_input, out, PartitionConfig(num_parts=4, algo="dbh"))
+    return out
+
+
+@pytest.fixture
+def out(committed, tmp_path) -> Path:
+    """A private copy of the output, two levels down (so ``../../x`` stays in tmp_path)."""
+    path = tmp_path / "fs" / "out"
+    shutil.copytree(committed, path)
+    return path
+
+
+@pytest.fixture
+def new_edges(synth_input, tmp_path) -> Path:
+    """Edges for an ingest that touches every partition."""
+    root = tmp_path / "new"
+    root.mkdir()
+    rng = np.random.default_rng(7)
+    n = int(json.loads((synth_input / "meta.json").read_text())["num_nodes"])
+    pq.write_table(edge_table(rng.integers(0, n, 2_000), rng.integers(0, n, 2_000)), root / "part-00000.parquet")
+    return root
+
+
+def _relabel_one(chunk: Path) -> None:
+    """Decode a label chunk, lower one label by one (5 → 4 in the issue), encode it again:
+    the file still decodes, only its content changed."""
+    raw = np.frombuffer(numcodecs.Blosc().decode(chunk.read_bytes()), dtype=np.int64).copy()
+    i = int(np.flatnonzero(raw > 0)[0])
+    raw[i] -= 1
+    codec = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.BITSHUFFLE)
+    chunk.write_bytes(codec.encode(raw))
+
+
+def _break(chunk: Path) -> None:
+    """Flip one byte of a compressed chunk so that it no longer decodes."""
+    data = bytearray(chunk.read_bytes())
+    data[16] ^= 0xFF  # the first block's offset in the Blosc header
+    with pytest.raises(RuntimeError):
+        numcodecs.Blosc().decode(bytes(data))
+    chunk.write_bytes(bytes(data))
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# --- case 1: a deleted chunk, a changed value ---------------------------------------------------
+
+
+def test_a_deleted_chunk_is_refused_not_read_as_zeros(out):
+    rows = open_partition(out, 0).x.chunks[0]
+    assert open_partition(out, 0).num_nodes > 2 * rows  # nodes/x spans several chunks
+    (out / "part-00000.zarr" / "nodes" / "x" / "c" / "1" / "0").unlink()
+    store = open_partition(out, 0)
+    assert store.x[:rows].shape == (rows, 16)  # the chunks that are there still read
+    expected = r"partition 0 \(.*part-00000.zarr\), array nodes/x, chunk c/1/0: expected a chunk file"
+    for read in (store.to_numpy, lambda: store.x[rows + 3], lambda: store.x[...],
+                 lambda: load_local_graph(out, [0])):
+        with pytest.raises(StoreError, match=expected):
+            read()
+    report = verify_output(out)
+    assert not report.ok
+    assert "partition 0: checksum mismatch: array nodes/x, chunk c/1/0: expected a chunk file" in report.summary()
+
+
+def test_a_missing_chunk_of_fill_values_is_still_an_error(tmp_path):
+    """zarr would return the fill value for it, which here equals the content: the
+    chunk file itself is required."""
+    group = create_store(tmp_path / "s.zarr")
+    write_array(group, "nodes/y", np.zeros(10, dtype=np.int64))
+    (tmp_path / "s.zarr" / "nodes" / "y" / "c" / "0").unlink()
+    array = CheckedArray("nodes/y", group["nodes/y"], "a test store")
+    with pytest.raises(StoreError, match=r"a test store, array nodes/y, chunk c/0: .*no file nodes/y/c/0"):
+        array[...]
+
+
+def test_a_changed_label_that_still_decodes_is_refused(out):
+    _relabel_one(out / "part-00001.zarr" / "nodes" / "y" / "c" / "0")
+    with pytest.raises(StoreError, match=r"partition 1 .*array nodes/y, chunk c/0: expected content with crc32"):
+        open_partition(out, 1).to_numpy()
+    with pytest.raises(StoreError, match="nodes/y, chunk c/0"):
+        load_local_graph(out, [1])
+    report = verify_output(out)
+    assert "partition 1: checksum mismatch: array nodes/y, chunk c/0: expected content" in report.summary()
+
+
+def test_ingest_refuses_a_damaged_store_and_commits_nothing(out, new_edges):
+    (out / "part-00002.zarr" / "nodes" / "x" / "c" / "1" / "0").unlink()
+    before = read_manifest(out)
+    with pytest.raises(StoreError, match=r"partition 2 .*array nodes/x, chunk c/1/0"):
+        ingest(out, new_edges)
+    assert read_manifest(out) == before
+
+
+# --- case 2: a chunk that no longer decodes ----------------------------------------------------
+
+
+def test_an_undecodable_chunk_is_a_failed_check_not_a_traceback(out, capsys):
+    _break(out / "part-00002.zarr" / "nodes" / "x" / "c" / "0" / "0")
+    with pytest.raises(StoreError, match=r"partition 2 .*array nodes/x, chunk c/0/0: expected a chunk that decodes"):
+        open_partition(out, 2).x[:1]
+    assert main(["verify", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "FAIL partition 2: checksum mismatch: array nodes/x, chunk c/0/0: expected a chunk that decodes" in err
+    assert "problem(s) found" in err and "Traceback" not in err
+    assert main(["verify", str(out), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert not report["ok"] and any("chunk c/0/0" in p for p in report["problems"])
+
+
+# --- null or absent checksums ---------------------------------------------------------------------
+
+
+def _null_store_checksum(out: Path) -> None:
+    zarr.open_group(str(out / "part-00001.zarr"), mode="r+").attrs["checksum"] = None
+
+
+def _null_array_checksum(out: Path) -> None:
+    group = zarr.open_group(str(out / "part-00001.zarr"), mode="r+")
+    group.attrs["array_checksums"] = {**group.attrs["array_checksums"], "nodes/x": None}
+
+
+def _null_chunk_digests(out: Path) -> None:
+    zarr.open_array(str(out / "part-00001.zarr" / "nodes" / "x"), mode="r+").attrs[CHUNK_DIGESTS] = None
+
+
+def _null_manifest_checksum(out: Path) -> None:
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["partitions"][1]["checksum"] = None
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (_null_store_checksum, r"part-00001.zarr, attrs checksum: expected the sha256 that combines"),
+    (_null_array_checksum, r"part-00001.zarr, attrs array_checksums: expected a sha256 for each"),
+    (_null_chunk_digests, r"partition 1 .*array nodes/x, attrs chunk_crc32: expected a list of \d+ crc32"),
+    (_null_manifest_checksum, r"manifest.json, the entry of partition 1: expected a checksum"),
+])
+def test_a_null_checksum_is_an_error_not_a_skip(out, damage, message):
+    damage(out)
+    with pytest.raises(StoreError, match=message):
+        open_partition(out, 1)
+    report = verify_output(out)
+    assert not report.ok and any(p.where == "partition 1" for p in report.problems), report.summary()
+
+
+# --- case 3: a manifest path that leads outside OUT -----------------------------------------------
+
+
+def _point_partition_1_at(out: Path, path: str) -> None:
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["partitions"][1]["path"] = path
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_manifest_path_outside_out_is_refused_everywhere(out, new_edges, capsys):
+    evil = out.parent.parent / "evil_store"  # what ../../evil_store names from OUT
+    shutil.copytree(out / "part-00001.zarr", evil / "part-00001.zarr")
+    _point_partition_1_at(out, "../../evil_store/part-00001.zarr")
+    before = _files(evil)
+    expected = r"manifest.json, the path of partition 1: expected a path inside .*'../../evil_store/part-00001.zarr'"
+    with pytest.raises(StoreError, match=expected):
+        open_partition(out, 1)
+    with pytest.raises(StoreError, match=expected):
+        load_local_graph(out, [1])
+    with pytest.raises(StoreError, match=expected):
+        ingest(out, new_edges)
+    assert main(["verify", str(out)]) == 1
+    assert "FAIL partition 1:" in capsys.readouterr().err
+    assert any("../../evil_store" in p.message for p in verify_output(out).problems)
+    assert _files(evil) == before
+
+
+@pytest.mark.parametrize("path", ["/etc", "part-00001.zarr/../../out-elsewhere", ""])
+def test_other_paths_outside_out_are_refused(out, path):
+    _point_partition_1_at(out, path)
+    with pytest.raises(StoreError, match="manifest.json, the path of partition 1"):
+        open_partition(out, 1)
+
+
+def test_a_store_symlinked_outside_out_is_refused(out):
+    elsewhere = out.parent / "elsewhere.zarr"
+    shutil.move(out / "part-00001.zarr", elsewhere)
+    (out / "part-00001.zarr").symlink_to(elsewhere)
+    with pytest.raises(StoreError, match=r"the path of partition 1: .*which resolves to .*elsewhere.zarr"):
+        open_partition(out, 1)
+
+
+# --- the issue's own reproduction, on Cora -------------------------------------------------------
+
+
+def test_cora_deleted_chunk_through_the_cli(cora_input, tmp_path, capsys):
+    out = tmp_path / "cora-out"
+    assert main(["partition", str(cora_input), str(out), "-k", "4", "--workers", "0", "-q"]) == 0
+    (out / "part-00000.zarr" / "nodes" / "x" / "c" / "0" / "0").unlink()
+    with pytest.raises(StoreError, match=r"partition 0 .*array nodes/x, chunk c/0/0"):
+        open_partition(out, 0).to_numpy()
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 1
+    assert "FAIL partition 0: checksum mismatch: array nodes/x, chunk c/0/0" in capsys.readouterr().err
