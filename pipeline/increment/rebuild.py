@@ -21,20 +21,10 @@ for the CSR, O(n_p) indices plus one block of rows for the node rows, and one pa
 over an O(N) master array. The old stores are only read: they stay in place (and
 readable) until the commit swaps the new ones in.
 
-Rebuild, or delta segments that readers merge? Measured
----------------------------------------------------------
-On ``asepr bench ingest`` (2M nodes, 20M + 2M edges, k = 16, d = 16; a 2-core VM
-shared with other jobs, load average about 8): rebuilding the 16 changed partitions
-(rebuild edges + gather rows + rebuild nodes) took 10.2 s of a 21 s ingest, against a
-147 s full repartition. A prototype that writes only a delta segment per partition
-(the new edges and the added nodes' rows: 2.2M edges, 111k rows) took 4.4 s, so a
-delta design would save about 6 s per ingest (4 % of a full repartition). But every
-reader would then merge: opening and reading all 16 rebuilt partitions took 3.4 s,
-while reading base + delta and merging them took 11.0 s more, on every open by every
-trainer, every generation, until a compaction rewrote the stores anyway. So changed
-partitions are rebuilt: the ingest stays within budget, the store format, the
-readers, the checksums and ``asepr verify`` stay as they are, and there is nothing
-to compact.
+Changed partitions are rebuilt rather than given delta segments that every reader
+would merge: a delta saves a few seconds per ingest but costs every reader more on
+every open (measured in ``docs/results/ingest/rebuild-vs-delta.md``), and rebuilding
+keeps the store format, the readers, the checksums and ``asepr verify`` as they are.
 
 Spill layout (inside the run's staging directory, besides :mod:`pipeline.store.route`'s)::
 
@@ -47,8 +37,6 @@ Spill layout (inside the run's staging directory, besides :mod:`pipeline.store.r
 from __future__ import annotations
 
 import logging
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +44,7 @@ import numba
 import numpy as np
 import zarr
 
-from pipeline.store.finalize import row_index, write_structure
+from pipeline.store.finalize import finish_store, row_index, write_structure
 from pipeline.store.route import (
     EDGE_RECORD,
     KIND_ASSIGNED,
@@ -66,18 +54,9 @@ from pipeline.store.route import (
     read_segments,
     write_grouped,
 )
-from storage import failpoints
 from storage.atomic import save_npy_atomic
 from storage.errors import StoreError, format_problem
-from storage.partition_store import (
-    STORE_FORMAT,
-    STORE_VERSION,
-    ArrayWriter,
-    combine_digests,
-    open_store,
-    store_bytes,
-    write_array,
-)
+from storage.partition_store import ArrayWriter, open_store
 
 __all__ = [
     "extract_moves",
@@ -577,24 +556,5 @@ def rebuild_nodes(
         x_writer.write(x)
         del x
     digests["nodes/x"] = x_writer.close()
-    digests["nodes/y"] = write_array(group, "nodes/y", y)
-    digests["nodes/split"] = write_array(group, "nodes/split", split)
-    failpoints.failpoint("finalize")
-    checksum = combine_digests(digests)
-    counts = {**counts, "feat_dim": int(feat_dim)}
-    group.attrs.update(
-        {
-            "format": STORE_FORMAT,
-            "format_version": STORE_VERSION,
-            "part_id": int(part_id),
-            **attrs,
-            "counts": counts,
-            "index_dtype": edges_info["index_dtype"],
-            "array_checksums": digests,
-            "checksum": checksum,
-        }
-    )
-    shutil.rmtree(final_path, ignore_errors=True)
-    os.rename(store_path, final_path)
-    failpoints.failpoint("between-commits")
-    return {"part_id": int(part_id), "checksum": checksum, "counts": counts, "bytes": store_bytes(final_path)}
+    return finish_store(group, part_id, edges_info, digests, y, split, feat_dim=feat_dim, attrs=attrs,
+                        store_path=store_path, final_path=final_path)

@@ -36,7 +36,7 @@ from storage.partition_store import (
     write_array,
 )
 
-__all__ = ["finalize_edges", "finalize_nodes", "row_index", "write_structure"]
+__all__ = ["finalize_edges", "finalize_nodes", "finish_store", "row_index", "write_structure"]
 
 log = logging.getLogger(__name__)
 
@@ -232,20 +232,38 @@ def finalize_nodes(
         y[start : start + len(pick)] = block["y"]
         split[start : start + len(pick)] = block["split"]
         del block
-    del order, files, records
     digests["nodes/x"] = x_writer.close()
+    del order, files, records
+    return finish_store(group, part_id, edges_info, digests, y, split, feat_dim=feat_dim, attrs=attrs,
+                        store_path=store_path, final_path=final_path)
+
+
+def finish_store(group: zarr.Group, part_id: int, edges_info: dict[str, Any], digests: dict[str, str],
+                 y: np.ndarray, split: np.ndarray, *, feat_dim: int, attrs: dict[str, Any], store_path: str,
+                 final_path: str) -> dict[str, Any]:
+    """Write a store's labels and splits, then its attributes and checksum; rename it into place.
+
+    ``digests`` holds the digests of every array written so far (structure and
+    ``nodes/x``). The attributes are written last, so a store without them is
+    unfinished; the rename to ``final_path`` marks it finished.
+
+    Returns
+    -------
+    dict
+        The partition's manifest entry (without ``path``).
+    """
     digests["nodes/y"] = write_array(group, "nodes/y", y)
     digests["nodes/split"] = write_array(group, "nodes/split", split)
-    del y, split
     failpoints.failpoint("finalize")
     checksum = combine_digests(digests)
+    counts = {**edges_info["counts"], "feat_dim": int(feat_dim)}
     group.attrs.update(
         {
             "format": STORE_FORMAT,
             "format_version": STORE_VERSION,
             "part_id": int(part_id),
             **attrs,
-            "counts": {**counts, "feat_dim": int(feat_dim)},
+            "counts": counts,
             "index_dtype": edges_info["index_dtype"],
             "array_checksums": digests,
             "checksum": checksum,
@@ -254,9 +272,4 @@ def finalize_nodes(
     shutil.rmtree(final_path, ignore_errors=True)
     os.rename(store_path, final_path)
     failpoints.failpoint("between-commits")
-    return {
-        "part_id": int(part_id),
-        "checksum": checksum,
-        "counts": {**counts, "feat_dim": int(feat_dim)},
-        "bytes": store_bytes(final_path),
-    }
+    return {"part_id": int(part_id), "checksum": checksum, "counts": counts, "bytes": store_bytes(final_path)}

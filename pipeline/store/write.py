@@ -27,12 +27,14 @@ A rerun after a crash, with the same run key (same input bytes, config and halo)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -235,6 +237,22 @@ def _check_halo(halo: int) -> int:
 
 
 # --- begin, write, commit ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _writable_output(out: str | Path, storage_options: dict | None) -> Iterator[Path]:
+    """The local output directory, created if needed, locked, with disk errors explained.
+
+    A directory this run created is removed again when the run leaves it empty.
+    """
+    out_path = local_output(out, storage_options)
+    created = prepare_output_dir(out_path)
+    try:
+        with OutputLock(out_path), disk_errors(out_path):
+            yield out_path
+    finally:
+        if created:
+            remove_if_empty(out_path)
 
 
 def _begin(out: Path, run_key: str, overwrite: bool) -> tuple[Staging, int, dict | None]:
@@ -465,52 +483,46 @@ def partition_to_store(
     from pipeline.partition import partition
 
     halo = _check_halo(halo)
-    out_path = local_output(out, storage_options)
-    created = prepare_output_dir(out_path)
-    try:
-        with OutputLock(out_path), disk_errors(out_path):
-            timings: dict[str, float] = {}
-            start = time.perf_counter()
-            with stage("validate", log):
-                config = _resolved_config(config, input_url, storage_options)
-                report = validate_input(input_url, undirected=config.undirected, check_duplicates=False,
-                                        storage_options=storage_options)
-            timings["validate"] = time.perf_counter() - start
-            input_info = _input_info_from_report(input_url, report, storage_options)
-            run_key = _run_key(config.to_dict(), halo, input_info)
-            staging, generation, committed = _begin(out_path, run_key, overwrite)
-            if committed is not None:
-                return committed
-            edges_url, nodes_url = input_paths(input_url)
-            edge_shards = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
-            node_shards = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
-            saved = _load_assignment(staging.work, run_key, edge_shards, node_shards)
-            if saved is not None and not _staged_state_ok(staging, generation):
-                saved = None
-            if saved is None:
-                staging.reset_work()
-                with bar_for(progress, "assign", 1) as bar:
-                    assignment = partition(
-                        input_url, config=config, client=client, workdir=staging.work,
-                        report=report, storage_options=storage_options,
-                    )
-                    bar.update(1)
-                try:
-                    _stage_state(staging, assignment, generation, input_info)
-                    saved = _save_assignment(assignment, staging.work, run_key, halo)
-                finally:
-                    assignment.close()
-                del assignment
-            else:
-                log.warning("resuming: reusing the saved assignment of generation %d", generation)
-            saved.timings = {**saved.timings, "validate": timings["validate"]}
-            return _write_generation(
-                staging, saved, input_info=input_info, run_key=run_key, generation=generation,
-                halo=halo, client=client, progress=progress, timings=dict(saved.timings),
-            )
-    finally:
-        if created:
-            remove_if_empty(out_path)
+    with _writable_output(out, storage_options) as out_path:
+        timings: dict[str, float] = {}
+        start = time.perf_counter()
+        with stage("validate", log):
+            config = _resolved_config(config, input_url, storage_options)
+            report = validate_input(input_url, undirected=config.undirected, check_duplicates=False,
+                                    storage_options=storage_options)
+        timings["validate"] = time.perf_counter() - start
+        input_info = _input_info_from_report(input_url, report, storage_options)
+        run_key = _run_key(config.to_dict(), halo, input_info)
+        staging, generation, committed = _begin(out_path, run_key, overwrite)
+        if committed is not None:
+            return committed
+        edges_url, nodes_url = input_paths(input_url)
+        edge_shards = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
+        node_shards = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
+        saved = _load_assignment(staging.work, run_key, edge_shards, node_shards)
+        if saved is not None and not _staged_state_ok(staging, generation):
+            saved = None
+        if saved is None:
+            staging.reset_work()
+            with bar_for(progress, "assign", 1) as bar:
+                assignment = partition(
+                    input_url, config=config, client=client, workdir=staging.work,
+                    report=report, storage_options=storage_options,
+                )
+                bar.update(1)
+            try:
+                _stage_state(staging, assignment, generation, input_info)
+                saved = _save_assignment(assignment, staging.work, run_key, halo)
+            finally:
+                assignment.close()
+            del assignment
+        else:
+            log.warning("resuming: reusing the saved assignment of generation %d", generation)
+        saved.timings = {**saved.timings, "validate": timings["validate"]}
+        return _write_generation(
+            staging, saved, input_info=input_info, run_key=run_key, generation=generation,
+            halo=halo, client=client, progress=progress, timings=dict(saved.timings),
+        )
 
 
 def write_partitions(
@@ -534,32 +546,26 @@ def write_partitions(
         The committed manifest.
     """
     halo = _check_halo(halo)
-    out_path = local_output(out, None)
-    created = prepare_output_dir(out_path)
-    try:
-        with OutputLock(out_path), disk_errors(out_path):
-            input_info = _input_info_from_shards(input_url, assignment.edge_shards, assignment.node_shards)
-            run_key = _run_key(assignment.config.to_dict(), halo, input_info)
-            staging, generation, committed = _begin(out_path, run_key, overwrite)
-            if committed is not None:
-                return committed
-            parts = _parts_files(assignment.workdir, len(assignment.edge_shards))
-            digest = _assignment_digest(assignment.master, parts)
-            saved = _load_assignment(staging.work, run_key, assignment.edge_shards, assignment.node_shards)
-            if saved is not None and saved.digest != digest:
-                log.warning("discarding an interrupted run in %s (another assignment); starting clean", out_path)
-                staging.restart(run_key, generation, "partition")
-                saved = None
-            if saved is not None and not _staged_state_ok(staging, generation):
-                saved = None
-            if saved is None:
-                staging.reset_work()
-                _stage_state(staging, assignment, generation, input_info)
-                saved = _save_assignment(assignment, staging.work, run_key, halo)
-            return _write_generation(
-                staging, saved, input_info=input_info, run_key=run_key, generation=generation,
-                halo=halo, client=client, progress=progress, timings=dict(saved.timings),
-            )
-    finally:
-        if created:
-            remove_if_empty(out_path)
+    with _writable_output(out, None) as out_path:
+        input_info = _input_info_from_shards(input_url, assignment.edge_shards, assignment.node_shards)
+        run_key = _run_key(assignment.config.to_dict(), halo, input_info)
+        staging, generation, committed = _begin(out_path, run_key, overwrite)
+        if committed is not None:
+            return committed
+        parts = _parts_files(assignment.workdir, len(assignment.edge_shards))
+        digest = _assignment_digest(assignment.master, parts)
+        saved = _load_assignment(staging.work, run_key, assignment.edge_shards, assignment.node_shards)
+        if saved is not None and saved.digest != digest:
+            log.warning("discarding an interrupted run in %s (another assignment); starting clean", out_path)
+            staging.restart(run_key, generation, "partition")
+            saved = None
+        if saved is not None and not _staged_state_ok(staging, generation):
+            saved = None
+        if saved is None:
+            staging.reset_work()
+            _stage_state(staging, assignment, generation, input_info)
+            saved = _save_assignment(assignment, staging.work, run_key, halo)
+        return _write_generation(
+            staging, saved, input_info=input_info, run_key=run_key, generation=generation,
+            halo=halo, client=client, progress=progress, timings=dict(saved.timings),
+        )
