@@ -3,6 +3,9 @@
 Layout (``RUN``)::
 
     RUN/
+      .asepr.lock              the lock of the run using the directory (:meth:`RunDir.lock`)
+      config.json              the resolved TrainConfig of the latest launch (``asepr train``
+                               writes it; the trainers read it back)
       run.json                 the TrainConfig, the partition output, world size (first start)
       metrics.csv              one row per evaluated round (rank 0; replaced atomically)
       checkpoints/
@@ -15,44 +18,104 @@ Layout (``RUN``)::
 
 A round's checkpoint is complete once ``latest.json`` names it, and only then: a rank
 killed mid-write leaves the previous round as the latest. The two newest complete
-rounds are kept. Files are written by ``torch.save`` to a temporary name and renamed,
-and read with ``torch.load(weights_only=True)``: tensors, numbers, strings, lists and
-dicts only, never arbitrary pickles.
+rounds are kept. Files are written by :func:`storage.atomic.write_bytes_atomic` (a
+private temporary file renamed into place), and checkpoints read with
+``torch.load(weights_only=True)``: tensors, numbers, strings, lists and dicts only, never
+arbitrary pickles. A checkpoint whose tensors do not fit the model is refused with an
+error naming the file (:func:`expect_keys`, :func:`expect_tensor`,
+:func:`load_optimizer_state`).
+
+One run at a time uses a run directory: :meth:`RunDir.lock` is the output's lock
+(:class:`storage.lock.OutputLock`) on ``RUN``. The launcher takes it and passes its token
+to the trainers in :data:`LOCK_TOKEN_VARIABLE`; a trainer started without it (plain
+``torchrun``, SLURM) takes the lock itself on rank 0 (:meth:`RunDir.claim`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from storage.atomic import write_bytes_atomic, write_json_atomic
 from storage.errors import StoreError, format_problem
+from storage.lock import OutputLock
+from storage.manifest import LOCK_NAME
+from training.config import TrainConfig
 
-__all__ = ["RunDir", "TrainerError"]
+__all__ = ["CONFIG", "LOCK_TOKEN_VARIABLE", "RunDir", "TrainerError", "expect_keys", "expect_tensor",
+           "load_optimizer_state"]
 
 LATEST = "latest.json"
+CONFIG = "config.json"
 KEEP_ROUNDS = 2
+#: The environment variable in which a launcher holding the run directory's lock passes
+#: the lock's token to the trainers it starts.
+LOCK_TOKEN_VARIABLE = "ASEPR_RUN_LOCK_TOKEN"
 
 
 class TrainerError(StoreError):
     """A trainer could not continue (a peer died, a collective timed out, bad run directory)."""
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a private temporary sibling, fsync, and rename it into place."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+def _unfit(path: Path, what: str, expected: str, found: str) -> StoreError:
+    return StoreError(format_problem(f"checkpoint {path}, {what}", expected, found,
+                                     "start a new run, or delete that round directory to resume from the one "
+                                     "before."))
+
+
+def expect_keys(path: Path, state: Any, keys: tuple[str, ...]) -> None:
+    """StoreError naming the checkpoint ``path`` unless ``state`` is a dict holding every key."""
+    missing = [k for k in keys if k not in state] if isinstance(state, dict) else list(keys)
+    if missing:
+        raise _unfit(path, "its entries", f"the entries {list(keys)}", f"none for {missing}")
+
+
+def expect_tensor(path: Path, state: dict[str, Any], key: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """``state[key]``, a tensor of ``shape`` read from the checkpoint ``path``; StoreError naming it otherwise."""
+    value = state.get(key)
+    if not isinstance(value, torch.Tensor):
+        raise _unfit(path, repr(key), f"a tensor of shape {list(shape)}", type(value).__name__)
+    if tuple(value.shape) != tuple(shape):
+        raise _unfit(path, repr(key), f"a tensor of shape {list(shape)} (this model)", f"shape {list(value.shape)}")
+    return value
+
+
+def load_optimizer_state(path: Path, optimizer: torch.optim.Optimizer, state: Any) -> None:
+    """Load the optimiser state saved in the checkpoint ``path``, after checking that it fits.
+
+    Every parameter's state tensors (Adam's moments) must have the parameter's shape: a
+    misfit would otherwise load silently and fail at the next step.
+
+    Raises
+    ------
+    StoreError
+        Naming ``path``: not an optimiser state, other parameter groups, or a moment of
+        another shape.
+    """
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if not isinstance(state, dict) or not isinstance(state.get("state"), dict):
+        raise _unfit(path, "'optimizer'", "an optimizer state_dict", type(state).__name__)
+    for index, entry in state["state"].items():
+        if not isinstance(index, int) or not 0 <= index < len(params) or not isinstance(entry, dict):
+            raise _unfit(path, "'optimizer'", f"the state of {len(params)} parameters", f"an entry {index!r}")
+        for name, value in entry.items():
+            if isinstance(value, torch.Tensor) and value.dim() and value.shape != params[index].shape:
+                raise _unfit(path, f"'optimizer' state {index} {name!r}", f"shape {list(params[index].shape)}",
+                             f"shape {list(value.shape)}")
+    try:
+        optimizer.load_state_dict(state)
+    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+        raise _unfit(path, "'optimizer'", "the state of this model's optimizer", f"{type(exc).__name__}: {exc}") \
+            from None
 
 
 class RunDir:
@@ -62,10 +125,44 @@ class RunDir:
         self.path = Path(path)
         self.checkpoints = self.path / "checkpoints"
 
+    # -- the lock --------------------------------------------------------------------
+    def lock(self) -> OutputLock:
+        """The run directory's lock (created with the directory; acquire it with ``with``)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        return OutputLock(self.path, what="run directory")
+
+    @contextlib.contextmanager
+    def claim(self) -> Iterator[None]:
+        """Hold the lock for the block, unless the launcher holds it for this process.
+
+        The launcher's token in :data:`LOCK_TOKEN_VARIABLE` equal to the lock file's means
+        the lock is already ours; otherwise the lock is taken (and a second run refused).
+        """
+        token = os.environ.get(LOCK_TOKEN_VARIABLE)
+        if token and self._lock_token() == token:
+            yield
+            return
+        with self.lock():
+            yield
+
+    def _lock_token(self) -> str | None:
+        try:
+            record = json.loads((self.path / LOCK_NAME).read_text())
+        except (OSError, ValueError):
+            return None
+        return record.get("token") if isinstance(record, dict) else None
+
+    # -- config.json -----------------------------------------------------------------
+    def write_config(self, config: TrainConfig) -> Path:
+        """Write ``config`` as ``RUN/config.json`` (atomically); return its path."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.path / CONFIG, config.to_dict())
+        return self.path / CONFIG
+
     # -- run.json --------------------------------------------------------------------
     def write_run_info(self, info: dict[str, Any]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(self.path / "run.json", json.dumps(info, indent=2, sort_keys=True).encode())
+        write_json_atomic(self.path / "run.json", info)
 
     def read_run_info(self) -> dict[str, Any] | None:
         try:
@@ -76,6 +173,14 @@ class RunDir:
     # -- checkpoints -----------------------------------------------------------------
     def round_dir(self, round_index: int) -> Path:
         return self.checkpoints / f"round-{round_index:05d}"
+
+    def global_path(self, round_index: int) -> Path:
+        """Round ``round_index``'s ``global.pt``."""
+        return self.round_dir(round_index) / "global.pt"
+
+    def rank_path(self, round_index: int, rank: int) -> Path:
+        """Round ``round_index``'s ``rank-NNNNN.pt`` of ``rank``."""
+        return self.round_dir(round_index) / f"rank-{rank:05d}.pt"
 
     @staticmethod
     def _save(obj: dict[str, Any], path: Path) -> None:
@@ -100,22 +205,20 @@ class RunDir:
             ) from exc
 
     def save_rank(self, round_index: int, rank: int, state: dict[str, Any]) -> None:
-        d = self.round_dir(round_index)
-        d.mkdir(parents=True, exist_ok=True)
-        self._save({"round": round_index, "rank": rank, **state}, d / f"rank-{rank:05d}.pt")
+        self.round_dir(round_index).mkdir(parents=True, exist_ok=True)
+        self._save({"round": round_index, "rank": rank, **state}, self.rank_path(round_index, rank))
 
     def commit(self, round_index: int, world_size: int, global_state: dict[str, Any],
                metrics_rows: list[dict[str, Any]]) -> None:
         """Rank 0, after every rank saved: write global.pt, the metrics, then latest.json."""
         d = self.round_dir(round_index)
-        missing = [r for r in range(world_size) if not (d / f"rank-{r:05d}.pt").exists()]
+        missing = [r for r in range(world_size) if not self.rank_path(round_index, r).exists()]
         if missing:
             raise StoreError(format_problem(f"checkpoint {d}", f"one file per rank (0..{world_size - 1})",
                                             f"ranks {missing} missing", "check the disk of the run directory."))
-        self._save({"round": round_index, "metrics_rows": metrics_rows, **global_state}, d / "global.pt")
+        self._save({"round": round_index, "metrics_rows": metrics_rows, **global_state}, self.global_path(round_index))
         self.write_metrics(metrics_rows)
-        write_bytes_atomic(self.checkpoints / LATEST,
-                           json.dumps({"round": round_index, "path": d.name}).encode())
+        write_json_atomic(self.checkpoints / LATEST, {"round": round_index, "path": d.name})
         self._prune(round_index)
 
     def _prune(self, latest: int) -> None:
@@ -153,10 +256,10 @@ class RunDir:
         return latest
 
     def load_global(self, round_index: int) -> dict[str, Any]:
-        return self._load(self.round_dir(round_index) / "global.pt")
+        return self._load(self.global_path(round_index))
 
     def load_rank(self, round_index: int, rank: int) -> dict[str, Any]:
-        return self._load(self.round_dir(round_index) / f"rank-{rank:05d}.pt")
+        return self._load(self.rank_path(round_index, rank))
 
     # -- metrics ---------------------------------------------------------------------
     def write_metrics(self, rows: list[dict[str, Any]]) -> None:

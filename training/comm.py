@@ -46,12 +46,6 @@ class ByteCounter:
     def total_received(self) -> float:
         return sum(self.received.values())
 
-    def snapshot(self) -> dict[str, float]:
-        out = {"bytes_sent": self.total_sent, "bytes_received": self.total_received}
-        for k, v in self.sent.items():
-            out[f"bytes_sent_{k}"] = v
-        return out
-
     def state_dict(self) -> dict[str, dict[str, float]]:
         return {"sent": dict(self.sent), "received": dict(self.received)}
 
@@ -124,6 +118,20 @@ class Comm:
         t = torch.tensor([int(value)], dtype=torch.int64)
         self.all_reduce(t, "control", op=dist.ReduceOp.MAX if self.distributed else None)
         return int(t.item())
+
+    def gather_uncounted(self, values: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``values`` (a 1-d float64 tensor of the same length on all ranks),
+        stacked as ``[world_size, n]`` in rank order.
+
+        For bookkeeping (the bytes columns of a metrics row, which ranks failed a setup
+        step): the bytes it moves are not counted.
+        """
+        values = values.to(torch.float64).reshape(-1)
+        if self.world_size == 1:
+            return values.unsqueeze(0)
+        out = [torch.empty_like(values) for _ in range(self.world_size)]
+        dist.all_gather(out, values, group=self.group)
+        return torch.stack(out)
 
     def barrier(self) -> None:
         if self.world_size > 1:

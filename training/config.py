@@ -9,12 +9,14 @@ that changes the result.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from storage.errors import format_problem
 
-__all__ = ["MODELS", "RECONCILE_PARTS", "STRATEGIES", "TASKS", "TrainConfig", "parse_reconcile"]
+__all__ = ["MODELS", "RECONCILE_PARTS", "STRATEGIES", "TASKS", "TrainConfig", "load_config", "parse_reconcile"]
 
 MODELS = ("sage", "gcn", "gat")
 TASKS = ("node", "link")
@@ -43,6 +45,31 @@ def parse_reconcile(text: str) -> tuple[str, ...]:
             'the local models, which kd and con refine. Use e.g. "avg+kd".'
         )
     return tuple(p for p in RECONCILE_PARTS if p in parts)
+
+
+_JSON_NAMES = {"int": "integer", "float": "number", "str": "string"}
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _json_type_problem(annotation: str, value: Any) -> str | None:
+    """What a field annotated ``annotation`` expects, when ``value`` is not that; else None."""
+    base, _, optional = annotation.partition("|")
+    base = base.strip()
+    if value is None:
+        return None if optional.strip() == "None" else "a JSON " + _JSON_NAMES.get(base, "array")
+    if base == "int":
+        ok, expected = _is_int(value), "a JSON integer"
+    elif base == "float":
+        ok, expected = _is_int(value) or isinstance(value, float), "a JSON number"
+    elif base == "str":
+        ok, expected = isinstance(value, str), "a JSON string"
+    else:  # tuple[int, ...]
+        ok = isinstance(value, (list, tuple)) and all(_is_int(v) for v in value)
+        expected = "a JSON array of integers"
+    return None if ok else expected + (" or null" if optional.strip() == "None" else "")
 
 
 @dataclass(frozen=True)
@@ -201,11 +228,66 @@ class TrainConfig:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+    def from_dict(cls, d: Any, source: str = "TrainConfig") -> TrainConfig:
+        """The config a JSON object describes (as :meth:`to_dict` writes it), strictly checked.
+
+        Fields left out take their defaults. An unknown field, or a value of another JSON
+        type than the field's (a string for a number, a boolean for an integer, ...), is
+        refused.
+
+        Parameters
+        ----------
+        d
+            The decoded JSON object.
+        source
+            What ``d`` was read from (a file path), named in the error.
+
+        Raises
+        ------
+        ValueError
+            ``d`` is not an object, has an unknown field or a value of the wrong type, or
+            the values are out of range (:meth:`__post_init__`).
+        """
+        fix = "write it with `asepr train` (RUN/config.json), or correct the field."
+        if not isinstance(d, dict):
+            raise ValueError(format_problem(source, "a JSON object of TrainConfig fields", type(d).__name__, fix))
+        fields = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - set(fields))
+        if unknown:
+            raise ValueError(format_problem(source, "TrainConfig fields only", f"unknown fields {unknown}", fix))
+        for name, value in d.items():
+            expected = _json_type_problem(fields[name], value)
+            if expected:
+                raise ValueError(format_problem(f"{source}, field {name!r}", expected, repr(value), fix))
+        try:
+            return cls(**d)
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
 
     def resume_conflicts(self, saved: dict[str, Any]) -> list[str]:
         """Fields (other than ``rounds``, timeouts, threads) that differ from a saved config."""
         mine = self.to_dict()
         return sorted(k for k, v in saved.items() if k in mine and k not in _RESUMABLE and mine[k] != v)
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """The :class:`TrainConfig` of a JSON file (``RUN/config.json``), strictly checked.
+
+    Raises
+    ------
+    ValueError
+        Naming ``path``: it is missing or unreadable, not JSON, or not a valid config
+        (:meth:`TrainConfig.from_dict`).
+    """
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ValueError(format_problem(f"config file {path}", "a TrainConfig as JSON",
+                                        exc.strerror or str(exc), "pass the config.json that `asepr train` wrote.")) \
+            from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(format_problem(f"config file {path}", "a TrainConfig as JSON", f"invalid JSON ({exc})",
+                                        "pass the config.json that `asepr train` wrote.")) from None
+    return TrainConfig.from_dict(data, source=f"config file {path}")

@@ -31,8 +31,8 @@ from torch_geometric.data import Data
 from storage import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, open_partition, read_manifest
 from storage.errors import StoreError, format_problem
 
-__all__ = ["LocalGraph", "build_local_graph", "load_local_graph", "normalize_features", "project_features",
-           "rank_partitions"]
+__all__ = ["LocalGraph", "build_local_graph", "load_local_graph", "normalize_features", "prepare_features",
+           "project_features", "rank_partitions"]
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,8 @@ def load_local_graph(
     Raises
     ------
     StoreError
-        No manifest, an unknown partition, or a store that does not match the manifest.
+        No manifest, an unknown partition, a store that does not match the manifest, or
+        one whose arrays cannot be read (named).
     """
     if not part_ids:
         raise StoreError(format_problem(f"output {out}", "at least one partition to load",
@@ -163,7 +164,14 @@ def load_local_graph(
         # partition the ingest did not change keeps its older store (and entry generation).
         store = open_partition(out, part_id, storage_options=storage_options)
         undirected = store.undirected if undirected is None else undirected
-        parts.append(_read_part(store))
+        try:
+            parts.append(_read_part(store))
+        except (OSError, RuntimeError, ValueError, KeyError) as exc:
+            # A chunk that does not decompress (blosc), a missing array or a damaged file.
+            raise StoreError(format_problem(
+                f"partition store {store.path}", "arrays that read back as written",
+                f"{type(exc).__name__}: {exc}",
+                f"run `asepr verify {out}`; repartition, or restore the store from a copy.")) from exc
     if len(parts) == 1:
         p = parts[0]
         graph = build_local_graph(
@@ -218,3 +226,16 @@ def project_features(x: torch.Tensor, dim: int, seed: int) -> torch.Tensor:
     if density < 0.1:
         return torch.sparse.mm(x.to_sparse(), r)
     return x @ r
+
+
+def prepare_features(x: torch.Tensor, config) -> torch.Tensor:
+    """The features a model trains on: ``x`` row-normalised by ``config.feature_norm``,
+    then projected to ``config.feature_projection`` dimensions when that is set.
+
+    Per row and seeded by ``config.seed`` only, so every rank, every strategy and the
+    centralized run prepare a node's features identically.
+    """
+    x = normalize_features(x, config.feature_norm)
+    if config.feature_projection:
+        x = project_features(x, config.feature_projection, config.seed)
+    return x

@@ -19,7 +19,10 @@ The process group comes from ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PO
 (torchrun sets them) or from SLURM's ``SLURM_PROCID``/``SLURM_NTASKS`` (with
 ``MASTER_ADDR`` from the environment or the first host of ``SLURM_JOB_NODELIST``).
 Backend: gloo on CPU, nccl when CUDA is present. A collective blocked on a dead peer
-fails after ``timeout_s``; under torchrun the agent stops the surviving ranks at once.
+fails after ``timeout_s``; under torchrun the agent stops the surviving ranks at once,
+and :func:`exit_with_parent` stops the ranks when the agent itself is killed. A rank
+that cannot load its partitions or its checkpoint reports the file, and the others name
+that rank (:func:`training.rounds.all_ranks_ready`).
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ import copy
 import logging
 import os
 import re
-import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -38,25 +43,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from storage import read_manifest
+from storage import failpoints, read_manifest
 from storage.errors import format_problem
 from storage.resources import peak_rss_bytes
-from training.checkpoint import RunDir, TrainerError
+from training.checkpoint import RunDir, TrainerError, expect_keys, expect_tensor, load_optimizer_state
 from training.comm import Comm
 from training.config import TrainConfig
-from training.data import (
-    LocalGraph,
-    load_local_graph,
-    normalize_features,
-    project_features,
-    rank_partitions,
-)
+from training.data import LocalGraph, load_local_graph, prepare_features, rank_partitions
 from training.local import train_local
 from training.models import build_model, flatten, num_parameters, unflatten_into
 from training.reconcile import distill, weighted_average
+from training.rounds import all_ranks_ready, bytes_columns, commit_round, evaluates, start_run, threads
 from training.tasks import make_task, round_seed
 
-__all__ = ["TrainerError", "global_weights", "init_process_group", "run_trainer", "train_rounds"]
+__all__ = ["TrainerError", "exit_with_parent", "global_weights", "init_process_group", "run_trainer", "train_rounds"]
 
 log = logging.getLogger(__name__)
 
@@ -99,32 +99,37 @@ def init_process_group(config: TrainConfig) -> tuple[int, int, int]:
     return rank, world, local_rank
 
 
-def _test_kill_hook(rank: int, round_index: int) -> None:
-    """Test hook: ``ASEPR_TEST_KILL_RANK=r:R`` SIGKILLs rank r when it starts round R."""
-    spec = os.environ.get("ASEPR_TEST_KILL_RANK")
-    if spec and spec == f"{rank}:{round_index}":
-        log.warning("test hook: rank %d kills itself at round %d", rank, round_index)
-        os.kill(os.getpid(), signal.SIGKILL)
+def exit_with_parent(poll_s: float = 1.0) -> threading.Thread | None:
+    """Stop this process when its parent (torchrun's agent, ``asepr train``) is gone.
 
+    A daemon thread compares ``os.getppid()`` with the parent at the call every
+    ``poll_s`` seconds. A parent killed by SIGKILL cannot stop its children, which are
+    then re-parented: the rank prints one line on stderr and exits at once with status 1
+    (``os._exit``: a collective in progress cannot hold it), so no orphaned rank keeps
+    training and writing checkpoints. A process whose parent is already init (pid 1)
+    has nothing to watch: None is returned.
+    """
+    parent = os.getppid()
+    if parent == 1:
+        return None
 
-def _threads(config: TrainConfig, world: int) -> int:
-    if config.threads:
-        return config.threads
-    return max(1, (os.cpu_count() or 1) // max(world, 1))
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        print(f"asepr train: rank {os.environ.get('RANK', '?')}: error: the launcher (pid {parent}) is gone; "
+              "this rank stops. Rerun with --resume to continue from the last complete round.",
+              file=sys.stderr, flush=True)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="asepr-exit-with-parent", daemon=True)
+    thread.start()
+    return thread
 
 
 def _weighted_mean(value: float, weight: float, comm: Comm) -> float:
     t = torch.tensor([value * weight if weight else 0.0, float(weight)], dtype=torch.float64)
     comm.all_reduce(t, "control")
     return float(t[0] / t[1]) if t[1] else float("nan")
-
-
-def _round_bytes(comm: Comm) -> float:
-    """The largest number of bytes any rank sent so far (reported per rank)."""
-    t = torch.tensor([comm.bytes.total_sent], dtype=torch.float64)
-    if comm.world_size > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=comm.group)  # bookkeeping: not counted
-    return float(t.item())
 
 
 def run_trainer(out: str | Path, run_dir: str | Path, config: TrainConfig, *, resume: bool = False,
@@ -147,124 +152,158 @@ def run_trainer(out: str | Path, run_dir: str | Path, config: TrainConfig, *, re
         Called on rank 0 with each metrics row once its round is committed.
     """
     comm = comm or Comm()
-    torch.set_num_threads(_threads(config, comm.world_size))
-    manifest = read_manifest(out, storage_options=storage_options)
-    generation = int(manifest["generation"])
-    part_ids = rank_partitions(int(manifest["num_parts"]), comm.rank, comm.world_size)
+    torch.set_num_threads(threads(config, comm.world_size))
     t_load = time.perf_counter()
-    graph = load_local_graph(out, part_ids, storage_options=storage_options)
+
+    def load() -> tuple[LocalGraph, int]:
+        manifest = read_manifest(out, storage_options=storage_options)
+        part_ids = rank_partitions(int(manifest["num_parts"]), comm.rank, comm.world_size)
+        return load_local_graph(out, part_ids, storage_options=storage_options), int(manifest["generation"])
+
+    graph, generation = all_ranks_ready(comm, "load its partitions", load)
     load_seconds = time.perf_counter() - t_load
     return train_rounds(graph, run_dir, config, comm=comm, resume=resume, on_round=on_round,
                         info={"out": str(out), "generation": generation}, load_seconds=load_seconds)
+
+
+@dataclass
+class _Loop:
+    """What the round loop carries from one round to the next."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    task: Any
+    global_flat: torch.Tensor
+    previous_flat: torch.Tensor | None = None
+    rows: list[dict[str, Any]] | None = None
+    elapsed: float = 0.0
+    start_round: int = 0
+    scratch: torch.nn.Module | None = None
+    global_model: torch.nn.Module | None = None
+    previous_model: torch.nn.Module | None = None
+
+
+def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) -> _Loop:
+    """Features, the checks every rank must pass, the task, the model and its optimiser."""
+    num_classes = comm.max_int(int(graph.y.max()) + 1 if graph.num_nodes else 0)
+    graph.x = prepare_features(graph.x, config)
+    in_dim = graph.x.shape[1]
+    widest = comm.max_int(in_dim)
+
+    def check() -> None:
+        if widest != in_dim:
+            raise TrainerError(format_problem(f"partition(s) {list(graph.part_ids)} of {source}",
+                                              "the feature width of the other ranks", f"width {in_dim}",
+                                              "repartition the input: the stores disagree."))
+        if config.task == "node" and num_classes < 2:
+            raise TrainerError(format_problem(f"labels (nodes/y) of {source}", "at least 2 classes for --task node",
+                                              f"{num_classes} classes", "use --task link, or an input with labels."))
+
+    all_ranks_ready(comm, "agree on the features and labels", check)
+    task = make_task(graph, config, num_classes)
+    torch.manual_seed(config.seed)
+    model = build_model(config, in_dim, task.out_dim)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    return _Loop(model=model, optimizer=optimizer, task=task, global_flat=flatten(model), rows=[])
+
+
+def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generation: int) -> None:
+    """Resume: θ_g, this rank's θ_r, Adam state and byte counters of the latest complete round."""
+    latest = runs.check_resume(config, comm.world_size)
+    size = (num_parameters(loop.model),)
+    g_path, r_path = runs.global_path(latest), runs.rank_path(latest, comm.rank)
+    g, r = runs.load_global(latest), runs.load_rank(latest, comm.rank)
+    expect_keys(g_path, g, ("metrics_rows", "elapsed"))
+    expect_keys(r_path, r, ("optimizer", "bytes"))
+    loop.global_flat = expect_tensor(g_path, g, "global", size).to(torch.float32)
+    loop.previous_flat = expect_tensor(r_path, r, "local", size).to(torch.float32)
+    load_optimizer_state(r_path, loop.optimizer, r["optimizer"])
+    comm.bytes.load_state_dict(r["bytes"])
+    loop.rows = list(g["metrics_rows"])
+    loop.elapsed = float(g["elapsed"])
+    loop.start_round = latest + 1
+    if int(g.get("generation", generation)) != generation and comm.rank == 0:
+        log.warning("resuming at round %d on generation %d (the checkpoint was trained on generation %d)",
+                    loop.start_round + 1, generation, int(g["generation"]))
+
+
+def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm,
+                         gen: torch.Generator) -> tuple[float, float, float]:
+    """Steps 1–3 of a round: local epochs, θ_avg, distillation; returns (loss, weight, kd_loss)."""
+    unflatten_into(loop.model, loop.global_flat)
+    con_models = {}
+    if config.uses_con and loop.previous_flat is not None:
+        unflatten_into(loop.global_model, loop.global_flat)
+        unflatten_into(loop.previous_model, loop.previous_flat)
+        con_models = {"global_model": loop.global_model, "previous_model": loop.previous_model}
+    loss = train_local(loop.model, loop.optimizer, loop.task, config, gen, **con_models)
+    local_flat = flatten(loop.model)
+    weight = float(loop.task.num_train)
+    avg_flat = weighted_average(local_flat, weight, comm)
+    kd_loss = float("nan")
+    if config.uses_kd:
+        loop.global_flat, kd_loss = distill(loop.scratch, local_flat, avg_flat, loop.task, config, comm, weight, gen)
+    else:
+        loop.global_flat = avg_flat
+    loop.previous_flat = local_flat
+    return loss, weight, kd_loss
+
+
+def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: int) -> dict[str, Any] | None:
+    """One round (steps 1–4); returns its metrics row when it is evaluated."""
+    t0 = time.perf_counter()
+    sent_before = dict(comm.bytes.sent)
+    torch.manual_seed(round_seed(config.seed, rnd, comm.rank))
+    gen = torch.Generator().manual_seed(round_seed(config.seed, rnd, comm.rank, 1))
+    loss, weight, kd_loss = _local_and_reconcile(loop, config, comm, gen)
+    train_seconds = time.perf_counter() - t0
+    if not evaluates(config, rnd):
+        loop.elapsed += time.perf_counter() - t0
+        return None
+    unflatten_into(loop.scratch, loop.global_flat)
+    metrics = loop.task.evaluate(loop.scratch, comm)
+    mean_loss = _weighted_mean(loss, weight, comm)
+    sent = bytes_columns(comm, sent_before)
+    seconds = time.perf_counter() - t0
+    loop.elapsed += seconds
+    row = {"round": rnd + 1, "generation": generation, "seconds": round(seconds, 4),
+           "elapsed_s": round(loop.elapsed, 4), "train_seconds": round(train_seconds, 4),
+           "loss": mean_loss, "kd_loss": kd_loss, "metric": loop.task.metric,
+           "val": metrics["val"], "test": metrics["test"],
+           **{k: v for k, v in metrics.items() if k not in ("val", "test")},
+           **sent, "world_size": comm.world_size, "peak_rss_mib": round(peak_rss_bytes() / 2**20, 1)}
+    loop.rows.append(row)
+    return row
 
 
 def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *, comm: Comm,
                  resume: bool = False, on_round: Callable[[dict[str, Any]], None] | None = None,
                  info: dict[str, Any] | None = None, load_seconds: float = 0.0) -> list[dict[str, Any]]:
     """The round loop on an already loaded graph (see :func:`run_trainer`)."""
-    rank, world = comm.rank, comm.world_size
     runs = RunDir(run_dir)
-    generation = graph.generation
-    part_ids = list(graph.part_ids)
-    out = (info or {}).get("out", "the input")
-    num_classes = comm.max_int(int(graph.y.max()) + 1 if graph.num_nodes else 0)
-    graph.x = normalize_features(graph.x, config.feature_norm)
-    if config.feature_projection:
-        graph.x = project_features(graph.x, config.feature_projection, config.seed)
-    in_dim = graph.x.shape[1]
-    if comm.max_int(in_dim) != in_dim:
-        raise TrainerError(format_problem(f"partition(s) {part_ids} of {out}", "the feature width of the other ranks",
-                                          f"width {in_dim}", "repartition the input: the stores disagree."))
-    if config.task == "node" and num_classes < 2:
-        raise TrainerError(format_problem(f"labels (nodes/y) of {out}", "at least 2 classes for --task node",
-                                          f"{num_classes} classes", "use --task link, or an input with labels."))
-    task = make_task(graph, config, num_classes)
-    torch.manual_seed(config.seed)
-    model = build_model(config, in_dim, task.out_dim)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    global_flat = flatten(model)
-    previous_flat: torch.Tensor | None = None
-    rows: list[dict[str, Any]] = []
-    start_round, elapsed = 0, 0.0
-    info = {**(info or {}), "world_size": world, "config": config.to_dict(), "task": config.task,
-            "num_parameters": num_parameters(model)}
+    loop = _prepare(graph, config, comm, (info or {}).get("out", "the input"))
+    info = {**(info or {}), "world_size": comm.world_size, "config": config.to_dict(), "task": config.task,
+            "num_parameters": num_parameters(loop.model)}
     if resume:
-        latest = runs.check_resume(config, world)
-        g = runs.load_global(latest)
-        r = runs.load_rank(latest, rank)
-        global_flat = g["global"].to(torch.float32)
-        previous_flat = r["local"].to(torch.float32)
-        optimizer.load_state_dict(r["optimizer"])
-        comm.bytes.load_state_dict(r["bytes"])
-        rows = list(g["metrics_rows"])
-        elapsed = float(g["elapsed"])
-        start_round = latest + 1
-        if int(g.get("generation", generation)) != generation and rank == 0:
-            log.warning("resuming at round %d on generation %d (the checkpoint was trained on generation %d)",
-                        start_round + 1, generation, int(g["generation"]))
-    elif rank == 0:
-        runs.clear()
-        runs.write_run_info(info)
+        all_ranks_ready(comm, "load its checkpoint", lambda: _restore(loop, runs, config, comm, graph.generation))
+    else:
+        start_run(runs, comm, info)
     comm.barrier()
-    scratch = copy.deepcopy(model)
-    global_model = copy.deepcopy(model) if config.uses_con else None
-    previous_model = copy.deepcopy(model) if config.uses_con else None
-    if rank == 0:
+    loop.scratch = copy.deepcopy(loop.model)
+    if config.uses_con:
+        loop.global_model, loop.previous_model = copy.deepcopy(loop.model), copy.deepcopy(loop.model)
+    if comm.rank == 0:
         log.info("rank 0: %d ranks, partitions per rank %s, %s model with %d parameters, task %s, strategy %s",
-                 world, part_ids, config.model, num_parameters(model), config.task, config.reconcile)
-    for rnd in range(start_round, config.rounds):
-        _test_kill_hook(rank, rnd)
-        t0 = time.perf_counter()
-        sent_before = comm.bytes.total_sent
-        torch.manual_seed(round_seed(config.seed, rnd, rank))
-        gen = torch.Generator().manual_seed(round_seed(config.seed, rnd, rank, 1))
-        unflatten_into(model, global_flat)
-        con_models = {}
-        if config.uses_con and previous_flat is not None:
-            unflatten_into(global_model, global_flat)
-            unflatten_into(previous_model, previous_flat)
-            con_models = {"global_model": global_model, "previous_model": previous_model}
-        loss = train_local(model, optimizer, task, config, gen, **con_models)
-        local_flat = flatten(model)
-        weight = float(task.num_train)
-        avg_flat = weighted_average(local_flat, weight, comm)
-        kd_loss = float("nan")
-        if config.uses_kd:
-            global_flat, kd_loss = distill(scratch, local_flat, avg_flat, task, config, comm, weight, gen)
-        else:
-            global_flat = avg_flat
-        previous_flat = local_flat
-        train_seconds = time.perf_counter() - t0
-        row: dict[str, Any] | None = None
-        if (rnd + 1) % config.eval_every == 0 or rnd + 1 == config.rounds:
-            unflatten_into(scratch, global_flat)
-            metrics = task.evaluate(scratch, comm)
-            mean_loss = _weighted_mean(loss, weight, comm)
-            round_sent = comm.bytes.total_sent - sent_before
-            max_sent = _round_bytes(comm)
-            seconds = time.perf_counter() - t0
-            elapsed += seconds
-            row = {"round": rnd + 1, "generation": generation, "seconds": round(seconds, 4),
-                   "elapsed_s": round(elapsed, 4), "train_seconds": round(train_seconds, 4),
-                   "loss": mean_loss, "kd_loss": kd_loss, "metric": task.metric,
-                   "val": metrics["val"], "test": metrics["test"],
-                   **{k: v for k, v in metrics.items() if k not in ("val", "test")},
-                   "bytes_sent_round": round_sent, "bytes_sent_total_max": max_sent,
-                   "world_size": world, "peak_rss_mib": round(peak_rss_bytes() / 2**20, 1)}
-            rows.append(row)
-        else:
-            elapsed += time.perf_counter() - t0
-        runs.save_rank(rnd, rank, {"local": local_flat, "optimizer": optimizer.state_dict(),
-                                   "bytes": comm.bytes.state_dict()})
-        comm.barrier()
-        if rank == 0:
-            runs.commit(rnd, world, {"global": global_flat, "generation": generation, "elapsed": elapsed,
-                                     "load_seconds": load_seconds}, rows)
-            if row is not None:
-                log.info("round %d: %s", rnd + 1, row)
-                if on_round is not None:
-                    on_round(row)
-    return rows
+                 comm.world_size, list(graph.part_ids), config.model, num_parameters(loop.model), config.task,
+                 config.reconcile)
+    for rnd in range(loop.start_round, config.rounds):
+        failpoints.failpoint(f"round:{comm.rank}:{rnd}")
+        row = _round(loop, config, comm, rnd, graph.generation)
+        commit_round(runs, rnd, comm, {"local": loop.previous_flat, "optimizer": loop.optimizer.state_dict(),
+                                       "bytes": comm.bytes.state_dict()},
+                     {"global": loop.global_flat, "generation": graph.generation, "elapsed": loop.elapsed,
+                      "load_seconds": load_seconds}, loop.rows, row, on_round)
+    return loop.rows
 
 
 def global_weights(run_dir: str | Path) -> torch.Tensor:

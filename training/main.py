@@ -1,27 +1,34 @@
 """The trainer entry point: ``python -m training.main OUT [flags]``, one process per rank.
 
-``asepr train OUT --nproc K`` launches K of these through ``torch.distributed.run``
-(``--strategy fds``: the fully-decentralized baseline, OUT being the input directory);
-``torchrun --nproc-per-node K -m training.main OUT ...`` and SLURM ``srun`` work the
-same (see :func:`training.distributed.init_process_group`). Rank 0 prints one line per
-round. Exit status: 0 on success, 1 when this rank failed (bad input, a dead peer or a
-timed-out collective), with the reason on stderr.
+``asepr train OUT --nproc K`` resolves the :class:`~training.config.TrainConfig`, writes
+it to ``RUN/config.json`` and launches K of these through ``torch.distributed.run``
+(:mod:`workflows.launch`) with ``--config RUN/config.json``; each rank reads the config
+back (:func:`training.config.load_config`). ``torchrun --nproc-per-node K -m
+training.main OUT [flags]`` and SLURM ``srun`` work too: the flags then build the config
+(:func:`config_from_args`, the one way from flags to a config), and rank 0 takes the run
+directory's lock itself. ``--strategy fds`` runs the fully-decentralized baseline, OUT
+being the input directory. Rank 0 prints one line per round. Exit status: 0 on success,
+1 when this rank failed (bad input, a dead peer or a timed-out collective), with the
+reason on stderr; 2 for a bad config.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from storage.errors import AseprError
-from training.config import MODELS, TASKS, TrainConfig
+from storage.errors import AseprError, format_problem
+from training.config import MODELS, TASKS, TrainConfig, load_config
 from training.fds.partition import PARTITIONERS
 
-__all__ = ["add_train_arguments", "config_from_args", "config_to_args", "default_run_dir", "format_row", "main"]
+__all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main"]
 
 log = logging.getLogger("training.main")
 
@@ -74,8 +81,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    import dataclasses
-
+    """The config the training flags of ``args`` describe (:func:`add_train_arguments`)."""
     values = {}
     for f in dataclasses.fields(TrainConfig):
         dest = next((k for k, v in _RENAMES.items() if v == f.name), f.name)
@@ -84,18 +90,26 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig(**values)
 
 
-def config_to_args(config: TrainConfig) -> list[str]:
-    """The command-line flags that reproduce ``config`` (for launching trainers)."""
-    import dataclasses
+def _config_flags_given(argv: Sequence[str]) -> list[str]:
+    """The flags among ``argv`` that set a TrainConfig field (given explicitly, default or not)."""
+    unset = object()
+    dests = [next((k for k, v in _RENAMES.items() if v == f.name), f.name) for f in dataclasses.fields(TrainConfig)]
+    probe = _parser()
+    probe.set_defaults(**dict.fromkeys(dests, unset))
+    args = probe.parse_args(argv)
+    return [f"--{d.replace('_', '-')}" for d in dests if getattr(args, d, unset) is not unset]
 
-    args = []
-    for f in dataclasses.fields(TrainConfig):
-        dest = next((k for k, v in _RENAMES.items() if v == f.name), f.name)
-        value = getattr(config, f.name)
-        if isinstance(value, tuple):
-            value = ",".join(str(v) for v in value)
-        args += [f"--{dest.replace('_', '-')}", str(value)]
-    return args
+
+def _resolve_config(args: argparse.Namespace, argv: Sequence[str]) -> TrainConfig:
+    """``--config FILE``'s config, or the flags' (ValueError naming what is wrong)."""
+    if not args.config:
+        return config_from_args(args)
+    given = _config_flags_given(argv)
+    if given:
+        raise ValueError(format_problem("python -m training.main", "--config FILE or the config flags, not both",
+                                        f"--config with {' '.join(given)}",
+                                        "put those values into the config file, or drop --config."))
+    return load_config(args.config)
 
 
 def default_run_dir(out: str | Path, config: TrainConfig, strategy: str = "asepr") -> Path:
@@ -105,48 +119,74 @@ def default_run_dir(out: str | Path, config: TrainConfig, strategy: str = "asepr
 
 
 def format_row(row: dict[str, Any]) -> str:
+    """One metrics row as the line rank 0 prints (bytes: the mean over ranks)."""
     extra = ""
     if row.get("metric") == "mrr":
         extra = f"  hits@50 {row.get('val_hits@50', float('nan')):.4f}  auc {row.get('val_auc', float('nan')):.4f}"
     return (f"round {row['round']:>3}  gen {row['generation']}  loss {row['loss']:.4f}  "
             f"val {row['metric']} {row['val']:.4f}  test {row['test']:.4f}{extra}  "
-            f"{row['seconds']:.2f} s  sent {row['bytes_sent_round'] / 2**10:,.1f} KiB")
+            f"{row['seconds']:.2f} s  sent {row['bytes_sent_round'] / 2**10:,.1f} KiB/rank")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.main", description=__doc__.splitlines()[0])
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m training.main", description=__doc__.splitlines()[0],
+                                     allow_abbrev=False)
     parser.add_argument("out", help="the partition output directory (the input directory with --strategy fds)")
     parser.add_argument("-v", "--verbose", action="count", default=0)
     parser.add_argument("-q", "--quiet", action="store_true")
+    parser.add_argument("--config", metavar="FILE",
+                        help="the TrainConfig as JSON (RUN/config.json, as `asepr train` writes it) instead of "
+                             "the config flags")
     add_train_arguments(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _train(args: argparse.Namespace, config: TrainConfig) -> None:
+    """This rank's run: rank 0 holds the run directory (unless the launcher does), then train."""
+    from training.checkpoint import RunDir
+    from training.comm import Comm
+    from training.distributed import run_trainer
+    from training.rounds import all_ranks_ready
+
+    comm = Comm()
+    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config, args.strategy)
+
+    def on_round(row: dict[str, Any]) -> None:
+        if not args.quiet:
+            print(format_row(row), flush=True)
+
+    with contextlib.ExitStack() as held:
+        all_ranks_ready(comm, "lock the run directory",
+                        lambda: held.enter_context(RunDir(run_dir).claim()) if comm.rank == 0 else None)
+        if args.strategy == "fds":
+            from training.fds import run_fds
+
+            run_fds(args.out, run_dir, config, partition=args.fds_partition, resume=args.resume, comm=comm,
+                    on_round=on_round)
+        else:
+            run_trainer(args.out, run_dir, config, resume=args.resume, comm=comm, on_round=on_round)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser().parse_args(argv)
     level = logging.WARNING if args.quiet or not args.verbose else (logging.INFO if args.verbose == 1 else logging.DEBUG)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import torch.distributed as dist
 
-    from training.distributed import init_process_group, run_trainer
+    from training.distributed import exit_with_parent, init_process_group
 
     try:
-        config = config_from_args(args)
+        config = _resolve_config(args, argv)
     except ValueError as exc:
         print(f"asepr train: error: {exc}", file=sys.stderr)
         return 2
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        exit_with_parent()  # torchrun's agent started this rank: die with it
     rank = 0
     try:
         rank, _world, _ = init_process_group(config)
-        run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config, args.strategy)
-        quiet = args.quiet
-
-        def on_round(row: dict[str, Any]) -> None:
-            if not quiet:
-                print(format_row(row), flush=True)
-
-        if args.strategy == "fds":
-            from training.fds import run_fds
-
-            run_fds(args.out, run_dir, config, partition=args.fds_partition, resume=args.resume, on_round=on_round)
-        else:
-            run_trainer(args.out, run_dir, config, resume=args.resume, on_round=on_round)
+        _train(args, config)
         return 0
     except AseprError as exc:
         print(f"asepr train: rank {rank}: error: {exc}", file=sys.stderr)

@@ -6,7 +6,8 @@ launched as k trainer processes through torchrun's API, one after the other, wit
 same model, seed, rounds and local epochs. Outputs in ``OUT``:
 
 * ``train.md``: the table (final test metric, rounds and seconds to the target, bytes
-  sent per rank per round and per epoch) with the run's settings and machine;
+  sent per rank per round and per epoch: the mean and the largest rank, evaluation
+  traffic apart) with the run's settings and machine;
 * ``train.parquet``: one row per (dataset, k, strategy); ``train_rounds.parquet``: every
   metrics row of every run (the curves);
 * ``train-<dataset>-k<k>-time.png`` / ``-bytes.png``: validation metric against wall
@@ -34,7 +35,6 @@ from pipeline.store.write import partition_to_store
 from storage.manifest import read_manifest
 from training.checkpoint import RunDir
 from training.config import TrainConfig
-from training.main import config_to_args
 from workflows.bench import machine_info, markdown_table, pyplot, save_figure
 from workflows.datasets import resolve_dataset
 from workflows.launch import launch_trainers
@@ -55,13 +55,24 @@ def _versions() -> dict[str, str]:
     return {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__}
 
 
+def _mean_of(rows: list[dict[str, Any]], column: str) -> float:
+    values = [float(r.get(column, 0.0)) for r in rows]
+    return sum(values) / len(values)
+
+
 def summarise_run(rows: list[dict[str, Any]], target: float | None, local_epochs: int) -> dict[str, Any]:
-    """Final and best metrics, rounds/seconds to ``target``, bytes per rank per round/epoch."""
+    """Final and best metrics, rounds/seconds to ``target``, bytes per rank per round/epoch.
+
+    Bytes (averaged over the evaluated rounds): ``bytes_per_round`` / ``bytes_per_epoch``
+    are the training traffic of the mean rank, ``*_max`` that of the largest rank, and
+    ``eval_bytes_per_round`` the mean rank's evaluation traffic, which the others leave out.
+    """
     if not rows:
         return {"rounds": 0}
     last = rows[-1]
     reached = next((r for r in rows if target is not None and float(r["val"]) >= target), None)
-    sent = [float(r["bytes_sent_round"]) for r in rows]
+    epochs = max(local_epochs, 1)
+    per_round, per_round_max = _mean_of(rows, "bytes_sent_round"), _mean_of(rows, "bytes_sent_round_max")
     return {
         "rounds": int(last["round"]),
         "final_val": float(last["val"]),
@@ -70,8 +81,11 @@ def summarise_run(rows: list[dict[str, Any]], target: float | None, local_epochs
         "rounds_to_target": int(reached["round"]) if reached else None,
         "seconds_to_target": float(reached["elapsed_s"]) if reached else None,
         "train_seconds": float(last["elapsed_s"]),
-        "bytes_per_round": sum(sent) / len(sent),
-        "bytes_per_epoch": sum(sent) / len(sent) / max(local_epochs, 1),
+        "bytes_per_round": per_round,
+        "bytes_per_round_max": per_round_max,
+        "bytes_per_epoch": per_round / epochs,
+        "bytes_per_epoch_max": per_round_max / epochs,
+        "eval_bytes_per_round": _mean_of(rows, "eval_bytes_sent_round"),
         "peak_rss_mib_rank0": float(last.get("peak_rss_mib", float("nan"))),
     }
 
@@ -108,7 +122,7 @@ def _plots(curves: list[dict[str, Any]], out: Path, dataset: str, k: int, metric
         return []
     names = []
     for kind, xlabel in (("time", "wall time of training (s, cumulative over rounds)"),
-                         ("bytes", "bytes sent per rank (MiB, cumulative)")):
+                         ("bytes", "bytes sent per rank (mean over ranks, MiB, cumulative)")):
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for strategy in dict.fromkeys(c["strategy"] for c in curves):
             rows = [c for c in curves if c["strategy"] == strategy]
@@ -191,15 +205,11 @@ def bench_train(
                 echo(f"bench train: {name}: k={k}: {strategy}")
                 run_dir = runs_dir / name / f"k{k}-{strategy.replace('+', '-')}"
                 run_config = dataclasses.replace(config, reconcile="avg" if strategy == "fds" else strategy)
-                if strategy == "fds":
-                    args = [str(input_dir), *config_to_args(run_config), "--strategy", "fds",
-                            "--run-dir", str(run_dir), "-q"]
-                else:
-                    args = [str(parts), *config_to_args(run_config), "--run-dir", str(run_dir), "-q"]
                 rows = _finished(run_dir, run_config) if keep_runs else None
                 if rows is None:
                     t0 = time.perf_counter()
-                    launch_trainers(args, k)
+                    launch_trainers(input_dir if strategy == "fds" else parts, run_dir, run_config, k,
+                                    strategy="fds" if strategy == "fds" else "asepr", quiet=True)
                     (run_dir / "bench.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
                     rows = RunDir(run_dir).read_metrics()
                 else:
@@ -211,7 +221,8 @@ def bench_train(
                                 **summary})
                 run_curves += [{**r, "strategy": strategy} for r in rows]
                 echo(f"  final test {summary.get('final_test', float('nan')):.4f}, rounds to target "
-                     f"{summary.get('rounds_to_target')}, {summary.get('bytes_per_round', 0) / 2**20:.2f} MiB/rank/round")
+                     f"{summary.get('rounds_to_target')}, {summary.get('bytes_per_round', 0) / 2**20:.2f} MiB/rank/round "
+                     f"(largest rank {summary.get('bytes_per_round_max', 0) / 2**20:.2f})")
                 # The report so far is rewritten after every run: a long benchmark stopped
                 # midway keeps what it measured.
                 _write(results, curves + [{**c, "dataset": name, "k": k} for c in run_curves], plots, out,
@@ -235,13 +246,16 @@ def _write(results, curves, plots, out: Path, config: TrainConfig, strategies, s
     table_rows = []
     for r in results:
         t = dict(r)
-        t["bytes/rank/round (MiB)"] = r.get("bytes_per_round", 0) / 2**20
-        t["bytes/rank/epoch (MiB)"] = r.get("bytes_per_epoch", 0) / 2**20
+        for key, column in (("bytes_per_round", "MiB/rank/round"), ("bytes_per_round_max", "max MiB/rank/round"),
+                            ("bytes_per_epoch", "MiB/rank/epoch"), ("bytes_per_epoch_max", "max MiB/rank/epoch"),
+                            ("eval_bytes_per_round", "eval MiB/rank/round")):
+            t[column] = r.get(key, 0) / 2**20
         t["rounds to 95%"] = r.get("rounds_to_target") if r.get("rounds_to_target") is not None else "not reached"
         t["s to 95%"] = r.get("seconds_to_target") if r.get("seconds_to_target") is not None else "-"
         table_rows.append(t)
     columns = ["dataset", "k", "strategy", "final_test", "best_val", "rounds to 95%", "s to 95%",
-               "train_seconds", "wall_s", "bytes/rank/round (MiB)", "bytes/rank/epoch (MiB)"]
+               "train_seconds", "wall_s", "MiB/rank/round", "max MiB/rank/round", "MiB/rank/epoch",
+               "max MiB/rank/epoch", "eval MiB/rank/round"]
     lines = [
         "# asepr bench train",
         "",
@@ -255,7 +269,9 @@ def _write(results, curves, plots, out: Path, config: TrainConfig, strategies, s
         ("`rounds to 95%`: the first round whose validation metric reaches 95 % of the centralized run's "
          "best validation metric; `s to 95%`: the training seconds (summed round times, without process "
          "start-up) at that round. `wall_s`: the whole launch, start-up included. Bytes: sent per rank, as "
-         "counted by `training.comm` (ring cost model for all_reduce / all_gather, exact for all_to_all)."),
+         "counted by `training.comm` (ring cost model for all_reduce / all_gather, exact for all_to_all), "
+         "averaged over the evaluated rounds: `MiB/rank/...` is the mean over ranks, `max ...` the rank that "
+         "sent the most; both leave out the evaluation traffic, which `eval MiB/rank/round` shows (mean rank)."),
         "",
         markdown_table(table_rows, columns),
         "",

@@ -1,8 +1,9 @@
 """``asepr train``: launch the trainers (or the centralized baseline) and summarise.
 
-``asepr train OUT --nproc K ...`` is ``torchrun --standalone --nproc-per-node K -m
-training.main OUT ...`` (:mod:`workflows.launch`); rank 0 prints one line per round,
-and a summary table of the run's ``metrics.csv`` follows. ``asepr train --centralized
+``asepr train OUT --nproc K ...`` resolves the config from the flags and launches
+``torchrun --standalone --nproc-per-node K -m training.main OUT --config RUN/config.json``
+(:mod:`workflows.launch`, which locks the run directory); rank 0 prints one line per
+round, and a summary table of the run's ``metrics.csv`` follows. ``asepr train --centralized
 INPUT ...`` trains the same model on the whole input in this process. ``asepr train
 INPUT --strategy fds --nproc K ...`` launches K ranks of the fully-decentralized
 baseline (:mod:`training.fds`) on the input, through the same launcher.
@@ -25,7 +26,8 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> str:
     if not rows:
         return f"{title}: no evaluated round"
     metric = rows[-1].get("metric", "metric")
-    lines = [title, f"{'round':>5} {'gen':>3} {'loss':>8} {'val ' + metric:>14} {'test':>8} {'seconds':>8} {'KiB sent':>10}"]
+    lines = [title, f"{'round':>5} {'gen':>3} {'loss':>8} {'val ' + metric:>14} {'test':>8} {'seconds':>8} "
+                    f"{'KiB/rank':>10}"]
     for r in rows:
         lines.append(f"{r['round']:>5} {r['generation']:>3} {float(r['loss']):>8.4f} {float(r['val']):>14.4f} "
                      f"{float(r['test']):>8.4f} {float(r['seconds']):>8.2f} {float(r['bytes_sent_round']) / 1024:>10,.1f}")
@@ -39,7 +41,7 @@ def summary_table(rows: list[dict[str, Any]], title: str) -> str:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from training.checkpoint import RunDir
-    from training.main import config_from_args, config_to_args, default_run_dir, format_row
+    from training.main import config_from_args, default_run_dir, format_row
 
     try:
         config = config_from_args(args)
@@ -53,8 +55,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
         run_dir = Path(args.run_dir) if args.run_dir else (
             Path(f"{args.centralized.rstrip('/')}.runs") / f"{config.task}-{config.model}-centralized")
-        rows = run_centralized(args.centralized, run_dir, config,
-                               on_round=None if args.quiet else (lambda row: print(format_row(row), flush=True)))
+        with RunDir(run_dir).lock():
+            rows = run_centralized(args.centralized, run_dir, config,
+                                   on_round=None if args.quiet else (lambda row: print(format_row(row), flush=True)))
         print(summary_table(rows, f"centralized {config.model} on {args.centralized} (run directory {run_dir})"))
         return 0
     if not args.out:
@@ -63,9 +66,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from workflows.launch import launch_trainers
 
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config)
-    forwarded = [*config_to_args(config), "--run-dir", str(run_dir)]
-    forwarded += ["--resume"] * bool(args.resume) + ["-q"] * bool(args.quiet) + ["-v"] * int(args.verbose)
-    launch_trainers([args.out, *forwarded], args.nproc)
+    launch_trainers(args.out, run_dir, config, args.nproc, resume=args.resume, quiet=args.quiet,
+                    verbose=args.verbose)
     rows = RunDir(run_dir).read_metrics()
     print(summary_table(rows, f"{args.nproc} trainers, {config.model}, {config.reconcile} "
                               f"on {args.out} (run directory {run_dir})"))
@@ -83,7 +85,7 @@ def fds_bytes_line(row: dict[str, Any]) -> str:
 def _train_fds(args: argparse.Namespace, config) -> int:
     from training.checkpoint import RunDir
     from training.fds import fds_config
-    from training.main import config_to_args, default_run_dir
+    from training.main import default_run_dir
     from workflows.launch import launch_trainers
 
     if args.centralized or not args.out or args.nproc is None:
@@ -96,10 +98,8 @@ def _train_fds(args: argparse.Namespace, config) -> int:
         print(f"asepr train: error: {exc}", file=sys.stderr)
         return 2
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config, "fds")
-    forwarded = [*config_to_args(config), "--strategy", "fds", "--fds-partition", args.fds_partition,
-                 "--run-dir", str(run_dir)]
-    forwarded += ["--resume"] * bool(args.resume) + ["-q"] * bool(args.quiet) + ["-v"] * int(args.verbose)
-    launch_trainers([args.out, *forwarded], args.nproc)
+    launch_trainers(args.out, run_dir, config, args.nproc, strategy="fds", fds_partition=args.fds_partition,
+                    resume=args.resume, quiet=args.quiet, verbose=args.verbose)
     rows = RunDir(run_dir).read_metrics()
     partition = (RunDir(run_dir).read_run_info() or {}).get("partition", args.fds_partition)
     print(summary_table(rows, f"{args.nproc} trainers, {config.model}, fds ({partition} partition, "

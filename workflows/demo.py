@@ -28,7 +28,6 @@ from storage.resources import peak_rss_bytes
 from storage.validate import validate_input
 from training.checkpoint import RunDir
 from training.config import TrainConfig
-from training.main import config_to_args
 from workflows.bench_ingest import split_stream
 from workflows.commands_partition import metrics_table, partition_table
 from workflows.commands_train import summary_table
@@ -117,7 +116,7 @@ def _train(input_dir: Path, out_dir: Path, new_dir: Path, base: Path, echo) -> d
     first = dataclasses.replace(config, rounds=DEMO_ROUNDS_GEN1)
     echo(f"asepr demo: training {DEMO_PARTS} GraphSAGE ranks, {first.rounds} rounds of "
          f"{config.local_epochs} local epochs, reconciliation {config.reconcile} (torchrun, gloo)")
-    launch_trainers([str(out_dir), *config_to_args(first), "--run-dir", str(run_dir), "-q"], DEMO_PARTS)
+    launch_trainers(out_dir, run_dir, first, DEMO_PARTS, quiet=True)
     echo(f"asepr demo: ingesting the held-back edges ({new_dir / 'edges'}) as the next generation")
     manifest = ingest(out_dir, new_dir / "edges")
     verified = verify_output(out_dir)
@@ -126,8 +125,7 @@ def _train(input_dir: Path, out_dir: Path, new_dir: Path, base: Path, echo) -> d
         raise StoreError(f"asepr demo: the output {out_dir} failed verification after the ingest")
     echo(f"asepr demo: generation {manifest['generation']} holds {manifest['num_edges']:,} edges; "
          f"resuming training on it for {config.rounds - first.rounds} more rounds (--resume)")
-    launch_trainers([str(out_dir), *config_to_args(config), "--run-dir", str(run_dir), "--resume", "-q"],
-                    DEMO_PARTS)
+    launch_trainers(out_dir, run_dir, config, DEMO_PARTS, resume=True, quiet=True)
     rows = RunDir(run_dir).read_metrics()
     echo(summary_table(rows, f"asepr: {DEMO_PARTS} ranks, each on its own partition"))
     echo(f"asepr demo: the centralized baseline (same model, whole graph, {config.rounds * config.local_epochs} epochs)")

@@ -1,24 +1,31 @@
 """Launch K trainer processes on this machine through ``torch.distributed.run``'s API.
 
-``launch_trainers(["OUT", "--rounds", "5"], nproc=4)`` is what
-``torchrun --standalone --nproc-per-node 4 -m training.main OUT --rounds 5`` does: an
-elastic agent with a local c10d rendezvous starts the ranks, streams their output, and
-stops the survivors as soon as one rank fails (no restarts: a failed round is resumed
-with ``--resume``). A failure comes back as :class:`TrainLaunchError` naming each
-failed rank, its exit code or signal, and the fix.
+``launch_trainers("OUT", "RUN", config, nproc=4)`` takes the run directory's lock
+(a second launch into ``RUN`` is refused, naming the holder), writes ``config`` to
+``RUN/config.json`` and does what ``torchrun --standalone --nproc-per-node 4 -m
+training.main OUT --config RUN/config.json --run-dir RUN`` does: an elastic agent with a
+local c10d rendezvous starts the ranks, streams their output, and stops the survivors as
+soon as one rank fails (no restarts: a failed round is resumed with ``resume=True``).
+The ranks exit by themselves if this process (their agent) is killed
+(:func:`training.distributed.exit_with_parent`). A failure comes back as
+:class:`TrainLaunchError` naming each failed rank, its exit code or signal, and the fix.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import socket
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from storage.errors import AseprError, format_problem
+from training.checkpoint import LOCK_TOKEN_VARIABLE, RunDir
+from training.config import TrainConfig
 
 __all__ = ["TrainLaunchError", "launch_trainers"]
 
@@ -45,21 +52,68 @@ def _describe(failure) -> str:
     return f"exit code {code}"
 
 
-def launch_trainers(trainer_args: Sequence[str], nproc: int, *, monitor_interval: float = 0.2) -> None:
-    """Run ``python -m training.main *trainer_args`` as ``nproc`` ranks; raise on any failure."""
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """``os.environ`` with ``values`` set for the block (the ranks inherit it), then as it was."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, nproc: int, *,
+                    strategy: str = "asepr", fds_partition: str = "auto", resume: bool = False,
+                    quiet: bool = False, verbose: int = 0, monitor_interval: float = 0.2) -> None:
+    """Train ``config`` on ``out`` as ``nproc`` ranks (``python -m training.main``); raise on any failure.
+
+    Parameters
+    ----------
+    out
+        The partition output (the input directory with ``strategy="fds"``).
+    run_dir
+        The run directory: locked for the launch, ``config.json`` written into it.
+    config
+        The resolved config the ranks read back.
+    strategy, fds_partition, resume, quiet, verbose
+        The trainer's ``--strategy``, ``--fds-partition``, ``--resume``, ``-q`` and ``-v``.
+
+    Raises
+    ------
+    TrainLaunchError
+        A rank failed (named with its exit code or signal), or ``nproc`` < 1.
+    StoreError
+        Another run holds ``run_dir``.
+    """
+    if nproc < 1:
+        raise TrainLaunchError(format_problem("--nproc", "an integer >= 1", str(nproc), "pass --nproc K."))
+    runs = RunDir(run_dir)
+    with runs.lock() as lock:
+        args = [str(out), "--config", str(runs.write_config(config)), "--run-dir", str(run_dir)]
+        if strategy == "fds":
+            args += ["--strategy", "fds", "--fds-partition", fds_partition]
+        args += ["--resume"] * bool(resume) + ["-q"] * bool(quiet) + ["-v"] * int(verbose)
+        # torchrun sets OMP_NUM_THREADS=1 per rank; the trainer picks its own thread count.
+        threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
+        with _environment(OMP_NUM_THREADS=threads, **{LOCK_TOKEN_VARIABLE: lock.token}):
+            _elastic_launch(args, nproc, monitor_interval)
+
+
+def _elastic_launch(trainer_args: Sequence[str], nproc: int, monitor_interval: float) -> None:
+    """``python -m training.main *trainer_args`` as ``nproc`` ranks under an elastic agent."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    if nproc < 1:
-        raise TrainLaunchError(format_problem("--nproc", "an integer >= 1", str(nproc), "pass --nproc K."))
     config = LaunchConfig(
         min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"asepr-{uuid.uuid4().hex[:8]}",
         rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{_free_port()}", max_restarts=0,
         monitor_interval=monitor_interval, start_method="spawn",
     )
-    env_before = os.environ.get("OMP_NUM_THREADS")
-    # torchrun sets OMP_NUM_THREADS=1 per rank; the trainer picks its own thread count.
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
     try:
         elastic_launch(config, sys.executable)("-u", "-m", "training.main", *trainer_args)
     except ChildFailedError as exc:
@@ -76,6 +130,3 @@ def launch_trainers(trainer_args: Sequence[str], nproc: int, *, monitor_interval
                 "the last complete round.",
             )
         ) from None
-    finally:
-        if env_before is None:
-            os.environ.pop("OMP_NUM_THREADS", None)

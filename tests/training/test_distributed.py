@@ -15,7 +15,6 @@ from training.comm import Comm
 from training.config import STRATEGIES, TrainConfig
 from training.data import load_local_graph
 from training.distributed import TrainerError, global_weights, train_rounds
-from training.main import config_to_args
 from workflows.cli import main
 
 # Cora's binary features are on a sane scale as stored; the l2 default (chosen on
@@ -24,7 +23,8 @@ SMALL = TrainConfig(hidden=64, rounds=4, local_epochs=3, kd_steps=5, threads=1, 
 
 
 def _args(out, run_dir, config: TrainConfig, *extra: str) -> list[str]:
-    return [str(out), *config_to_args(config), "--run-dir", str(run_dir), "-q", *extra]
+    """The trainer's arguments as `asepr train` passes them: the config in RUN/config.json."""
+    return [str(out), "--config", str(RunDir(run_dir).write_config(config)), "--run-dir", str(run_dir), "-q", *extra]
 
 
 def test_asepr_train_two_ranks_beats_the_majority_class(cora_parts, tmp_path, capsys):
@@ -87,7 +87,7 @@ def test_resume_refuses_a_changed_config(cora_parts, tmp_path):
 
 
 def test_a_killed_rank_stops_the_torchrun_job_with_a_clear_error(cora_parts, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("ASEPR_TEST_KILL_RANK", "1:1")
+    monkeypatch.setenv("ASEPR_FAILPOINTS", "round:1:1=kill")
     out = cora_parts(2)
     start = time.monotonic()
     code = main(["train", str(out), "--nproc", "2", "--rounds", "3", "--local-epochs", "1", "--hidden", "32",
@@ -96,13 +96,16 @@ def test_a_killed_rank_stops_the_torchrun_job_with_a_clear_error(cora_parts, tmp
     err = capsys.readouterr().err
     assert "rank 1" in err and "SIGKILL" in err and "--resume" in err
     assert RunDir(tmp_path / "run").latest_round() == 0  # round 0 completed and is resumable
+    assert not (tmp_path / "run" / ".asepr.lock").exists()  # the launcher released the run directory
 
 
 def test_a_dead_peer_fails_the_survivor_within_the_timeout(cora_parts, tmp_path):
-    """Without torchrun's agent, the gloo timeout is what stops a rank whose peer died."""
-    config = dataclasses.replace(SMALL, rounds=3, local_epochs=1, hidden=32, timeout_s=15)
-    procs = spawn_ranks(2, _args(cora_parts(2), tmp_path / "run", config),
-                        extra_env={"ASEPR_TEST_KILL_RANK": "1:1"})
+    """Without torchrun's agent, the gloo timeout is what stops a rank whose peer died. The
+    config comes from flags here (plain torchrun / SLURM), not from a config file."""
+    flags = ["--rounds", "3", "--local-epochs", "1", "--hidden", "32", "--timeout", "15", "--threads", "1",
+             "--seed", "3", "--feature-norm", "none", "--kd-steps", "5"]
+    procs = spawn_ranks(2, [str(cora_parts(2)), *flags, "--run-dir", str(tmp_path / "run"), "-q"],
+                        extra_env={"ASEPR_FAILPOINTS": "round:1:1=kill"})
     start = time.monotonic()
     results = wait_ranks(procs, timeout=200)
     assert results[1][0] == -signal.SIGKILL

@@ -32,15 +32,17 @@ from training.fds import (
     run_fds,
 )
 from training.fds.partition import iter_input_edges
-from training.main import config_to_args
 from training.models import GNN, build_model, graph_operator, unflatten_into
 from training.tasks import NodeTask
 
 CORA_NODES, CORA_DIM, CORA_CLASSES = 2708, 1433, 7
 #: Two rounds of four epochs of 128 seeds per rank and step: 7 steps per epoch on Cora.
 SMALL = TrainConfig(hidden=32, rounds=2, local_epochs=4, batch_size=128, fanouts=(10, 10), threads=1, seed=3)
+SMALL_FLAGS = ["--hidden", "32", "--rounds", "2", "--local-epochs", "4", "--batch-size", "128", "--fanouts", "10,10",
+               "--threads", "1", "--seed", "3"]
 ASEPR_COLUMNS = {"round", "generation", "seconds", "elapsed_s", "train_seconds", "loss", "kd_loss", "metric", "val",
-                 "test", "bytes_sent_round", "bytes_sent_total_max", "world_size", "peak_rss_mib"}
+                 "test", "bytes_sent_round", "bytes_sent_round_max", "eval_bytes_sent_round",
+                 "eval_bytes_sent_round_max", "bytes_sent_total_max", "world_size", "peak_rss_mib"}
 
 
 def _input_edges(path) -> tuple[np.ndarray, np.ndarray]:
@@ -172,8 +174,9 @@ def fds_run(cora_input, tmp_path_factory):
 
     run_dir = tmp_path_factory.mktemp("fds") / "run"
     code = main(["train", str(cora_input), "--strategy", "fds", "--fds-partition", "metis", "--nproc", "2",
-                 *config_to_args(SMALL), "--run-dir", str(run_dir), "-q"])
+                 *SMALL_FLAGS, "--run-dir", str(run_dir), "-q"])
     assert code == 0
+    assert TrainConfig.from_dict(json.loads((run_dir / "config.json").read_text())) == fds_trainer.fds_config(SMALL)
     return run_dir
 
 
@@ -229,6 +232,13 @@ def test_fds_bytes_are_counted_exactly(fds_run):
     assert last["cluster_bytes_round"] == pytest.approx(sum(last[f"cluster_bytes_round_{c}"] for c in
                                                             ("features", "feature_requests", "sampling", "gradients",
                                                              "model", "eval", "control")))
+    # Bytes per rank: the mean and the largest rank over all ranks, evaluation traffic apart.
+    for row in rows:
+        training_bytes = row["cluster_bytes_round"] - row["cluster_bytes_round_eval"]
+        assert row["bytes_sent_round"] == pytest.approx(training_bytes / world)
+        assert row["eval_bytes_sent_round"] == pytest.approx(row["cluster_bytes_round_eval"] / world) > 0
+        assert row["bytes_sent_round"] <= row["bytes_sent_round_max"] <= training_bytes
+        assert row["eval_bytes_sent_round"] <= row["eval_bytes_sent_round_max"]
 
 
 def test_fds_resume_reproduces_the_uninterrupted_run(cora_input, fds_run, tmp_path):

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from storage import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from storage import SPLIT_TRAIN
 from storage.errors import InputError, format_problem
 from storage.input import open_input, open_parquet
 from storage.resources import peak_rss_bytes
@@ -74,14 +74,6 @@ class FdsGraph:
     @property
     def train_idx(self) -> torch.Tensor:
         return self.idx(SPLIT_TRAIN)
-
-    @property
-    def val_idx(self) -> torch.Tensor:
-        return self.idx(SPLIT_VAL)
-
-    @property
-    def test_idx(self) -> torch.Tensor:
-        return self.idx(SPLIT_TEST)
 
 
 def _owned_rows(input_url, node_shards, book: PartitionBook, rank: int):

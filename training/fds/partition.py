@@ -19,7 +19,6 @@ training vertex. The :class:`PartitionBook` answers ``owner(global_nid)`` on eve
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from storage.atomic import save_npy_atomic
 from storage.errors import InputError, StoreError, format_problem
 from storage.input import InputDir, open_input, open_parquet
 
@@ -162,14 +162,10 @@ class PartitionBook:
 
     def save(self, run_dir: str | Path) -> None:
         """Write the METIS owner array to ``RUN/fds-partition.npy`` (atomically); hash has no state."""
-        from training.checkpoint import write_bytes_atomic
-
         if self.kind != "metis":
             return
-        buf = io.BytesIO()
-        np.save(buf, self.owner_array.astype(np.int32), allow_pickle=False)
         Path(run_dir).mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(Path(run_dir) / self.FILE, buf.getvalue())
+        save_npy_atomic(Path(run_dir) / self.FILE, self.owner_array.astype(np.int32), durable=True)
 
     @classmethod
     def load(cls, run_dir: str | Path, world_size: int, num_nodes: int) -> PartitionBook:

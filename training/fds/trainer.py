@@ -34,10 +34,11 @@ The run directory is :class:`training.checkpoint.RunDir`'s, plus the partition::
 
 Bytes are counted by :class:`training.comm.Comm` under the categories ``features``,
 ``feature_requests``, ``sampling``, ``gradients``, ``model``, ``eval`` and ``control``.
-A metrics row has every column of :func:`training.distributed.train_rounds`' rows
-(``bytes_sent_round`` is rank 0's bytes, as there) plus ``steps``, ``rows_fetched_round``
-(rank 0's remote feature rows), and the round's bytes summed over all ranks:
-``cluster_bytes_round`` and one ``cluster_bytes_round_<category>`` per category.
+A metrics row has every column of :func:`training.distributed.train_rounds`' rows (the
+bytes columns of :func:`training.rounds.bytes_columns`: training bytes without ``eval``,
+mean and max over ranks, and the evaluation bytes apart) plus ``steps``,
+``rows_fetched_round`` (rank 0's remote feature rows), and the round's bytes summed over
+all ranks: ``cluster_bytes_round`` and one ``cluster_bytes_round_<category>`` per category.
 """
 
 from __future__ import annotations
@@ -45,29 +46,30 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
+from storage import failpoints
 from storage.errors import format_problem
-from storage.resources import peak_rss_bytes
 from storage.input import open_input
-from training.checkpoint import RunDir, TrainerError
+from storage.resources import peak_rss_bytes
+from training.checkpoint import RunDir, TrainerError, expect_keys, expect_tensor, load_optimizer_state
 from training.comm import Comm
 from training.config import TrainConfig
-from training.data import build_local_graph, normalize_features, project_features
+from training.data import build_local_graph, prepare_features
 from training.fds.graph import FdsGraph, load_fds_graph
 from training.fds.inference import LayerwiseInference
 from training.fds.partition import PartitionBook, count_input_rows, metis_owner, resolve_partitioner
 from training.fds.remote import DistNeighborSampler, FeatureFetcher
 from training.models import build_model, flatten, graph_operator, num_parameters, unflatten_into
+from training.rounds import all_ranks_ready, bytes_columns, commit_round, evaluates, start_run, threads
 from training.tasks import NodeTask, round_seed
 
 __all__ = ["CATEGORIES", "FDS_DEFAULT_BATCH", "fds_config", "run_fds", "train_fds"]
@@ -87,17 +89,6 @@ def fds_config(config: TrainConfig) -> TrainConfig:
                                           f"--task {config.task}",
                                           "use --task node, or the asepr strategy for link prediction."))
     return dataclasses.replace(config, reconcile="avg", batch_size=config.batch_size or FDS_DEFAULT_BATCH)
-
-
-def _threads(config: TrainConfig, world: int) -> int:
-    return config.threads or max(1, (os.cpu_count() or 1) // max(world, 1))
-
-
-def _uncounted(t: torch.Tensor, comm: Comm, op) -> torch.Tensor:
-    """Bookkeeping for the metrics row (as ``distributed._round_bytes``): not counted."""
-    if comm.world_size > 1:
-        dist.all_reduce(t, op=op, group=comm.group)
-    return t
 
 
 class _Logits(torch.nn.Module):
@@ -134,8 +125,7 @@ def run_fds(input_url: str | Path, run_dir: str | Path, config: TrainConfig, *, 
     """
     config = fds_config(config)
     comm = comm or Comm()
-    torch.set_num_threads(_threads(config, comm.world_size))
-    rank, world = comm.rank, comm.world_size
+    torch.set_num_threads(threads(config, comm.world_size))
     runs = RunDir(run_dir)
     source = open_input(input_url, storage_options)
     num_nodes, num_edges = count_input_rows(source)
@@ -145,7 +135,30 @@ def run_fds(input_url: str | Path, run_dir: str | Path, config: TrainConfig, *, 
                                           f"{num_nodes} rows", "run `asepr validate` on the input."))
     kind = resolve_partitioner(partition, num_edges)
     t0 = time.perf_counter()
-    cut = None
+    cut = all_ranks_ready(comm, "partition the vertices", lambda: _partition_vertices(
+        input_url, runs, config, comm, kind, num_nodes, resume=resume, storage_options=storage_options))
+    partition_seconds = time.perf_counter() - t0
+    t_load = time.perf_counter()
+
+    def load() -> FdsGraph:
+        if kind == "metis":
+            book = PartitionBook.load(run_dir, comm.world_size, num_nodes)
+        else:
+            book = PartitionBook("hash", comm.world_size, num_nodes, seed=config.seed)
+        return load_fds_graph(input_url, book, comm.rank, storage_options=storage_options)
+
+    graph = all_ranks_ready(comm, "load its share of the input", load)
+    load_seconds = time.perf_counter() - t_load
+    info = {"input": str(input_url), "strategy": "fds", "partition": kind,
+            "partition_seconds": round(partition_seconds, 3), "metis_symmetric_cut": cut}
+    return train_fds(graph, run_dir, config, comm=comm, resume=resume, on_round=on_round, info=info,
+                     load_seconds=load_seconds)
+
+
+def _partition_vertices(input_url: str | Path, runs: RunDir, config: TrainConfig, comm: Comm, kind: str,
+                        num_nodes: int, *, resume: bool, storage_options: dict | None) -> int | None:
+    """A fresh METIS run: rank 0 partitions and saves the book; returns METIS's symmetric cut
+    (rank 0), else None. A resumed run checks that it resumes an fds run of the same partitioner."""
     if resume:
         saved = runs.read_run_info() or {}
         if saved and (saved.get("strategy") != "fds" or saved.get("partition") != kind):
@@ -153,23 +166,13 @@ def run_fds(input_url: str | Path, run_dir: str | Path, config: TrainConfig, *, 
                 f"run directory {runs.path}", f"an fds run partitioned by {kind}",
                 f"strategy {saved.get('strategy', 'asepr')}, partition {saved.get('partition')}",
                 "resume with the original --strategy and --fds-partition, or start a new run."))
-    elif kind == "metis" and rank == 0:
-        owner, cut = metis_owner(input_url, world, num_nodes=num_nodes, seed=config.seed,
-                                 storage_options=storage_options)
-        PartitionBook("metis", world, num_nodes, owner_array=owner).save(run_dir)
-    comm.barrier()
-    if kind == "metis":
-        book = PartitionBook.load(run_dir, world, num_nodes)
-    else:
-        book = PartitionBook("hash", world, num_nodes, seed=config.seed)
-    partition_seconds = time.perf_counter() - t0
-    t_load = time.perf_counter()
-    graph = load_fds_graph(input_url, book, rank, storage_options=storage_options)
-    load_seconds = time.perf_counter() - t_load
-    info = {"input": str(input_url), "strategy": "fds", "partition": kind,
-            "partition_seconds": round(partition_seconds, 3), "metis_symmetric_cut": cut}
-    return train_fds(graph, run_dir, config, comm=comm, resume=resume, on_round=on_round, info=info,
-                     load_seconds=load_seconds)
+        return None
+    if kind != "metis" or comm.rank != 0:
+        return None
+    owner, cut = metis_owner(input_url, comm.world_size, num_nodes=num_nodes, seed=config.seed,
+                             storage_options=storage_options)
+    PartitionBook("metis", comm.world_size, num_nodes, owner_array=owner).save(runs.path)
+    return cut
 
 
 def _rank_stats(graph: FdsGraph, comm: Comm) -> list[dict[str, int]]:
@@ -225,109 +228,133 @@ def _check_replicas(model, comm: Comm) -> None:
                                           "different parameters", "report this: the synchronous step diverged."))
 
 
+@dataclass
+class _FdsLoop:
+    """What the FDS round loop carries from one round to the next."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    num_classes: int
+    steps_per_epoch: int
+    sampler: DistNeighborSampler
+    fetcher: FeatureFetcher
+    rows: list[dict[str, Any]]
+    elapsed: float = 0.0
+    start_round: int = 0
+    infer: LayerwiseInference | None = None
+    scorer: NodeTask | None = None
+
+
+def _prepare(graph: FdsGraph, config: TrainConfig, comm: Comm, source: str) -> _FdsLoop:
+    """Features (the same width on every rank), the checks, the model and its optimiser."""
+    num_classes = comm.max_int(int(graph.y.max()) + 1 if graph.num_owned else 0)
+    graph.x = prepare_features(graph.x, config)
+    in_dim = comm.max_int(int(graph.x.shape[1]) if graph.num_owned else 0)
+    if not graph.num_owned:
+        graph.x = torch.zeros((0, in_dim))
+
+    def check() -> None:
+        if graph.x.shape[1] != in_dim:
+            raise TrainerError(format_problem(f"node shards of {source}", f"feature width {in_dim} on every rank",
+                                              f"width {graph.x.shape[1]}", "run `asepr validate` on the input."))
+        if num_classes < 2:
+            raise TrainerError(format_problem(f"labels of {source}", "at least 2 classes for --task node",
+                                              f"{num_classes} classes", "use an input with labels."))
+
+    all_ranks_ready(comm, "agree on the features and labels", check)
+    torch.manual_seed(config.seed)
+    model = build_model(config, in_dim, num_classes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    steps_per_epoch = comm.max_int(math.ceil(len(graph.train_idx) / config.batch_size))
+    return _FdsLoop(model=model, optimizer=optimizer, num_classes=num_classes, steps_per_epoch=steps_per_epoch,
+                    sampler=DistNeighborSampler(graph, comm), fetcher=FeatureFetcher(graph, comm), rows=[])
+
+
+def _restore(loop: _FdsLoop, runs: RunDir, config: TrainConfig, comm: Comm) -> None:
+    """Resume: the model and Adam state of the latest complete round, this rank's counters."""
+    latest = runs.check_resume(config, comm.world_size)
+    g_path, r_path = runs.global_path(latest), runs.rank_path(latest, comm.rank)
+    g, r = runs.load_global(latest), runs.load_rank(latest, comm.rank)
+    expect_keys(g_path, g, ("optimizer", "metrics_rows", "elapsed"))
+    expect_keys(r_path, r, ("bytes", "rows_fetched", "rows_served"))
+    unflatten_into(loop.model, expect_tensor(g_path, g, "global", (num_parameters(loop.model),)).to(torch.float32))
+    load_optimizer_state(g_path, loop.optimizer, g["optimizer"])
+    comm.bytes.load_state_dict(r["bytes"])
+    loop.fetcher.rows_fetched, loop.fetcher.rows_served = int(r["rows_fetched"]), int(r["rows_served"])
+    loop.rows, loop.elapsed, loop.start_round = list(g["metrics_rows"]), float(g["elapsed"]), latest + 1
+
+
+def _round(loop: _FdsLoop, graph: FdsGraph, config: TrainConfig, comm: Comm, rnd: int,
+           sent_before: dict[str, float]) -> dict[str, Any] | None:
+    """One round of E epochs; returns its metrics row when it is evaluated."""
+    t0 = time.perf_counter()
+    fetched_before = loop.fetcher.rows_fetched
+    torch.manual_seed(round_seed(config.seed, rnd, comm.rank))
+    gen = torch.Generator().manual_seed(round_seed(config.seed, rnd, comm.rank, 1))
+    loss_sum, seeds = 0.0, 0.0
+    for _ in range(config.local_epochs):
+        loss_sum, seeds = _epoch(loop.model, loop.optimizer, graph, config, comm, loop.sampler, loop.fetcher,
+                                 loop.steps_per_epoch, gen)
+    train_seconds = time.perf_counter() - t0
+    _check_replicas(loop.model, comm)
+    if not evaluates(config, rnd):
+        loop.elapsed += time.perf_counter() - t0
+        return None
+    metrics = loop.scorer.evaluate(_Logits(loop.infer.logits(loop.model)), comm)
+    sent = bytes_columns(comm, sent_before, CATEGORIES)
+    seconds = time.perf_counter() - t0
+    loop.elapsed += seconds
+    row = {"round": rnd + 1, "generation": 0, "seconds": round(seconds, 4),
+           "elapsed_s": round(loop.elapsed, 4), "train_seconds": round(train_seconds, 4),
+           "loss": loss_sum / seeds if seeds else float("nan"), "kd_loss": float("nan"),
+           "metric": loop.scorer.metric, "val": metrics["val"], "test": metrics["test"],
+           **{k: v for k, v in metrics.items() if k not in ("val", "test")},
+           **sent, "world_size": comm.world_size, "peak_rss_mib": round(peak_rss_bytes() / 2**20, 1),
+           "steps": loop.steps_per_epoch * config.local_epochs,
+           "rows_fetched_round": loop.fetcher.rows_fetched - fetched_before}
+    loop.rows.append(row)
+    return row
+
+
 def train_fds(graph: FdsGraph, run_dir: str | Path, config: TrainConfig, *, comm: Comm, resume: bool = False,
               on_round: Callable[[dict[str, Any]], None] | None = None, info: dict[str, Any] | None = None,
               load_seconds: float = 0.0) -> list[dict[str, Any]]:
     """The FDS round loop on an already loaded rank graph (see :func:`run_fds`)."""
     config = fds_config(config)
-    rank, world = comm.rank, comm.world_size
     runs = RunDir(run_dir)
-    source = (info or {}).get("input", "the input")
-    num_classes = comm.max_int(int(graph.y.max()) + 1 if graph.num_owned else 0)
-    graph.x = normalize_features(graph.x, config.feature_norm)
-    if config.feature_projection:
-        graph.x = project_features(graph.x, config.feature_projection, config.seed)
-    in_dim = comm.max_int(int(graph.x.shape[1]) if graph.num_owned else 0)
-    if not graph.num_owned:
-        graph.x = torch.zeros((0, in_dim))
-    elif graph.x.shape[1] != in_dim:
-        raise TrainerError(format_problem(f"node shards of {source}", f"feature width {in_dim} on every rank",
-                                          f"width {graph.x.shape[1]}", "run `asepr validate` on the input."))
-    if num_classes < 2:
-        raise TrainerError(format_problem(f"labels of {source}", "at least 2 classes for --task node",
-                                          f"{num_classes} classes", "use an input with labels."))
-    torch.manual_seed(config.seed)
-    model = build_model(config, in_dim, num_classes)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    steps_per_epoch = comm.max_int(math.ceil(len(graph.train_idx) / config.batch_size))
+    loop = _prepare(graph, config, comm, (info or {}).get("input", "the input"))
     ranks = _rank_stats(graph, comm)
-    info = {**(info or {}), "strategy": "fds", "world_size": world, "config": config.to_dict(), "task": config.task,
-            "num_parameters": num_parameters(model), "steps_per_epoch": steps_per_epoch, "ranks": ranks,
+    info = {**(info or {}), "strategy": "fds", "world_size": comm.world_size, "config": config.to_dict(),
+            "task": config.task, "num_parameters": num_parameters(loop.model),
+            "steps_per_epoch": loop.steps_per_epoch, "ranks": ranks,
             "remote_in_edges": sum(r["remote_in_edges"] for r in ranks),
             "in_edges": sum(r["in_edges"] for r in ranks)}
-    rows: list[dict[str, Any]] = []
-    start_round, elapsed = 0, 0.0
-    sampler = DistNeighborSampler(graph, comm)
-    fetcher = FeatureFetcher(graph, comm)
     if resume:
-        latest = runs.check_resume(config, world)
-        g, r = runs.load_global(latest), runs.load_rank(latest, rank)
-        unflatten_into(model, g["global"].to(torch.float32))
-        optimizer.load_state_dict(g["optimizer"])
-        comm.bytes.load_state_dict(r["bytes"])
-        fetcher.rows_fetched, fetcher.rows_served = int(r["rows_fetched"]), int(r["rows_served"])
-        rows, elapsed, start_round = list(g["metrics_rows"]), float(g["elapsed"]), latest + 1
-    elif rank == 0:
-        runs.clear()
-        runs.write_run_info(info)
+        all_ranks_ready(comm, "load its checkpoint", lambda: _restore(loop, runs, config, comm))
+    else:
+        start_run(runs, comm, info)
     comm.barrier()
     # Every rank starts from rank 0's parameters (as DDP broadcasts them); the first round's
     # bytes include this sync.
     sent_before = dict(comm.bytes.sent)
-    wire = flatten(model) if rank == 0 else torch.zeros(num_parameters(model))
-    unflatten_into(model, comm.all_reduce(wire, "model"))
-    infer = LayerwiseInference(graph, comm, config.model)
+    wire = flatten(loop.model) if comm.rank == 0 else torch.zeros(num_parameters(loop.model))
+    unflatten_into(loop.model, comm.all_reduce(wire, "model"))
+    loop.infer = LayerwiseInference(graph, comm, config.model)
     owned = build_local_graph(graph.global_nid.numpy(), np.zeros((graph.num_owned, 0), np.float32),
                               graph.y.numpy(), graph.split.numpy(), np.ones(graph.num_owned, bool),
                               np.zeros(0, np.int64), np.zeros(0, np.int64), None, undirected=False)
-    scorer = NodeTask(owned, num_classes, config)
-    if rank == 0:
+    loop.scorer = NodeTask(owned, loop.num_classes, config)
+    if comm.rank == 0:
         log.info("fds: %d ranks, %s partition, %s model with %d parameters, %d steps per epoch of %d seeds per rank",
-                 world, info.get("partition"), config.model, num_parameters(model), steps_per_epoch,
-                 config.batch_size)
-    for rnd in range(start_round, config.rounds):
-        t0 = time.perf_counter()
-        if rnd > start_round:
+                 comm.world_size, info.get("partition"), config.model, num_parameters(loop.model),
+                 loop.steps_per_epoch, config.batch_size)
+    for rnd in range(loop.start_round, config.rounds):
+        failpoints.failpoint(f"round:{comm.rank}:{rnd}")
+        if rnd > loop.start_round:
             sent_before = dict(comm.bytes.sent)
-        fetched_before = fetcher.rows_fetched
-        torch.manual_seed(round_seed(config.seed, rnd, rank))
-        gen = torch.Generator().manual_seed(round_seed(config.seed, rnd, rank, 1))
-        loss_sum, seeds = 0.0, 0.0
-        for _ in range(config.local_epochs):
-            loss_sum, seeds = _epoch(model, optimizer, graph, config, comm, sampler, fetcher, steps_per_epoch, gen)
-        train_seconds = time.perf_counter() - t0
-        _check_replicas(model, comm)
-        row: dict[str, Any] | None = None
-        if (rnd + 1) % config.eval_every == 0 or rnd + 1 == config.rounds:
-            metrics = scorer.evaluate(_Logits(infer.logits(model)), comm)
-            round_sent = {c: comm.bytes.sent.get(c, 0.0) - sent_before.get(c, 0.0) for c in CATEGORIES}
-            cluster = _uncounted(torch.tensor([round_sent[c] for c in CATEGORIES], dtype=torch.float64), comm,
-                                 dist.ReduceOp.SUM)
-            max_sent = _uncounted(torch.tensor([comm.bytes.total_sent], dtype=torch.float64), comm, dist.ReduceOp.MAX)
-            seconds = time.perf_counter() - t0
-            elapsed += seconds
-            row = {"round": rnd + 1, "generation": 0, "seconds": round(seconds, 4),
-                   "elapsed_s": round(elapsed, 4), "train_seconds": round(train_seconds, 4),
-                   "loss": loss_sum / seeds if seeds else float("nan"), "kd_loss": float("nan"),
-                   "metric": scorer.metric, "val": metrics["val"], "test": metrics["test"],
-                   **{k: v for k, v in metrics.items() if k not in ("val", "test")},
-                   "bytes_sent_round": sum(round_sent.values()), "bytes_sent_total_max": float(max_sent.item()),
-                   "world_size": world, "peak_rss_mib": round(peak_rss_bytes() / 2**20, 1),
-                   "steps": steps_per_epoch * config.local_epochs,
-                   "rows_fetched_round": fetcher.rows_fetched - fetched_before,
-                   "cluster_bytes_round": float(cluster.sum()),
-                   **{f"cluster_bytes_round_{c}": float(v) for c, v in zip(CATEGORIES, cluster.tolist())}}
-            rows.append(row)
-        else:
-            elapsed += time.perf_counter() - t0
-        runs.save_rank(rnd, rank, {"bytes": comm.bytes.state_dict(), "rows_fetched": fetcher.rows_fetched,
-                                   "rows_served": fetcher.rows_served})
-        comm.barrier()
-        if rank == 0:
-            runs.commit(rnd, world, {"global": flatten(model), "optimizer": optimizer.state_dict(), "generation": 0,
-                                     "elapsed": elapsed, "load_seconds": load_seconds}, rows)
-            if row is not None:
-                log.info("round %d: %s", rnd + 1, row)
-                if on_round is not None:
-                    on_round(row)
-    return rows
+        row = _round(loop, graph, config, comm, rnd, sent_before)
+        commit_round(runs, rnd, comm, {"bytes": comm.bytes.state_dict(), "rows_fetched": loop.fetcher.rows_fetched,
+                                       "rows_served": loop.fetcher.rows_served},
+                     {"global": flatten(loop.model), "optimizer": loop.optimizer.state_dict(), "generation": 0,
+                      "elapsed": loop.elapsed, "load_seconds": load_seconds}, loop.rows, row, on_round)
+    return loop.rows
