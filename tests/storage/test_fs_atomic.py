@@ -1,10 +1,11 @@
-"""Shard discovery over fsspec, and atomic staged outputs."""
+"""Shard discovery over fsspec, atomic files and staged outputs, and the crash tests' failpoints."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 
 import fsspec
 import numpy as np
@@ -17,7 +18,8 @@ from storage import (
     discover_shards,
     read_meta,
 )
-from storage.atomic import staged_output
+from storage import failpoints
+from storage.atomic import atomic_file, save_npy_atomic, staged_output, write_bytes_atomic, write_json_atomic
 
 
 def _touch(path, data=b"x"):
@@ -87,6 +89,44 @@ def test_staged_output_is_invisible_until_success(tmp_path):
         fs.pipe(f"{staging}/b", b"2")
     assert os.listdir(out) == ["b"]
     assert sorted(os.listdir(tmp_path)) == ["out"]
+
+
+def test_atomic_files_replace_whole_and_leave_no_temp_file(tmp_path):
+    target = tmp_path / "f.json"
+    write_json_atomic(target, {"b": 1, "a": np.int64(2)})
+    assert target.read_text() == '{\n  "a": 2,\n  "b": 1\n}\n'
+    save_npy_atomic(tmp_path / "x.npy", np.arange(4))
+    assert np.load(tmp_path / "x.npy").tolist() == [0, 1, 2, 3]
+    with pytest.raises(ZeroDivisionError), atomic_file(target) as fh:
+        fh.write(b"half")
+        raise ZeroDivisionError
+    assert target.read_text().startswith("{") and sorted(os.listdir(tmp_path)) == ["f.json", "x.npy"]
+    fs = fsspec.filesystem("memory")
+    write_bytes_atomic("/atomic/g.bin", b"abc", fs=fs)
+    assert fs.cat("/atomic/g.bin") == b"abc" and fs.ls("/atomic", detail=False) == ["/atomic/g.bin"]
+    fs.rm("/atomic", recursive=True)
+
+
+def test_failpoints_pause_kill_and_ignore(tmp_path, monkeypatch):
+    monkeypatch.delenv(failpoints.VARIABLE, raising=False)
+    failpoints.failpoint("swap")  # unset: returns at once
+    assert failpoints.parse("swap=pause, round:1:2=kill") == {"swap": "pause", "round:1:2": "kill"}
+    with pytest.raises(ValueError, match="ASEPR_FAILPOINTS"):
+        failpoints.parse("swap=stop")
+    marker = tmp_path / "marker"
+    script = "from storage import failpoints\nfailpoints.failpoint('other')\nfailpoints.failpoint('{}')\n"
+    env = dict(os.environ, ASEPR_FAILPOINTS="a=kill,b=pause", ASEPR_FAILPOINT_MARKER=str(marker))
+    killed = subprocess.run([sys.executable, "-c", script.format("a")], env=env)
+    assert killed.returncode == -9 and not marker.exists()
+    paused = subprocess.Popen([sys.executable, "-c", script.format("b")], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and paused.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.read_text().split()[0] == "b" and paused.poll() is None
+    finally:
+        paused.kill()
+        paused.wait()
 
 
 def test_killed_writer_leaves_hidden_staging_that_the_next_run_sweeps(tmp_path):
