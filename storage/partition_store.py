@@ -36,6 +36,18 @@ Checksums are over content, not files: ``array_checksums[name]`` is the sha256 o
 array's name, dtype, shape and C-order bytes; ``checksum`` is the sha256 of the sorted
 ``name:digest`` lines. The checksum does not depend on the codec or the chunking.
 
+Every read is checked (store format 2). Each array's own attrs hold ``chunk_crc32``, the
+crc32 (``zlib``) of each chunk's content in chunk order. A :class:`CheckedArray` loads
+whole chunks, requires each chunk's file to exist (zarr would return the fill value for
+a missing one; every chunk is written, ``write_empty_chunks``), and compares each
+chunk's crc32 before it returns a row: a missing, undecodable or altered chunk is a
+:class:`StoreError` naming the partition, the array and the chunk key. Per-chunk crc32
+rather than the whole-array sha256, by measurement on the 2-core VM: sha256 hashes
+1.8 GB/s and crc32 4.3 GB/s, against 0.8-1.0 GB/s for a cold read of a store, so the
+sha256 would cost a third of the read speed and crc32 about a sixth; and a partial
+read (a block of ``x``) can be checked by its own chunks. The sha256 stays the store's
+identity (manifest, ``asepr verify``, resume).
+
 Codecs and chunks, by measurement
 ---------------------------------
 Measured with zarr 3.1.6 / numcodecs 0.16 on a 2-core VM (local disk, page cache warm),

@@ -183,7 +183,7 @@ def _verify_impl(out, input_url, storage_options, batch_rows, memory_budget, spi
         report.checks += ["manifest and store attributes", "checksums", "CSR well formed"]
 
         zero, many = np.flatnonzero(scan.master_count == 0), np.flatnonzero(scan.master_count > 1)
-        if len(scan.scanned) == k and len(zero):
+        if len(scan.stores) == k and len(zero):
             problems.add("masters", f"{len(zero):,} node(s) have no master, e.g. global_nid {zero[:5].tolist()}")
         if len(many):
             problems.add("masters", f"{len(many):,} node(s) have several masters, e.g. global_nid {many[:5].tolist()}")
@@ -220,7 +220,7 @@ def _verify_impl(out, input_url, storage_options, batch_rows, memory_budget, spi
                     f"{int(in_degree[v])} in-edges ({len(bad):,} master(s) affected)",
                 )
             report.checks.append("halo holds every in-edge of each master")
-        _compare_nodes(scan.intact, node_shards, memory_budget, problems)
+        _compare_nodes(scan.stores, node_shards, memory_budget, problems, scan.damaged)
         report.checks.append("features, labels and splits match the input")
     finally:
         shutil.rmtree(spill, ignore_errors=True)
@@ -235,15 +235,15 @@ class _Scan:
         self.master_part = np.full(num_nodes, -1, dtype=np.int64)
         self.master_local = np.full(num_nodes, -1, dtype=np.int64)
         self.halo_in = np.zeros(num_nodes, dtype=np.int64) if halo else None
-        self.scanned: set[int] = set()
-        #: Stores that passed every check, chunk digests included (their node rows are compared).
-        self.intact: dict[int, PartitionStore] = {}
+        #: The stores scanned; a damaged one (in ``damaged``) opened unchecked.
+        self.stores: dict[int, PartitionStore] = {}
+        self.damaged: set[int] = set()
 
 
 def _verify_partition(out, manifest, entry, storage_options, scan: _Scan, state, problems) -> None:
     """Open, check and scan one partition. A store whose chunks are missing, undecodable or
     altered is reported chunk by chunk, then scanned unchecked (as far as it decodes) so
-    the problems it causes elsewhere (masters, edges) are reported too."""
+    the problems it causes elsewhere (masters, edges, node rows) are reported too."""
     p = int(entry["part_id"])
     where = f"partition {p}"
     try:
@@ -266,9 +266,9 @@ def _verify_partition(out, manifest, entry, storage_options, scan: _Scan, state,
             raise
         problems.add(where, f"could not be scanned past its damage ({type(exc).__name__}: {exc})")
         return
-    scan.scanned.add(p)
-    if not damaged:
-        scan.intact[p] = store
+    scan.stores[p] = store
+    if damaged:
+        scan.damaged.add(p)
 
 
 def _hash_input_edges(edge_shards, batch_rows, manifest, in_sink, problems):
@@ -535,7 +535,8 @@ def _compare_edges(in_sink: _BucketSink, part_sink: _BucketSink, num_nodes: int,
 # --- nodes: features, labels and splits through global_nid ---------------------------
 
 
-def _compare_nodes(stores: dict[int, PartitionStore], node_shards, memory_budget: int, problems) -> None:
+def _compare_nodes(stores: dict[int, PartitionStore], node_shards, memory_budget: int, problems,
+                   damaged: set[int]) -> None:
     groups: list[list[int]] = []
     size = 0
     for p, store in stores.items():
@@ -547,8 +548,15 @@ def _compare_nodes(stores: dict[int, PartitionStore], node_shards, memory_budget
             groups.append([p])
             size = need
     for group in groups:
-        loaded = {p: stores[p].to_numpy(["nodes/global_nid", "nodes/x", "nodes/y", "nodes/split"]) for p in group}
-        seen = {p: np.zeros(stores[p].num_nodes, dtype=bool) for p in group}
+        loaded = {}
+        for p in group:
+            try:
+                loaded[p] = stores[p].to_numpy(["nodes/global_nid", "nodes/x", "nodes/y", "nodes/split"])
+            except Exception as exc:  # noqa: BLE001 - a damaged store may fail to decode in any way
+                if p not in damaged:
+                    raise
+                problems.add(f"partition {p}", f"node rows unreadable past the damage ({type(exc).__name__}: {exc})")
+        seen = {p: np.zeros(stores[p].num_nodes, dtype=bool) for p in loaded}
         reported: set[tuple[int, str]] = set()
         for shard in node_shards:
             pf = open_parquet(shard)
@@ -594,7 +602,7 @@ def _compare_nodes(stores: dict[int, PartitionStore], node_shards, memory_budget
                             )
                             reported.add((p, name))
                 row0 += n
-        for p in group:
+        for p in loaded:
             missing = np.flatnonzero(~seen[p])
             if len(missing):
                 problems.add(f"partition {p}", f"{len(missing):,} node(s) have no row in the input, e.g. "
