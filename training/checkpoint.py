@@ -45,7 +45,7 @@ from typing import Any
 
 import torch
 
-from storage.atomic import write_bytes_atomic, write_json_atomic
+from storage.atomic import refuse_symlink, write_bytes_atomic, write_json_atomic
 from storage.errors import StoreError, format_problem
 from storage.lock import OutputLock
 from storage.manifest import LOCK_NAME
@@ -205,6 +205,8 @@ class RunDir:
             ) from exc
 
     def save_rank(self, round_index: int, rank: int, state: dict[str, Any]) -> None:
+        for directory in (self.checkpoints, self.round_dir(round_index)):
+            refuse_symlink(directory)  # it would take the checkpoints out of the run directory
         self.round_dir(round_index).mkdir(parents=True, exist_ok=True)
         self._save({"round": round_index, "rank": rank, **state}, self.rank_path(round_index, rank))
 
@@ -296,6 +298,7 @@ class RunDir:
 
     def clear(self) -> None:
         """Remove the checkpoints and metrics of a previous run (a fresh start)."""
+        refuse_symlink(self.checkpoints)
         shutil.rmtree(self.checkpoints, ignore_errors=True)
         for name in ("metrics.csv", "run.json"):
             with_path = self.path / name
