@@ -360,7 +360,7 @@ class CheckedArray:
 
     def __init__(self, name: str, array: zarr.Array, where: str, stored: StoredKeys | None = None):
         self.name, self.where, self._array = name, where, array
-        self._rows = array.chunks[0] if array.ndim else 1
+        self._rows = array.chunks[0]
         self._digests = _chunk_digests(name, array, where)
         self._stored = stored if stored is not None else StoredKeys(array.store_path.store)
         self._prefix = array.store_path.path.strip("/")
@@ -415,7 +415,8 @@ class CheckedArray:
             raise StoreError(format_problem(f"{self.where}, array {self.name}", "chunks that decode",
                                             f"{type(exc).__name__}: {exc}", _DAMAGED_FIX)) from exc
         for c in chunks:
-            self._raise(self._altered(c, block[c * self._rows - start : min(stop, (c + 1) * self._rows) - start]))
+            rows = slice(c * self._rows - start, min(stop, (c + 1) * self._rows) - start)
+            self._raise(self._altered(c, block[rows]))
         return block
 
     def chunk_problems(self) -> list[str]:
@@ -477,6 +478,8 @@ def _row_selection(first, n: int) -> tuple[Any, int, int]:
         return row, row, row + 1
     index = np.asarray(first)
     if index.dtype == np.bool_:
+        if index.shape != (n,):
+            raise IndexError(f"boolean index of shape {index.shape} for axis 0 with size {n}")
         index = np.flatnonzero(index)
     index = np.where(index < 0, index + n, index).astype(np.int64)
     if len(index) and (index.min() < 0 or index.max() >= n):
@@ -487,14 +490,13 @@ def _row_selection(first, n: int) -> tuple[Any, int, int]:
 def _chunk_digests(name: str, array: zarr.Array, where: str) -> list[int]:
     """The array's ``chunk_crc32`` attribute, one int per chunk of rows; StoreError otherwise."""
     digests = array.attrs.get(CHUNK_DIGESTS)
-    rows = array.chunks[0] if array.ndim else 1
-    want = -(-int(array.shape[0]) // rows) if array.ndim else 1
+    want = -(-int(array.shape[0]) // array.chunks[0])
     if not isinstance(digests, list) or len(digests) != want or not all(
             isinstance(d, int) and not isinstance(d, bool) for d in digests):
-        found = "none" if digests is None else f"{type(digests).__name__} of {len(digests) if isinstance(digests, list) else '?'}"
+        found = f"{len(digests)} values" if isinstance(digests, list) else repr(digests)
         raise StoreError(format_problem(
-            f"{where}, array {name}, attrs {CHUNK_DIGESTS}", f"a list of {want} crc32 values (one per chunk)",
-            found, _DAMAGED_FIX))
+            f"{where}, array {name}, attrs {CHUNK_DIGESTS}",
+            f"a list of {want} crc32 values (one per chunk)", found, _DAMAGED_FIX))
     return digests
 
 
@@ -517,8 +519,6 @@ class StoredKeys:
 
 async def _list_keys(store) -> set[str]:
     return {key async for key in store.list_prefix("")}
-
-
 
 
 @dataclass(frozen=True)
@@ -633,7 +633,8 @@ def open_finished_group(url: str, storage_options: dict | None, *, what: str, fm
     return group
 
 
-def open_store(path: str | Path, *, storage_options: dict | None = None, verify: bool = True) -> PartitionStore:
+def open_store(path: str | Path, *, storage_options: dict | None = None,
+               verify: bool = True) -> PartitionStore:
     """Open one store directly (no manifest): for the writer and for ``asepr verify``.
 
     Parameters
@@ -673,7 +674,7 @@ def open_store(path: str | Path, *, storage_options: dict | None = None, verify:
         except Exception as exc:  # noqa: BLE001 - a missing or unparsable array is the finding
             found = "no such array" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
             raise StoreError(format_problem(f"partition store {url}", f"an array {name}", found,
-                                            "the store is damaged; rerun `asepr partition ... --overwrite`.")) from exc
+                                            _DAMAGED_FIX)) from exc
         arrays[name] = CheckedArray(name, array, where, stored) if verify else array
     return PartitionStore(
         part_id=int(attrs["part_id"]),
@@ -718,9 +719,10 @@ def _confine(fs, root: str, relative: object, what: str) -> None:
         confined_path(root, relative, what=what)
         return
     parts = relative.split("/") if isinstance(relative, str) else []
-    if not parts or relative.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in relative:
-        raise StoreError(format_problem(what, f"a path inside {root}", f"the entry {relative!r}",
-                                        "the manifest was damaged or crafted; restore it from a trusted copy."))
+    if not parts or any(p in ("", ".", "..") or "\x00" in p for p in parts):
+        raise StoreError(format_problem(
+            what, f"a path inside {root}", f"the entry {relative!r}",
+            "the manifest was damaged or crafted; restore it from a trusted copy."))
 
 
 def resolve_store_url(
@@ -805,7 +807,8 @@ def open_partition(
     if not isinstance(entry.get("checksum"), str):
         raise StoreError(format_problem(
             f"{join(str(out), MANIFEST_NAME)}, the entry of partition {part_id}", 'a checksum "sha256:..."',
-            repr(entry.get("checksum")), "the manifest was damaged; rerun `asepr partition ... --overwrite`."))
+            repr(entry.get("checksum")),
+            "the manifest was damaged; rerun `asepr partition ... --overwrite`."))
     store = open_store(url, storage_options=storage_options)
     if store.part_id != int(part_id) or store.checksum_mismatch(entry):
         raise StoreError(

@@ -555,7 +555,8 @@ def _compare_nodes(stores: dict[int, PartitionStore], node_shards, memory_budget
             except Exception as exc:  # noqa: BLE001 - a damaged store may fail to decode in any way
                 if p not in damaged:
                     raise
-                problems.add(f"partition {p}", f"node rows unreadable past the damage ({type(exc).__name__}: {exc})")
+                problems.add(f"partition {p}",
+                             f"node rows unreadable past the damage ({type(exc).__name__}: {exc})")
         seen = {p: np.zeros(stores[p].num_nodes, dtype=bool) for p in loaded}
         reported: set[tuple[int, str]] = set()
         for shard in node_shards:
