@@ -36,17 +36,11 @@ Checksums are over content, not files: ``array_checksums[name]`` is the sha256 o
 array's name, dtype, shape and C-order bytes; ``checksum`` is the sha256 of the sorted
 ``name:digest`` lines. The checksum does not depend on the codec or the chunking.
 
-Every read is checked (store format 2). Each array's own attrs hold ``chunk_crc32``, the
-crc32 (``zlib``) of each chunk's content in chunk order. A :class:`CheckedArray` loads
-whole chunks, requires each chunk's file to exist (zarr would return the fill value for
-a missing one; every chunk is written, ``write_empty_chunks``), and compares each
-chunk's crc32 before it returns a row: a missing, undecodable or altered chunk is a
-:class:`StoreError` naming the partition, the array and the chunk key. Per-chunk crc32
-rather than the whole-array sha256, by measurement on the 2-core VM: sha256 hashes
-1.8 GB/s and crc32 4.3 GB/s, against 0.8-1.0 GB/s for a cold read of a store, so the
-sha256 would cost a third of the read speed and crc32 about a sixth; and a partial
-read (a block of ``x``) can be checked by its own chunks. The sha256 stays the store's
-identity (manifest, ``asepr verify``, resume).
+Every read is checked (store format 2): each array's attrs hold ``chunk_crc32``, the
+crc32 of each chunk's content, and the reader's arrays are
+:class:`storage.checked_array.CheckedArray` s, which refuse a missing, undecodable or
+altered chunk (the module says why crc32 per chunk, by measurement). The sha256 stays
+the store's identity (manifest, ``asepr verify``, resume).
 
 Codecs and chunks, by measurement
 ---------------------------------
@@ -76,7 +70,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,8 +77,8 @@ from typing import Any
 import numpy as np
 import zarr
 from zarr.codecs import BloscCodec, BloscShuffle
-from zarr.core.sync import sync
 
+from storage.checked_array import CHUNK_DIGESTS, DAMAGED_STORE_FIX, CheckedArray, ChunkCrcs, StoredKeys
 from storage.confine import confined_path
 from storage.errors import StoreError, format_problem
 from storage.fs import join, resolve, url_of
@@ -93,15 +86,12 @@ from storage.manifest import MANIFEST_NAME, OLD_DIR, STAGING_NAME, read_manifest
 
 __all__ = [
     "CHUNK_BYTES",
-    "CHUNK_DIGESTS",
     "EDGE_ARRAYS",
     "NODE_ARRAYS",
     "STORE_FORMAT",
     "STORE_VERSION",
     "ArrayWriter",
-    "CheckedArray",
     "PartitionStore",
-    "StoredKeys",
     "array_digest",
     "checksum_problems",
     "combine_digests",
@@ -118,8 +108,6 @@ log = logging.getLogger(__name__)
 STORE_FORMAT = "asepr-partition"
 #: 2: every array records the crc32 of each chunk's content (``attrs["chunk_crc32"]``).
 STORE_VERSION = 2
-#: The array attribute that lists the crc32 of each chunk's content, in chunk order.
-CHUNK_DIGESTS = "chunk_crc32"
 #: Target uncompressed bytes per chunk (see the module docstring for the measurement).
 CHUNK_BYTES = 4 << 20
 
@@ -267,9 +255,7 @@ class ArrayWriter:
         self.block_rows = chunk_rows * max(1, block_bytes // max(1, chunk_rows * row_bytes))
         self._hash = hashlib.sha256(_digest_header(name, self.dtype, self.shape))
         self._next = 0
-        self._chunk_rows = chunk_rows
-        self._chunk_crcs: list[int] = []
-        self._crc = 0
+        self._crcs = ChunkCrcs(chunk_rows)
 
     def write(self, block: np.ndarray) -> None:
         block = np.ascontiguousarray(block, dtype=self.dtype)
@@ -281,27 +267,14 @@ class ArrayWriter:
         if len(block):
             _write_block(self.array, self._next, block)
             self._hash.update(block.view(np.uint8).reshape(-1))
-            self._add_chunk_crcs(block)
+            self._crcs.add(block)
             self._next += len(block)
-
-    def _add_chunk_crcs(self, block: np.ndarray) -> None:
-        """Extend the running crc32 of the current chunk; close each chunk it completes."""
-        row, pos = self._next, 0
-        while pos < len(block):
-            take = min(len(block) - pos, self._chunk_rows - row % self._chunk_rows)
-            self._crc = zlib.crc32(block[pos : pos + take].reshape(-1).view(np.uint8), self._crc)
-            pos, row = pos + take, row + take
-            if row % self._chunk_rows == 0:
-                self._chunk_crcs.append(self._crc)
-                self._crc = 0
 
     def close(self) -> str:
         """Check every row was written, record the chunk digests; return the content digest."""
         if self._next != self.shape[0]:
             raise StoreError(f"partition array {self.name}: {self._next} of {self.shape[0]} rows written.")
-        if self._next % self._chunk_rows:
-            self._chunk_crcs.append(self._crc)
-        self.array.attrs[CHUNK_DIGESTS] = self._chunk_crcs
+        self.array.attrs[CHUNK_DIGESTS] = self._crcs.close()
         return self._hash.hexdigest()
 
 
@@ -334,192 +307,6 @@ def store_bytes(path: str | Path) -> int:
 
 
 # --- reading ----------------------------------------------------------------------------
-
-_DAMAGED_FIX = "the store is damaged; rerun `asepr partition ... --overwrite` (or restore it from a copy)."
-
-
-class CheckedArray:
-    """A stored array whose every read is checked against its chunk digests.
-
-    Reads go through ``array[selection]`` (rows first, as for ``zarr.Array``; a
-    selection may be an int, a slice, an index array or ``...``, with further axes
-    after it) or ``np.asarray(array)``. Each read loads the whole chunks that the rows
-    touch, requires each chunk's file to exist (zarr would return the fill value for a
-    missing one), compares each chunk's crc32 with ``attrs["chunk_crc32"]``, and only
-    then returns the selected rows. Any difference, a missing chunk or a chunk that
-    does not decode raises :class:`StoreError` naming the partition, the array and
-    the chunk key.
-
-    Attributes
-    ----------
-    name
-        The layout name (``"nodes/x"``).
-    where
-        The partition and store, for messages.
-    """
-
-    def __init__(self, name: str, array: zarr.Array, where: str, stored: StoredKeys | None = None):
-        self.name, self.where, self._array = name, where, array
-        self._rows = array.chunks[0]
-        self._digests = _chunk_digests(name, array, where)
-        self._stored = stored if stored is not None else StoredKeys(array.store_path.store)
-        self._prefix = array.store_path.path.strip("/")
-
-    shape = property(lambda self: tuple(self._array.shape), doc="The array's shape.")
-    dtype = property(lambda self: self._array.dtype, doc="The array's numpy dtype.")
-    chunks = property(lambda self: tuple(self._array.chunks), doc="The chunk shape (whole rows).")
-    ndim = property(lambda self: self._array.ndim, doc="The number of axes.")
-    size = property(lambda self: self._array.size, doc="The number of elements.")
-    nbytes = property(lambda self: self._array.nbytes, doc="Bytes of the decoded array.")
-
-    def __len__(self) -> int:
-        return int(self.shape[0])
-
-    def __repr__(self) -> str:
-        return f"CheckedArray({self.name!r}, shape={self.shape}, dtype={self.dtype}, {self.where})"
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        data = self[...]
-        return data if dtype is None else data.astype(dtype, copy=False)
-
-    def __getitem__(self, key) -> np.ndarray:
-        key = Ellipsis if isinstance(key, tuple) and not key else key
-        first, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
-        n = int(self.shape[0])
-        if first is Ellipsis:
-            lo, hi, first, rest = 0, n, slice(None), () if key is Ellipsis else key
-        else:
-            first, lo, hi = _row_selection(first, n)
-        start = lo // self._rows * self._rows
-        stop = min(n, -(-hi // self._rows) * self._rows) if hi > lo else start
-        block = self.read_rows(start, stop)
-        if isinstance(first, slice):
-            first = slice(first.start - start, first.stop - start) if first.start is not None else first
-        else:
-            first = first - start
-        return block[(first, *rest)]
-
-    def read_rows(self, start: int, stop: int) -> np.ndarray:
-        """Rows ``[start, stop)``, chunk-aligned (``start`` a multiple of the chunk rows
-        and ``stop`` one too or the end), checked chunk by chunk."""
-        if stop <= start:
-            return np.empty((0, *self.shape[1:]), dtype=self.dtype)
-        chunks = range(start // self._rows, -(-stop // self._rows))
-        for c in chunks:
-            self._raise(self._missing(c))
-        try:
-            block = np.ascontiguousarray(self._array.get_basic_selection(slice(start, stop)))
-        except Exception as exc:  # noqa: BLE001 - any decoder failure is a damaged chunk
-            for c in chunks:
-                self._raise(self._chunk(c)[1])
-            raise StoreError(format_problem(f"{self.where}, array {self.name}", "chunks that decode",
-                                            f"{type(exc).__name__}: {exc}", _DAMAGED_FIX)) from exc
-        for c in chunks:
-            rows = slice(c * self._rows - start, min(stop, (c + 1) * self._rows) - start)
-            self._raise(self._altered(c, block[rows]))
-        return block
-
-    def chunk_problems(self) -> list[str]:
-        """Check every chunk on its own: one message per missing, undecodable or altered
-        chunk (``array NAME, chunk KEY: expected ..., found ...``); empty when all hold."""
-        found = []
-        for c in range(len(self._digests)):
-            problem = self._missing(c)
-            if problem is None:
-                data, problem = self._chunk(c)
-                problem = problem or self._altered(c, data)
-            if problem is not None:
-                found.append(format_problem(*problem))
-        return found
-
-    def _label(self, c: int) -> str:
-        grid = tuple(self._array.cdata_shape[1:])
-        keys = [self._array.metadata.encode_chunk_key((c, *rest)) for rest in np.ndindex(grid)]
-        return f"array {self.name}, chunk {', '.join(keys) if keys else c}"
-
-    def _raise(self, problem: tuple[str, str, str] | None) -> None:
-        if problem is not None:
-            where, expected, found = problem
-            raise StoreError(format_problem(f"{self.where}, {where}", expected, found, _DAMAGED_FIX))
-
-    def _missing(self, c: int) -> tuple[str, str, str] | None:
-        for rest in np.ndindex(tuple(self._array.cdata_shape[1:])):
-            key = f"{self._prefix}/{self._array.metadata.encode_chunk_key((c, *rest))}".lstrip("/")
-            if key not in self._stored:
-                return self._label(c), "a chunk file (every chunk is written)", f"no file {key}"
-        return None
-
-    def _chunk(self, c: int) -> tuple[np.ndarray | None, tuple[str, str, str] | None]:
-        rows = slice(c * self._rows, min(int(self.shape[0]), (c + 1) * self._rows))
-        try:
-            return np.ascontiguousarray(self._array.get_basic_selection(rows)), None
-        except Exception as exc:  # noqa: BLE001 - the decoder's own error is the finding
-            return None, (self._label(c), "a chunk that decodes", f"{type(exc).__name__}: {exc}")
-
-    def _altered(self, c: int, data: np.ndarray) -> tuple[str, str, str] | None:
-        crc = zlib.crc32(data.reshape(-1).view(np.uint8))
-        if crc == self._digests[c]:
-            return None
-        return (self._label(c), f"content with crc32 {self._digests[c]} (attrs {CHUNK_DIGESTS})",
-                f"crc32 {crc}: the chunk was altered")
-
-
-def _row_selection(first, n: int) -> tuple[Any, int, int]:
-    """A selection on the rows as (selection, lo, hi): the rows ``[lo, hi)`` that it touches."""
-    if isinstance(first, slice):
-        start, stop, step = first.indices(n)
-        if step == 1:
-            return slice(start, max(start, stop)), start, max(start, stop)
-        first = np.arange(start, stop, step)
-    elif isinstance(first, (int, np.integer)):
-        if not -n <= int(first) < n:
-            raise IndexError(f"index {int(first)} is out of bounds for axis 0 with size {n}")
-        row = int(first) % n
-        return row, row, row + 1
-    index = np.asarray(first)
-    if index.dtype == np.bool_:
-        if index.shape != (n,):
-            raise IndexError(f"boolean index of shape {index.shape} for axis 0 with size {n}")
-        index = np.flatnonzero(index)
-    index = np.where(index < 0, index + n, index).astype(np.int64)
-    if len(index) and (index.min() < 0 or index.max() >= n):
-        raise IndexError(f"index out of bounds for axis 0 with size {n}")
-    return index, (int(index.min()) if len(index) else 0), (int(index.max()) + 1 if len(index) else 0)
-
-
-def _chunk_digests(name: str, array: zarr.Array, where: str) -> list[int]:
-    """The array's ``chunk_crc32`` attribute, one int per chunk of rows; StoreError otherwise."""
-    digests = array.attrs.get(CHUNK_DIGESTS)
-    want = -(-int(array.shape[0]) // array.chunks[0])
-    if not isinstance(digests, list) or len(digests) != want or not all(
-            isinstance(d, int) and not isinstance(d, bool) for d in digests):
-        found = f"{len(digests)} values" if isinstance(digests, list) else repr(digests)
-        raise StoreError(format_problem(
-            f"{where}, array {name}, attrs {CHUNK_DIGESTS}",
-            f"a list of {want} crc32 values (one per chunk)", found, _DAMAGED_FIX))
-    return digests
-
-
-class StoredKeys:
-    """The keys of every object in a Zarr store, listed once, on first use.
-
-    One listing serves all the arrays of a partition store: a chunk key that is not
-    listed is a missing chunk.
-    """
-
-    def __init__(self, store):
-        self._store = store
-        self._keys: set[str] | None = None
-
-    def __contains__(self, key: str) -> bool:
-        if self._keys is None:
-            self._keys = sync(_list_keys(self._store))
-        return key in self._keys
-
-
-async def _list_keys(store) -> set[str]:
-    return {key async for key in store.list_prefix("")}
-
 
 @dataclass(frozen=True)
 class PartitionStore:
@@ -674,7 +461,7 @@ def open_store(path: str | Path, *, storage_options: dict | None = None,
         except Exception as exc:  # noqa: BLE001 - a missing or unparsable array is the finding
             found = "no such array" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
             raise StoreError(format_problem(f"partition store {url}", f"an array {name}", found,
-                                            _DAMAGED_FIX)) from exc
+                                            DAMAGED_STORE_FIX)) from exc
         arrays[name] = CheckedArray(name, array, where, stored) if verify else array
     return PartitionStore(
         part_id=int(attrs["part_id"]),
@@ -693,11 +480,11 @@ def _require_checksums(url: str, attrs: dict[str, Any], names: list[str]) -> Non
             isinstance(v, str) and len(v) == 64 for v in recorded.values()):
         found = sorted(recorded) if isinstance(recorded, dict) else repr(recorded)
         raise StoreError(format_problem(f"partition store {url}, attrs array_checksums",
-                                        f"a sha256 for each of {names}", f"{found}", _DAMAGED_FIX))
+                                        f"a sha256 for each of {names}", f"{found}", DAMAGED_STORE_FIX))
     if attrs.get("checksum") != combine_digests(recorded):
         raise StoreError(format_problem(f"partition store {url}, attrs checksum",
                                         "the sha256 that combines array_checksums",
-                                        repr(attrs.get("checksum")), _DAMAGED_FIX))
+                                        repr(attrs.get("checksum")), DAMAGED_STORE_FIX))
 
 
 def _store_generation(url: str, storage_options: dict | None) -> int | None:

@@ -26,7 +26,8 @@ from pipeline.store.verify import verify_output
 from pipeline.store.write import partition_to_store
 from storage.errors import StoreError
 from storage.manifest import read_manifest
-from storage.partition_store import CHUNK_DIGESTS, CheckedArray, create_store, open_partition, write_array
+from storage.checked_array import CHUNK_DIGESTS, CheckedArray
+from storage.partition_store import create_store, open_partition, write_array
 from tests.storage.helpers import edge_table
 from training.data import load_local_graph
 from workflows.cli import main

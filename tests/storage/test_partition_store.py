@@ -19,6 +19,7 @@ import storage.atomic
 import storage.partition_store as ps
 from pipeline.config import PartitionConfig
 from pipeline.store.write import partition_to_store
+from storage.checked_array import CheckedArray
 from storage.errors import StoreError
 from storage.lock import OutputLock
 from storage.manifest import LOCK_NAME, read_manifest, write_manifest
@@ -96,7 +97,7 @@ def test_store_uses_the_measured_codecs_and_chunks(outputs):
 
 def test_open_partition_is_lazy_and_complete(outputs):
     store = open_partition(outputs[0], 2)
-    assert isinstance(store.x, ps.CheckedArray) and store.part_id == 2 and store.num_parts == 3
+    assert isinstance(store.x, CheckedArray) and store.part_id == 2 and store.num_parts == 3
     data = store.to_numpy()
     assert data["nodes/x"].shape == (store.num_nodes, 4)
     assert store.manifest["generation"] == store.generation == 1
@@ -106,12 +107,16 @@ def test_open_partition_is_lazy_and_complete(outputs):
 
 def test_checked_reads_select_like_numpy(outputs, tmp_path, monkeypatch):
     """Every selection form reads the same values as numpy does on the whole array,
-    across chunk boundaries (small chunks: many per array)."""
+    across chunk boundaries (small chunks: many per array, written in blocks that end
+    inside chunks)."""
     monkeypatch.setattr(ps, "CHUNK_BYTES", 256)
     group = ps.create_store(tmp_path / "s.zarr")
     data = np.arange(300 * 4, dtype=np.float32).reshape(300, 4)
-    ps.write_array(group, "nodes/x", data)
-    x = ps.CheckedArray("nodes/x", zarr.open_group(str(tmp_path / "s.zarr"), mode="r")["nodes/x"], "test")
+    writer = ps.ArrayWriter(group, "nodes/x", data.shape, data.dtype)
+    for start in range(0, 300, 7):
+        writer.write(data[start : start + 7])
+    assert writer.close() == ps.array_digest("nodes/x", data)
+    x = CheckedArray("nodes/x", zarr.open_group(str(tmp_path / "s.zarr"), mode="r")["nodes/x"], "test")
     assert x.chunks[0] == 16 and x.shape == data.shape and len(x) == 300
     mask = np.zeros(300, dtype=bool)
     mask[[3, 40, 299]] = True
