@@ -49,7 +49,6 @@ __all__ = [
     "NODE_MAP_NAME",
     "OLD_DIR",
     "STAGING_NAME",
-    "dumps_json",
     "part_name",
     "read_manifest",
     "write_manifest",
