@@ -20,6 +20,7 @@ from pipeline.assign.candidates import candidates_choice
 from pipeline.assign.greedy import greedy_choice
 from pipeline.assign.hashing import dbh_choice, hash_choice
 from pipeline.assign.hdrf import all_choice
+from pipeline.assign.refs import borrowed, keep_alive
 from pipeline.assign.state import PDEG
 from pipeline.prefetch import PREFETCH_DISTANCE, prefetch_write
 
@@ -104,8 +105,14 @@ def assign_batch(src, dst, out, mode, vstate, words, loads, use_partial, beta, l
     """
     k = loads.shape[0]
     max_load, min_load, at_min = _load_extremes(loads)
-    scores = np.empty(k, dtype=np.float64)
-    floads = loads.astype(np.float64)
+    scores_owner = np.empty(k, dtype=np.float64)
+    floads_owner = loads.astype(np.float64)
+    # The arrays the inlined choice functions take, without per-edge reference counts
+    # (pipeline.assign.refs); the two owned here stay alive to the end of the loop.
+    vstate = borrowed(vstate)
+    loads = borrowed(loads)
+    scores = borrowed(scores_owner)
+    floads = borrowed(floads_owner)
     n = src.shape[0]
     for i in range(n):
         if i + PREFETCH_DISTANCE < n:
@@ -135,3 +142,5 @@ def assign_batch(src, dst, out, mode, vstate, words, loads, use_partial, beta, l
         bit = np.int64(1) << (p & 63)
         vstate[u, word] |= bit
         vstate[v, word] |= bit
+    keep_alive(scores_owner)
+    keep_alive(floads_owner)
