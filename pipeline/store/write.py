@@ -35,7 +35,7 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ from pipeline.store.commit import (
 from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
 from pipeline.store.tasks import Progress, bar_for, run_tasks, timed, worker_peak_rss
 from storage.errors import StoreError, format_problem
-from storage.fs import Shard, discover_shards, fingerprint, resolve, url_of
+from storage.fs import Shard, fingerprint, resolve, url_of
 from storage.lock import OutputLock
 from storage.atomic import dumps_json, save_npy_atomic, write_json_atomic
 from storage.manifest import MANIFEST_FORMAT, MANIFEST_VERSION, NODE_MAP_NAME, part_name, read_manifest
@@ -68,7 +68,7 @@ from storage.partition_store import STORE_VERSION
 from storage.resources import peak_rss_bytes, stage
 from storage.schema import check_node_schema, feature_matrix
 from storage.state import STATE_NAME, state_entry, state_identity
-from storage.input import input_paths, open_parquet, read_meta
+from storage.input import open_input, open_parquet
 from storage.validate import validate_input
 
 __all__ = ["Progress", "partition_to_store", "write_partitions"]
@@ -427,13 +427,6 @@ def _write_generation(
 # --- public entry points ------------------------------------------------------------------
 
 
-def _resolved_config(config: PartitionConfig, input_url, storage_options) -> PartitionConfig:
-    if config.undirected is None:
-        meta = read_meta(input_url, storage_options) or {}
-        config = replace(config, undirected=bool(meta.get("undirected", False)))
-    return config.effective()
-
-
 def partition_to_store(
     input_url: str | Path,
     out: str | Path,
@@ -487,28 +480,22 @@ def partition_to_store(
         timings: dict[str, float] = {}
         start = time.perf_counter()
         with stage("validate", log):
-            config = _resolved_config(config, input_url, storage_options)
-            report = validate_input(input_url, undirected=config.undirected, check_duplicates=False,
-                                    storage_options=storage_options)
+            source = open_input(input_url, storage_options)
+            config = config.resolved(source).effective()
+            report = validate_input(source, undirected=config.undirected, check_duplicates=False)
         timings["validate"] = time.perf_counter() - start
         input_info = _input_info_from_report(input_url, report, storage_options)
         run_key = _run_key(config.to_dict(), halo, input_info)
         staging, generation, committed = _begin(out_path, run_key, overwrite)
         if committed is not None:
             return committed
-        edges_url, nodes_url = input_paths(input_url)
-        edge_shards = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
-        node_shards = discover_shards(nodes_url, what="node shards", storage_options=storage_options)
-        saved = _load_assignment(staging.work, run_key, edge_shards, node_shards)
+        saved = _load_assignment(staging.work, run_key, source.edge_shards, source.node_shards)
         if saved is not None and not _staged_state_ok(staging, generation):
             saved = None
         if saved is None:
             staging.reset_work()
             with bar_for(progress, "assign", 1) as bar:
-                assignment = partition(
-                    input_url, config=config, client=client, workdir=staging.work,
-                    report=report, storage_options=storage_options,
-                )
+                assignment = partition(source, config=config, client=client, workdir=staging.work, report=report)
                 bar.update(1)
             try:
                 _stage_state(staging, assignment, generation, input_info)
