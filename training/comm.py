@@ -15,6 +15,11 @@ all_to_all          Σ bytes addressed to other ranks       Σ bytes from them
 
 With one rank (``W == 1``) nothing is sent. ``Comm(None)`` is that single-process
 case (the centralized baseline, unit tests) and runs no collective at all.
+
+Messages (for the latency term of a network model) are counted per rank and category
+by the same algorithms: a ring all_reduce sends ``2 (W-1)`` messages, a ring all_gather
+``W-1``, and an all_to_all one to every other rank (``W-1``, empty ones included: the
+pairwise exchange sends them) plus ``W-1`` for the sizes that precede it (``"control"``).
 """
 
 from __future__ import annotations
@@ -29,14 +34,16 @@ __all__ = ["ByteCounter", "Comm"]
 
 @dataclass
 class ByteCounter:
-    """Bytes sent and received, per category (e.g. ``"model"``, ``"features"``)."""
+    """Bytes sent and received and messages sent, per category (e.g. ``"model"``, ``"features"``)."""
 
     sent: dict[str, float] = field(default_factory=dict)
     received: dict[str, float] = field(default_factory=dict)
+    messages: dict[str, float] = field(default_factory=dict)
 
-    def add(self, category: str, sent: float, received: float) -> None:
+    def add(self, category: str, sent: float, received: float, messages: int = 0) -> None:
         self.sent[category] = self.sent.get(category, 0.0) + float(sent)
         self.received[category] = self.received.get(category, 0.0) + float(received)
+        self.messages[category] = self.messages.get(category, 0.0) + float(messages)
 
     @property
     def total_sent(self) -> float:
@@ -47,11 +54,12 @@ class ByteCounter:
         return sum(self.received.values())
 
     def state_dict(self) -> dict[str, dict[str, float]]:
-        return {"sent": dict(self.sent), "received": dict(self.received)}
+        return {"sent": dict(self.sent), "received": dict(self.received), "messages": dict(self.messages)}
 
     def load_state_dict(self, state: dict) -> None:
         self.sent = {k: float(v) for k, v in state.get("sent", {}).items()}
         self.received = {k: float(v) for k, v in state.get("received", {}).items()}
+        self.messages = {k: float(v) for k, v in state.get("messages", {}).items()}
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -75,7 +83,7 @@ class Comm:
         w = self.world_size
         if w > 1:
             b = 2.0 * (w - 1) / w * _nbytes(tensor)
-            self.bytes.add(category, b, b)
+            self.bytes.add(category, b, b, 2 * (w - 1))
             dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM, group=self.group)
         return tensor
 
@@ -86,7 +94,7 @@ class Comm:
             return [tensor]
         out = [torch.empty_like(tensor) for _ in range(w)]
         b = float((w - 1) * _nbytes(tensor))
-        self.bytes.add(category, b, b)
+        self.bytes.add(category, b, b, w - 1)
         dist.all_gather(out, tensor.contiguous(), group=self.group)
         return out
 
@@ -101,7 +109,7 @@ class Comm:
         rows = torch.tensor([s.shape[0] for s in sends], dtype=torch.int64)
         recv_rows = torch.empty_like(rows)
         dist.all_to_all_single(recv_rows, rows, group=self.group)
-        self.bytes.add("control", 8 * (w - 1), 8 * (w - 1))
+        self.bytes.add("control", 8 * (w - 1), 8 * (w - 1), w - 1)
         tail = tuple(sends[0].shape[1:])
         # gloo implements only the single-buffer all_to_all: one flat send, split by rows.
         recv = torch.empty((int(recv_rows.sum()), *tail), dtype=sends[0].dtype)
@@ -111,7 +119,7 @@ class Comm:
         recvs = list(torch.split(recv, recv_rows.tolist()))
         sent = sum(_nbytes(s) for j, s in enumerate(sends) if j != self.rank)
         received = sum(_nbytes(r) for j, r in enumerate(recvs) if j != self.rank)
-        self.bytes.add(category, sent, received)
+        self.bytes.add(category, sent, received, w - 1)
         return recvs
 
     def max_int(self, value: int) -> int:
