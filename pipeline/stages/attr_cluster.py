@@ -51,10 +51,9 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import dask
-import numba
 import numpy as np
 import pyarrow as pa
 
@@ -66,6 +65,8 @@ from pipeline.dask_ops import (
     task_prefix,
     tree_reduce,
 )
+from pipeline.stages.checks import check_float, check_int
+from pipeline.stages.kmeans import ASSIGN_ROWS, assign_nearest, embed, kmeans_pp, update_centroids
 from storage.errors import InputError, format_problem
 from storage.fs import Shard
 from storage.resources import stage
@@ -79,91 +80,13 @@ __all__ = ["AttrClusters", "AttrModel", "attribute_clusters", "scatter_labels"]
 
 log = logging.getLogger(__name__)
 
-#: Rows per ``X @ C.T`` block: bounds the ``[rows, C]`` score matrix.
-_ASSIGN_ROWS = 8192
-#: Rows of a spilled shard read at once by a pass (a multiple of ``_ASSIGN_ROWS``).
-_STATS_ROWS = 8 * _ASSIGN_ROWS
-#: Rows with at most this share of non-zero features are projected sparsely.
-_SPARSE_DENSITY = 0.05
+#: Rows of a spilled shard read at once by a pass (a multiple of ``ASSIGN_ROWS``).
+_STATS_ROWS = 8 * ASSIGN_ROWS
 #: Target uncompressed bytes per record batch when reading features.
 _BATCH_BYTES = 64 << 20
 
 
 # --- the model ---------------------------------------------------------------------
-
-
-def _embed(feat: np.ndarray, projection: np.ndarray | None) -> np.ndarray:
-    """Project (if any), then L2-normalise rows; zero rows stay zero. Returns a new array.
-
-    The arithmetic is float64 and rounded to float32 once at the end: BLAS sums in an
-    order that depends on the matrix shape and thread count, and float64 makes those
-    differences vanish in the rounding, so a row embeds to the same bits whether it is
-    read in a batch of 1 or 65,536 rows, on any worker.
-    """
-    if projection is None:
-        x = np.asarray(feat, dtype=np.float64)
-    else:
-        x = _project(feat, projection)
-    norm = np.sqrt(np.einsum("ij,ij->i", x, x))
-    scale = np.divide(1.0, norm, out=np.zeros_like(norm), where=norm > 0)
-    return (x * scale[:, None]).astype(np.float32)
-
-
-@numba.njit(cache=True, nogil=True)
-def _project_sparse_rows(feat, rows, projection, out):  # pragma: no cover - numba
-    """``out[r] = feat[rows[r]] @ projection``, skipping zeros, summed in column order."""
-    d = feat.shape[1]
-    width = projection.shape[1]
-    for r in range(rows.shape[0]):
-        i = rows[r]
-        for j in range(d):
-            v = feat[i, j]
-            if v != 0.0:
-                vv = np.float64(v)
-                for k in range(width):
-                    out[r, k] += vv * projection[j, k]
-
-
-def _project(feat: np.ndarray, projection: np.ndarray) -> np.ndarray:
-    """``feat @ projection`` in float64.
-
-    Rows that are mostly zeros (bag-of-words: Cora, Amazon, Coauthor, MUSAE) go through a
-    numba kernel that costs O(nnz·d') and never widens them to float64; the others
-    through one float64 BLAS product. The choice is per row, so a row's embedding does
-    not depend on the rows read with it.
-    """
-    n, d = feat.shape
-    out = np.zeros((n, projection.shape[1]), dtype=np.float64)
-    sparse = np.count_nonzero(feat, axis=1) <= _SPARSE_DENSITY * d
-    rows = np.flatnonzero(sparse)
-    if len(rows):
-        feat_c = np.ascontiguousarray(feat, dtype=np.float32)
-        proj64 = np.ascontiguousarray(projection, dtype=np.float64)
-        part = np.zeros((len(rows), projection.shape[1]), dtype=np.float64)
-        _project_sparse_rows(feat_c, rows.astype(np.int64), proj64, part)
-        out[rows] = part
-    dense = np.flatnonzero(~sparse)
-    if len(dense):
-        out[dense] = np.asarray(feat[dense], dtype=np.float64) @ projection.astype(np.float64)
-    return out
-
-
-def _assign(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest centroid (largest dot product) of each row, in row blocks.
-
-    Returns ``(labels int32, best dot float64)``; ties go to the lower cluster id. The
-    scores are float64 for the same reason as in :func:`_embed`.
-    """
-    n = len(x)
-    labels = np.empty(n, dtype=np.int32)
-    best = np.empty(n, dtype=np.float64)
-    c_t = np.ascontiguousarray(centroids.T, dtype=np.float64)
-    for a in range(0, n, _ASSIGN_ROWS):
-        scores = np.asarray(x[a : a + _ASSIGN_ROWS], dtype=np.float64) @ c_t
-        lab = scores.argmax(axis=1)
-        labels[a : a + _ASSIGN_ROWS] = lab
-        best[a : a + _ASSIGN_ROWS] = scores[np.arange(len(lab)), lab]
-    return labels, best
 
 
 @dataclass(frozen=True, eq=False)
@@ -203,11 +126,11 @@ class AttrModel:
 
     def embed(self, feat: np.ndarray) -> np.ndarray:
         """``float32 [n, d']``: the projected (if any), L2-normalised rows of ``feat``."""
-        return _embed(self._check(feat), self.projection)
+        return embed(self._check(feat), self.projection)
 
     def predict(self, feat: np.ndarray) -> np.ndarray:
         """``int32 [n]``: the nearest centroid (largest cosine) of each row of ``feat``."""
-        return _assign(self.embed(feat), self.centroids)[0]
+        return assign_nearest(self.embed(feat), self.centroids)[0]
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,21 +167,6 @@ class AttrClusters:
     converged: bool
     source: str
     inertia_history: tuple[float, ...] = field(default=())
-
-
-# --- argument checks ---------------------------------------------------------------
-
-
-def _check_int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise InputError(format_problem(f"argument {name}", f"an integer >= {low}", repr(value)))
-    return int(value)
-
-
-def _check_float(name: str, value: Any) -> float:
-    if not isinstance(value, (int, float, np.floating)) or not math.isfinite(value) or value < 0:
-        raise InputError(format_problem(f"argument {name}", "a finite number >= 0", repr(value)))
-    return float(value)
 
 
 # --- shard tasks -------------------------------------------------------------------
@@ -356,7 +264,7 @@ def _embed_shard(
                         "every node shard must store vectors of the same width d.",
                     )
                 )
-            x = _embed(feat, projection)
+            x = embed(feat, projection)
             if not np.isfinite(x).all():
                 raise InputError(
                     format_problem(
@@ -397,7 +305,7 @@ def _shard_stats(
     emb = _load_emb(spill, index)
     for a in range(0, len(emb), _STATS_ROWS):
         x = np.asarray(emb[a : a + _STATS_ROWS])
-        labels, best = _assign(x, centroids)
+        labels, best = assign_nearest(x, centroids)
         order = np.argsort(labels, kind="stable")
         sorted_labels = labels[order]
         starts = np.flatnonzero(np.r_[True, sorted_labels[1:] != sorted_labels[:-1]])
@@ -423,7 +331,7 @@ def _shard_labels(
     c_sq = np.einsum("ij,ij->i", centroids, centroids, dtype=np.float64)
     for a in range(0, len(emb), _STATS_ROWS):
         x = np.asarray(emb[a : a + _STATS_ROWS])
-        lab, best = _assign(x, centroids)
+        lab, best = assign_nearest(x, centroids)
         labels[a : a + len(x)] = lab
         inertia += _inertia(x, lab, best, c_sq)
     return ids, labels, inertia
@@ -431,66 +339,6 @@ def _shard_labels(
 
 def _add_stats(a, b):
     return a[0] + b[0], a[1] + b[1], a[2] + b[2]
-
-
-# --- client-side steps ---------------------------------------------------------------
-
-
-def _sq_dist(points: np.ndarray, p_sq: np.ndarray, centers: np.ndarray) -> np.ndarray:
-    """``float64 [len(centers), len(points)]`` squared Euclidean distances, clipped at 0."""
-    c_sq = np.einsum("ij,ij->i", centers, centers, dtype=np.float64)
-    d2 = p_sq[None, :] + c_sq[:, None] - 2.0 * (centers @ points.T).astype(np.float64)
-    return np.maximum(d2, 0.0)
-
-
-def _kmeans_pp(points: np.ndarray, num_clusters: int, rng: np.random.Generator) -> np.ndarray:
-    """Greedy k-means++ seeding (D² sampling, ``2 + ln C`` candidates per step)."""
-    n = len(points)
-    p_sq = np.einsum("ij,ij->i", points, points, dtype=np.float64)
-    chosen = [int(rng.integers(n))]
-    closest = _sq_dist(points, p_sq, points[chosen])[0]
-    trials = 2 + int(math.log(num_clusters))
-    for _ in range(1, num_clusters):
-        cum = np.cumsum(closest)
-        total = cum[-1]
-        if total <= 0:
-            # Every point coincides with a centre: duplicates are unavoidable.
-            chosen.append(int(rng.integers(n)))
-            continue
-        cand = np.minimum(np.searchsorted(cum, rng.random(trials) * total, side="right"), n - 1)
-        d2 = np.minimum(closest[None, :], _sq_dist(points, p_sq, points[cand]))
-        best = int(np.argmin(d2.sum(axis=1)))
-        chosen.append(int(cand[best]))
-        closest = d2[best]
-    return np.array(points[chosen], dtype=np.float32)
-
-
-def _update(
-    sums: np.ndarray, counts: np.ndarray, old: np.ndarray, sample: np.ndarray
-) -> tuple[np.ndarray, int]:
-    """New unit centroids from the cluster sums; returns ``(centroids, re-seeded)``."""
-    norm = np.sqrt(np.einsum("ij,ij->i", sums, sums))
-    ok = (counts > 0) & (norm > 0)
-    new = old.copy()
-    new[ok] = (sums[ok] / norm[ok, None]).astype(np.float32)
-    empty = np.flatnonzero(~ok)
-    reseeded = 0
-    if len(empty) and len(sample):
-        p_sq = np.einsum("ij,ij->i", sample, sample, dtype=np.float64)
-        others = np.flatnonzero(ok)
-        closest = (
-            _sq_dist(sample, p_sq, new[others]).min(axis=0)
-            if len(others)
-            else np.full(len(sample), np.inf)
-        )
-        for j in empty:
-            far = int(np.argmax(closest))
-            if not closest[far] > 0:
-                break
-            new[j] = sample[far]
-            closest = np.minimum(closest, _sq_dist(sample, p_sq, new[j : j + 1])[0])
-            reseeded += 1
-    return new, reseeded
 
 
 def scatter_labels(
@@ -549,6 +397,17 @@ class _Clock:
         self.last = now
 
 
+@dataclass(frozen=True)
+class _Job:
+    """The fixed context of one k-means run: the shards, where tasks run, where they spill."""
+
+    shards: list[Shard]
+    client: distributed.Client | None
+    spill: str
+    prefix: str
+    batch_rows: int
+
+
 def attribute_clusters(
     node_shards: list[Shard],
     num_nodes: int,
@@ -604,15 +463,15 @@ def attribute_clusters(
     SchemaError
         A node shard lacks the ``id`` or feature columns.
     """
-    num_nodes = _check_int("num_nodes", num_nodes, 1)
-    num_clusters = _check_int("num_clusters", num_clusters, 1)
-    seed = _check_int("seed", seed, 0)
-    max_passes = _check_int("max_passes", max_passes, 0)
-    sample_size = _check_int("sample_size", sample_size, 1)
-    projection_dim = _check_int("projection_dim", projection_dim, 1)
-    projection_threshold = _check_int("projection_threshold", projection_threshold, 0)
-    batch_rows = _check_int("batch_rows", batch_rows, 1)
-    tol = _check_float("tol", tol)
+    num_nodes = check_int("num_nodes", num_nodes, 1)
+    num_clusters = check_int("num_clusters", num_clusters, 1)
+    seed = check_int("seed", seed, 0)
+    max_passes = check_int("max_passes", max_passes, 0)
+    sample_size = check_int("sample_size", sample_size, 1)
+    projection_dim = check_int("projection_dim", projection_dim, 1)
+    projection_threshold = check_int("projection_threshold", projection_threshold, 0)
+    batch_rows = check_int("batch_rows", batch_rows, 1)
+    tol = check_float("tol", tol)
     if not node_shards:
         raise InputError(
             format_problem("attribute_clusters(node_shards=...)", "at least one node shard", "none")
@@ -620,20 +479,9 @@ def attribute_clusters(
     with stage("attr_cluster", log) as info:
         spill = tempfile.mkdtemp(prefix="asepr-attr-", dir=spill_dir)
         try:
-            result = _kmeans_impl(
-                node_shards,
-                num_nodes,
-                num_clusters,
-                seed,
-                max_passes,
-                tol,
-                sample_size,
-                projection_dim,
-                projection_threshold,
-                client,
-                batch_rows,
-                spill,
-            )
+            job = _Job(node_shards, client, spill, task_prefix("attr"), batch_rows)
+            result = _kmeans_impl(job, num_nodes, num_clusters, seed, max_passes, tol, sample_size,
+                                  projection_dim, projection_threshold)
         finally:
             shutil.rmtree(spill, ignore_errors=True)
         info.update(
@@ -646,38 +494,21 @@ def attribute_clusters(
     return result
 
 
-def _kmeans_impl(
-    shards,
-    num_nodes,
-    num_clusters,
-    seed,
-    max_passes,
-    tol,
-    sample_size,
-    projection_dim,
-    projection_threshold,
-    client,
-    batch_rows,
-    spill,
-) -> AttrClusters:
-    prefix = task_prefix("attr")
-    seq_projection, seq_sample, seq_init = np.random.SeedSequence(seed).spawn(3)
-
-    clock = _Clock()
-    # 0. scan: rows and feature width per shard
+def _scan(job: _Job, num_nodes: int) -> tuple[np.ndarray, int]:
+    """Step 0: the rows of every shard and the feature width d (the same in all)."""
     scans = first_error(
         compute(
             [
-                dask.delayed(captured)(_scan_shard, s, dask_key_name=f"{prefix}-scan-{i}")
-                for i, s in enumerate(shards)
+                dask.delayed(captured)(_scan_shard, s, dask_key_name=f"{job.prefix}-scan-{i}")
+                for i, s in enumerate(job.shards)
             ],
-            client,
+            job.client,
         )
     )
     rows = np.array([r for r, _ in scans], dtype=np.int64)
     dims = {d for _, d in scans if d is not None}
     if len(dims) > 1:
-        found = ", ".join(f"{s.url}: {d}" for s, (_, d) in zip(shards, scans) if d is not None)
+        found = ", ".join(f"{s.url}: {d}" for s, (_, d) in zip(job.shards, scans) if d is not None)
         raise InputError(
             format_problem(
                 "node shards, feature width",
@@ -697,113 +528,130 @@ def _kmeans_impl(
     if total != num_nodes:
         raise InputError(
             format_problem(
-                f"node shards ({len(shards)} file(s))",
+                f"node shards ({len(job.shards)} file(s))",
                 f"{num_nodes:,} rows (one per node)",
                 f"{total:,} rows",
                 "run `asepr validate` on the input and fix what it reports.",
             )
         )
-    if num_clusters > num_nodes:
-        log.info("attribute clusters: C = %d clamped to N = %d", num_clusters, num_nodes)
-        num_clusters = num_nodes
+    return rows, feat_dim
 
-    projection = None
-    if feat_dim > projection_threshold:
-        rng = np.random.default_rng(seq_projection)
-        projection = (
-            rng.standard_normal((feat_dim, projection_dim)) / math.sqrt(projection_dim)
-        ).astype(np.float32)
 
-    clock.lap("scan")
-    # 1. embed, spill, sample
-    n_sample = min(total, max(sample_size, num_clusters))
-    picks = np.sort(np.random.default_rng(seq_sample).choice(total, size=n_sample, replace=False))
+def _random_projection(feat_dim: int, projection_dim: int, projection_threshold: int,
+                       seq: np.random.SeedSequence) -> np.ndarray | None:
+    """The seeded Gaussian ``[d, d']`` projection scaled by ``1/sqrt(d')``; None when d is small."""
+    if feat_dim <= projection_threshold:
+        return None
+    rng = np.random.default_rng(seq)
+    return (rng.standard_normal((feat_dim, projection_dim)) / math.sqrt(projection_dim)).astype(np.float32)
+
+
+def _embed_all(job: _Job, rows: np.ndarray, feat_dim: int, projection: np.ndarray | None,
+               n_sample: int, seq: np.random.SeedSequence) -> np.ndarray:
+    """Step 1: embed and spill every shard; returns the non-zero rows of a uniform sample."""
+    total = int(rows.sum())
+    picks = np.sort(np.random.default_rng(seq).choice(total, size=n_sample, replace=False))
     offsets = np.r_[0, np.cumsum(rows)]
-    proj_node = (
-        share(projection, client, f"{prefix}-projection") if projection is not None else None
-    )
+    proj_node = share(projection, job.client, f"{job.prefix}-projection") if projection is not None else None
     tasks = []
-    for i, shard in enumerate(shards):
+    for i, shard in enumerate(job.shards):
         local = picks[(picks >= offsets[i]) & (picks < offsets[i + 1])] - offsets[i]
         tasks.append(
             dask.delayed(_embed_shard)(
-                shard,
-                i,
-                feat_dim,
-                proj_node,
-                spill,
-                local,
-                batch_rows,
-                dask_key_name=f"{prefix}-embed-{i}",
+                shard, i, feat_dim, proj_node, job.spill, local, job.batch_rows,
+                dask_key_name=f"{job.prefix}-embed-{i}",
             )
         )
-    embedded = compute(tasks, client)
+    embedded = compute(tasks, job.client)
     sample = np.concatenate([s for _, s in embedded])
-    sample = sample[np.einsum("ij,ij->i", sample, sample) > 0]  # zero rows cannot be centroids
-    if n_sample == total:
-        distinct = len(np.unique(sample, axis=0))
-        if 0 < distinct < num_clusters:
-            log.info(
-                "attribute clusters: C = %d clamped to %d distinct embedded points",
-                num_clusters,
-                distinct,
-            )
-            num_clusters = distinct
+    return sample[np.einsum("ij,ij->i", sample, sample) > 0]  # zero rows cannot be centroids
 
-    clock.lap("embed+spill")
-    # 2. k-means++ on the sample
+
+def _initial_centroids(sample: np.ndarray, num_clusters: int, width: int,
+                       seq: np.random.SeedSequence) -> np.ndarray:
+    """Step 2: k-means++ on the sample (any unit centroids when every feature vector is zero)."""
     if len(sample):
-        centroids = _kmeans_pp(sample, num_clusters, np.random.default_rng(seq_init))
-    else:  # every feature vector is zero: any unit centroids do
-        width = projection_dim if projection is not None else feat_dim
-        centroids = np.zeros((num_clusters, width), dtype=np.float32)
-        centroids[np.arange(num_clusters), np.arange(num_clusters) % width] = 1.0
+        return kmeans_pp(sample, num_clusters, np.random.default_rng(seq))
+    centroids = np.zeros((num_clusters, width), dtype=np.float32)
+    centroids[np.arange(num_clusters), np.arange(num_clusters) % width] = 1.0
+    return centroids
 
-    clock.lap("k-means++")
-    # 3. passes
+
+def _passes(job: _Job, centroids: np.ndarray, sample: np.ndarray, max_passes: int,
+            tol: float) -> tuple[np.ndarray, int, bool, list[float]]:
+    """Step 3: update passes; returns ``(centroids, passes, converged, inertia per pass)``."""
     history: list[float] = []
     converged = False
     passes = 0
     for passes in range(1, max_passes + 1):
-        cent_node = share(centroids, client, f"{prefix}-centroids-{passes}")
+        cent_node = share(centroids, job.client, f"{job.prefix}-centroids-{passes}")
         parts = [
             dask.delayed(_shard_stats)(
-                spill, i, cent_node, dask_key_name=f"{prefix}-stats-{passes}-{i}"
+                job.spill, i, cent_node, dask_key_name=f"{job.prefix}-stats-{passes}-{i}"
             )
-            for i in range(len(shards))
+            for i in range(len(job.shards))
         ]
         sums, counts, inertia = compute(
-            tree_reduce(parts, _add_stats, f"{prefix}-stats-{passes}"), client
+            tree_reduce(parts, _add_stats, f"{job.prefix}-stats-{passes}"), job.client
         )
         history.append(float(inertia))
-        new, reseeded = _update(sums, counts, centroids, sample)
+        new, reseeded = update_centroids(sums, counts, centroids, sample)
         shift = float(np.sqrt(np.einsum("ij,ij->i", new - centroids, new - centroids)).max())
         log.debug(
             "attribute clusters: pass %d, inertia %.6g, shift %.3g, %d re-seeded",
-            passes,
-            inertia,
-            shift,
-            reseeded,
+            passes, inertia, shift, reseeded,
         )
         centroids = new
         if shift < tol:
             converged = True
             break
+    return centroids, passes, converged, history
 
-    clock.lap(f"{passes} pass(es)")
-    # 4. final labels
-    cent_node = share(centroids, client, f"{prefix}-centroids-final")
+
+def _final_labels(job: _Job, centroids: np.ndarray, num_nodes: int) -> tuple[np.ndarray, float]:
+    """Step 4: ``(attr_cluster_id, inertia)`` of the final assignment."""
+    cent_node = share(centroids, job.client, f"{job.prefix}-centroids-final")
     labelled = compute(
         [
-            dask.delayed(_shard_labels)(spill, i, cent_node, dask_key_name=f"{prefix}-labels-{i}")
-            for i in range(len(shards))
+            dask.delayed(_shard_labels)(job.spill, i, cent_node, dask_key_name=f"{job.prefix}-labels-{i}")
+            for i in range(len(job.shards))
         ],
-        client,
+        job.client,
     )
     attr_cluster_id = scatter_labels(
-        [(ids, lab) for ids, lab, _ in labelled], shards, num_nodes, "k-means"
+        [(ids, lab) for ids, lab, _ in labelled], job.shards, num_nodes, "k-means"
     )
-    final_inertia = float(sum(x for _, _, x in labelled))
+    return attr_cluster_id, float(sum(x for _, _, x in labelled))
+
+
+def _kmeans_impl(job: _Job, num_nodes: int, num_clusters: int, seed: int, max_passes: int, tol: float,
+                 sample_size: int, projection_dim: int, projection_threshold: int) -> AttrClusters:
+    """Steps 0-4 of the module docstring."""
+    seq_projection, seq_sample, seq_init = np.random.SeedSequence(seed).spawn(3)
+    clock = _Clock()
+    rows, feat_dim = _scan(job, num_nodes)
+    total = int(rows.sum())
+    if num_clusters > num_nodes:
+        log.info("attribute clusters: C = %d clamped to N = %d", num_clusters, num_nodes)
+        num_clusters = num_nodes
+    projection = _random_projection(feat_dim, projection_dim, projection_threshold, seq_projection)
+    clock.lap("scan")
+
+    n_sample = min(total, max(sample_size, num_clusters))
+    sample = _embed_all(job, rows, feat_dim, projection, n_sample, seq_sample)
+    if n_sample == total:
+        distinct = len(np.unique(sample, axis=0))
+        if 0 < distinct < num_clusters:
+            log.info("attribute clusters: C = %d clamped to %d distinct embedded points", num_clusters, distinct)
+            num_clusters = distinct
+    clock.lap("embed+spill")
+
+    width = projection_dim if projection is not None else feat_dim
+    centroids = _initial_centroids(sample, num_clusters, width, seq_init)
+    clock.lap("k-means++")
+    centroids, passes, converged, history = _passes(job, centroids, sample, max_passes, tol)
+    clock.lap(f"{passes} pass(es)")
+    attr_cluster_id, final_inertia = _final_labels(job, centroids, num_nodes)
     clock.lap("labels")
     history.append(final_inertia)
     return AttrClusters(
@@ -816,4 +664,3 @@ def _kmeans_impl(
         source="kmeans",
         inertia_history=tuple(history),
     )
-

@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.stages.attr_cluster import AttrClusters, _check_int, scatter_labels
+from pipeline.stages.attr_cluster import AttrClusters, scatter_labels
+from pipeline.stages.checks import check_int
 from pipeline.dask_ops import captured, compute, first_error, share, task_prefix
 from storage.errors import InputError, SchemaError, format_problem
 from storage.fs import Shard
@@ -125,7 +126,7 @@ def column_clusters(
     InputError
         Ids are null, out of range, repeated or missing.
     """
-    num_nodes = _check_int("num_nodes", num_nodes, 1)
+    num_nodes = check_int("num_nodes", num_nodes, 1)
     if not node_shards:
         raise InputError(
             format_problem("column_clusters(node_shards=...)", "at least one node shard", "none")

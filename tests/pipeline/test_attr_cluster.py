@@ -13,12 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.stages.attr_cluster import (
-    AttrClusters,
-    AttrModel,
-    _kmeans_pp,
-    attribute_clusters,
-)
+from pipeline.stages.attr_cluster import AttrClusters, AttrModel, attribute_clusters
+from pipeline.stages.kmeans import kmeans_pp
 from pipeline.stages.attr_column import column_clusters
 from storage.errors import InputError, SchemaError
 from storage.fs import discover_shards
@@ -277,7 +273,7 @@ def test_kmeans_pp_picks_distinct_sample_points(seed, k):
     rng = np.random.default_rng(seed)
     points = rng.normal(size=(40, 4)).astype(np.float32)
     points /= np.linalg.norm(points, axis=1, keepdims=True)
-    centers = _kmeans_pp(points, k, np.random.default_rng(seed))
+    centers = kmeans_pp(points, k, np.random.default_rng(seed))
     assert centers.shape == (k, 4)
     rows = {tuple(c) for c in centers}
     assert len(rows) == k  # D² sampling never re-picks a chosen point while others remain
