@@ -82,22 +82,11 @@ def bench_partition(
     rows: list[dict] = []
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     for name in datasets:
-        natural = resolve_dataset(name, cache)
-        paths = {"natural": natural}
-        if "shuffled" in orders:
-            # Key the cached copy by the source's absolute path too: two inputs may
-            # share a directory name.
-            source_key = hashlib.sha256(str(Path(natural).resolve()).encode()).hexdigest()[:8]
-            shuffled = cache / f"{Path(natural).name}-{source_key}-shuffled-{seed}"
-            if not (shuffled / "meta.json").exists():
-                shuffle_edges(natural, shuffled, seed=seed, overwrite=True)
-            paths["shuffled"] = shuffled
-        meta = read_meta(natural) or {}
-        num_nodes = int(meta["num_nodes"])
+        paths = _ordered_inputs(name, orders, cache, seed)
+        num_nodes = int((read_meta(paths["natural"]) or {})["num_nodes"])
         for order in orders:
-            path = paths[order]
             t0 = time.perf_counter()
-            source = open_input(path)
+            source = open_input(paths[order])
             degrees = compute_degrees(source.edge_shards, num_nodes)
             degree_s = time.perf_counter() - t0
             for k in ks:
@@ -113,34 +102,61 @@ def bench_partition(
                 for algo in algos:
                     config = replace(config_k, algo=algo)
                     t0 = time.perf_counter()
-                    with partition(path, config=config, attr=attr, degrees=degrees, validate=False) as a:
-                        seconds = time.perf_counter() - t0
-                        m = a.metrics
-                        kernel = a.timings.get("assignment kernel", 0.0)
-                        streaming = kernel + a.timings.get("clustering kernel", 0.0)
-                        row = {
-                            "dataset": name, "order": order, "k": k, "algo": algo,
-                            "nodes": num_nodes, "edges": a.num_edges,
-                            "rf": m["replication_factor"], "edge_balance": m["edge_balance"],
-                            "vertex_balance": m["vertex_balance"],
-                            "attr_homogeneity": m["attribute_homogeneity"],
-                            "one_hop_locality": m["one_hop_locality"],
-                            "label_entropy": m["label_entropy_mean"],
-                            "seconds": seconds, "prep_s": prep_s,
-                            "kernel_edges_per_s": a.num_edges / kernel if kernel > 0 else float("nan"),
-                            "streaming_edges_per_s": (
-                                a.num_edges / streaming if streaming > 0 else float("nan")
-                            ),
-                            "peak_rss_mib": peak_rss_bytes() / 2**20,
-                            "attr_clusters": attr.num_clusters, "alpha": config.alpha,
-                            "beta": config.beta, "scoring": config.scoring, "seed": seed,
-                        }
+                    with partition(source, config=config, attr=attr, degrees=degrees, validate=False) as a:
+                        row = _partition_row(a, config, time.perf_counter() - t0, dataset=name, order=order,
+                                             num_nodes=num_nodes, prep_s=prep_s)
                     rows.append(row)
                     echo(
                         f"{name:18s} {order:8s} k={k:<3d} {algo:9s} RF {row['rf']:.3f}  "
                         f"bal {row['edge_balance']:.3f}  hom {row['attr_homogeneity']:.3f}  "
                         f"{row['seconds']:.2f} s"
                     )
+    _write_partition_report(rows, out, started=started, datasets=datasets, ks=ks, orders=orders, seed=seed,
+                            base=base)
+    return rows
+
+
+def _ordered_inputs(name: str, orders: tuple[str, ...], cache: Path, seed: int) -> dict[str, Path]:
+    """The input of a dataset in each edge order (the shuffled copy is cached)."""
+    natural = resolve_dataset(name, cache)
+    paths = {"natural": natural}
+    if "shuffled" in orders:
+        # Key the cached copy by the source's absolute path too: two inputs may share a
+        # directory name.
+        source_key = hashlib.sha256(str(Path(natural).resolve()).encode()).hexdigest()[:8]
+        shuffled = cache / f"{Path(natural).name}-{source_key}-shuffled-{seed}"
+        if not (shuffled / "meta.json").exists():
+            shuffle_edges(natural, shuffled, seed=seed, overwrite=True)
+        paths["shuffled"] = shuffled
+    return paths
+
+
+def _partition_row(a, config: PartitionConfig, seconds: float, *, dataset: str, order: str, num_nodes: int,
+                   prep_s: float) -> dict:
+    """One row of the partition benchmark: run ``a`` of ``config`` (as given), its quality and speed."""
+    m = a.metrics
+    kernel = a.timings.get("assignment kernel", 0.0)
+    streaming = kernel + a.timings.get("clustering kernel", 0.0)
+    return {
+        "dataset": dataset, "order": order, "k": config.num_parts, "algo": config.algo,
+        "nodes": num_nodes, "edges": a.num_edges,
+        "rf": m["replication_factor"], "edge_balance": m["edge_balance"],
+        "vertex_balance": m["vertex_balance"],
+        "attr_homogeneity": m["attribute_homogeneity"],
+        "one_hop_locality": m["one_hop_locality"],
+        "label_entropy": m["label_entropy_mean"],
+        "seconds": seconds, "prep_s": prep_s,
+        "kernel_edges_per_s": a.num_edges / kernel if kernel > 0 else float("nan"),
+        "streaming_edges_per_s": a.num_edges / streaming if streaming > 0 else float("nan"),
+        "peak_rss_mib": peak_rss_bytes() / 2**20,
+        "attr_clusters": a.attr.num_clusters, "alpha": config.alpha,
+        "beta": config.beta, "scoring": config.scoring, "seed": config.seed,
+    }
+
+
+def _write_partition_report(rows: list[dict], out: Path, *, started: str, datasets: list[str], ks: list[int],
+                            orders: tuple[str, ...], seed: int, base: PartitionConfig) -> None:
+    """``partition.parquet``, ``partition.md`` (table, plots) and ``partition-summary.md``."""
     table = pa.Table.from_pylist(rows)
     pq.write_table(table, out / "partition.parquet")
     columns = ["dataset", "order", "k", "algo", "rf", "edge_balance", "vertex_balance",
@@ -167,7 +183,6 @@ def bench_partition(
     text += [f"![{name}]({name})" for name in partition_plots(rows, out)] + [""]
     (out / "partition.md").write_text("\n".join(text))
     (out / "partition-summary.md").write_text(partition_summary(rows))
-    return rows
 
 
 def pyplot():
