@@ -36,10 +36,10 @@ Checksums are over content, not files: ``array_checksums[name]`` is the sha256 o
 array's name, dtype, shape and C-order bytes; ``checksum`` is the sha256 of the sorted
 ``name:digest`` lines. The checksum does not depend on the codec or the chunking.
 
-Every read is checked (store format 2): each array's attrs hold ``chunk_crc32``, the
-crc32 of each chunk's content, and the reader's arrays are
+Every read is checked (store format 2): each array's attrs hold ``chunk_crc32c``, the
+CRC-32C of each chunk's content, and the reader's arrays are
 :class:`storage.checked_array.CheckedArray` s, which refuse a missing, undecodable or
-altered chunk (the module says why crc32 per chunk, by measurement). The sha256 stays
+altered chunk (the module says why CRC-32C per chunk, by measurement). The sha256 stays
 the store's identity (manifest, ``asepr verify``, resume).
 
 Codecs and chunks, by measurement
@@ -106,7 +106,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 STORE_FORMAT = "asepr-partition"
-#: 2: every array records the crc32 of each chunk's content (``attrs["chunk_crc32"]``).
+#: 2: every array records the CRC-32C of each chunk's content (``attrs["chunk_crc32c"]``).
 STORE_VERSION = 2
 #: Target uncompressed bytes per chunk (see the module docstring for the measurement).
 CHUNK_BYTES = 4 << 20

@@ -1,10 +1,11 @@
 """`asepr bench read`: how fast one partition's store loads back into numpy.
 
 What a trainer does at start-up: :func:`storage.open_partition` then ``to_numpy()`` of
-every array, each chunk checked against its crc32 as every read is. Throughput is raw (decoded) bytes over wall seconds. ``warm`` reads with
-the store's files in the page cache (a second read); ``cold`` first asks the kernel to
-drop the store's cached pages (``posix_fadvise(DONTNEED)``, local stores only, no root
-needed), so the files come from disk.
+every array, each chunk checked against its CRC-32C as every read is. Throughput is
+raw (decoded) bytes over wall seconds. ``warm`` reads with the store's files in the
+page cache (a second read); ``cold`` first asks the kernel to drop the store's cached
+pages (``posix_fadvise(DONTNEED)``, local stores only, no root needed), so the files
+come from disk.
 """
 
 from __future__ import annotations

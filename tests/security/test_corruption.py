@@ -120,7 +120,7 @@ def test_a_missing_chunk_of_fill_values_is_still_an_error(tmp_path):
 
 def test_a_changed_label_that_still_decodes_is_refused(out):
     _relabel_one(out / "part-00001.zarr" / "nodes" / "y" / "c" / "0")
-    with pytest.raises(StoreError, match=r"partition 1 .*array nodes/y, chunk c/0: expected content with crc32"):
+    with pytest.raises(StoreError, match=r"partition 1 .*array nodes/y, chunk c/0: expected content with CRC-32C"):
         open_partition(out, 1).to_numpy()
     with pytest.raises(StoreError, match="nodes/y, chunk c/0"):
         load_local_graph(out, [1])
@@ -177,7 +177,7 @@ def _null_manifest_checksum(out: Path) -> None:
 @pytest.mark.parametrize(("damage", "message"), [
     (_null_store_checksum, r"part-00001.zarr, attrs checksum: expected the sha256 that combines"),
     (_null_array_checksum, r"part-00001.zarr, attrs array_checksums: expected a sha256 for each"),
-    (_null_chunk_digests, r"partition 1 .*array nodes/x, attrs chunk_crc32: expected a list of \d+ crc32"),
+    (_null_chunk_digests, r"partition 1 .*array nodes/x, attrs chunk_crc32c: expected a list of \d+ CRC-32C"),
     (_null_manifest_checksum, r"manifest.json, the entry of partition 1: expected a checksum"),
 ])
 def test_a_null_checksum_is_an_error_not_a_skip(out, damage, message):
