@@ -7,7 +7,7 @@ output as its next generation, and ``pipeline.increment.rebalance(out)`` moves w
 off partitions past the cap (DESIGN.md section 6).
 """
 
-from pipeline.assign import MODES, AssignState, assign_batch, replica_sets
+from pipeline.assign import MODES, AssignState, KernelSettings, assign_batch, edge_cap, replica_sets, stream_assign
 from pipeline.stages.attr_cluster import AttrClusters, AttrModel, attribute_clusters
 from pipeline.stages.attr_column import column_clusters
 from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
@@ -16,7 +16,7 @@ from pipeline.increment.ingest import ingest
 from pipeline.stages.mapping import CommunityMapping, map_communities
 from pipeline.stages.masters import choose_masters, count_edges_per_replica, replica_offsets
 from pipeline.stages.metrics import partition_metrics
-from pipeline.partition import Assignment, edge_cap, partition
+from pipeline.partition import Assignment, partition
 from pipeline.increment.rebalance import rebalance
 from pipeline.inputs.shuffle import shuffle_edges
 from pipeline.stream import EdgeBatch, iter_edge_batches
@@ -40,6 +40,7 @@ __all__ = [
     "CommunityMapping",
     "Degrees",
     "EdgeBatch",
+    "KernelSettings",
     "MODES",
     "PartitionConfig",
     "SCORINGS",
@@ -61,5 +62,6 @@ __all__ = [
     "replica_offsets",
     "replica_sets",
     "shuffle_edges",
+    "stream_assign",
     "structural_clusters",
 ]

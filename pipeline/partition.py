@@ -27,7 +27,6 @@ from pipeline.assign import (
     AssignState,
     EdgePartSink,
     KernelSettings,
-    edge_cap,
     edge_parts_path,
     iter_assigned,
     stream_assign,
@@ -51,7 +50,7 @@ from storage.report import ValidationReport
 from storage.resources import StageClock, peak_rss_bytes, stage
 from storage.validate import validate_input
 
-__all__ = ["Assignment", "edge_cap", "partition"]
+__all__ = ["Assignment", "partition"]
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,10 @@ module                      mode (``MODES``) and algorithms
 ==========================  ============================================================
 
 The other modules: :mod:`.state` (:class:`AssignState`, the packed per-vertex rows),
-:mod:`.kernel` (the loop: prefetch, load bookkeeping, the cap fallback),
-:mod:`.settings` (:class:`KernelSettings`, the cap) and :mod:`.loop` (the streaming
-loop :func:`stream_assign` and the per-shard output files).
+:mod:`.kernel` (the loop: prefetch, load bookkeeping, the cap fallback), :mod:`.refs`
+(reference-count-free array views, which keep the inlined choices as fast as one
+function), :mod:`.settings` (:class:`KernelSettings`, the cap) and :mod:`.loop` (the
+streaming loop :func:`stream_assign` and the per-shard output files).
 
 Every mode respects the hard cap ``ceil((1 + epsilon) |E| / k)``: a partition at cap
 is never chosen, and if the choice is at cap (or there is none) the edge goes to the

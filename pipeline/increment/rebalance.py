@@ -45,7 +45,7 @@ import numpy as np
 
 from pipeline.increment.generation import Plan, load_plan, save_plan, write_increment
 from pipeline.stages.metrics import drift_metrics, partition_metrics
-from pipeline.partition import edge_cap
+from pipeline.assign import edge_cap
 from pipeline.increment.rebuild import store_edges
 from pipeline.store.continuation import Continuation
 from pipeline.store.commit import Staging, disk_errors, local_output, recover_journal

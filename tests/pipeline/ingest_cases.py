@@ -80,9 +80,9 @@ def edge_multiset(out: Path) -> Counter:
     edges: Counter = Counter()
     for p in range(manifest["num_parts"]):
         data = open_partition(out, p).to_numpy()
-        gid = data["nodes/global_nid"]
-        src = gid[np.repeat(np.arange(len(gid)), np.diff(data["edges/indptr"]))]
-        dst = gid[data["edges/indices"]]
+        global_nid = data["nodes/global_nid"]
+        src = global_nid[np.repeat(np.arange(len(global_nid)), np.diff(data["edges/indptr"]))]
+        dst = global_nid[data["edges/indices"]]
         keep = ~data.get("edges/is_halo", np.zeros(len(dst), bool))
         edges.update(zip(src[keep].tolist(), dst[keep].tolist()))
     return edges

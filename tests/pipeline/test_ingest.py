@@ -450,8 +450,8 @@ def test_merging_new_edges_into_old_rows_equals_sorting_everything(seed, num_nod
     from pipeline.increment.rebuild import _merge_rows, _union_sorted
 
     rng = np.random.default_rng(seed)
-    gids_old = np.sort(rng.choice(num_nodes, size=int(rng.integers(1, num_nodes + 1)), replace=False))
-    n_old = len(gids_old)
+    old_global_nid = np.sort(rng.choice(num_nodes, size=int(rng.integers(1, num_nodes + 1)), replace=False))
+    n_old = len(old_global_nid)
     rows, cols = rng.integers(0, n_old, old_edges), rng.integers(0, n_old, old_edges)
     halo = rng.random(old_edges) < 0.3
     order = np.lexsort((halo, cols, rows))
@@ -461,10 +461,10 @@ def test_merging_new_edges_into_old_rows_equals_sorting_everything(seed, num_nod
     keep = rng.random(old_edges) < 0.8
     src, dst = rng.integers(0, num_nodes, new_edges), rng.integers(0, num_nodes, new_edges)
     new_halo = rng.random(new_edges) < 0.3
-    global_nid = _union_sorted(gids_old, np.sort(np.r_[src, dst]))
-    np.testing.assert_array_equal(global_nid, np.union1d(gids_old, np.r_[src, dst]))
+    global_nid = _union_sorted(old_global_nid, np.sort(np.r_[src, dst]))
+    np.testing.assert_array_equal(global_nid, np.union1d(old_global_nid, np.r_[src, dst]))
     n = len(global_nid)
-    old_map = np.searchsorted(global_nid, gids_old)
+    old_map = np.searchsorted(global_nid, old_global_nid)
     old_row_of = np.full(n, -1, np.int64)
     old_row_of[old_map] = np.arange(n_old)
     r, c = np.searchsorted(global_nid, src), np.searchsorted(global_nid, dst)
