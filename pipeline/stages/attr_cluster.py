@@ -49,7 +49,6 @@ import math
 import os
 import shutil
 import tempfile
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -69,7 +68,7 @@ from pipeline.stages.checks import check_float, check_int
 from pipeline.stages.kmeans import ASSIGN_ROWS, assign_nearest, embed, kmeans_pp, update_centroids
 from storage.errors import InputError, format_problem
 from storage.fs import Shard
-from storage.resources import stage
+from storage.resources import StageClock, stage
 from storage.schema import FeatureLayout, check_node_schema, feature_matrix
 from storage.input import open_parquet
 
@@ -385,18 +384,6 @@ def scatter_labels(
 # --- k-means -------------------------------------------------------------------------
 
 
-class _Clock:
-    """Debug-logs the seconds each step of a stage took."""
-
-    def __init__(self) -> None:
-        self.last = time.perf_counter()
-
-    def lap(self, what: str) -> None:
-        now = time.perf_counter()
-        log.debug("attribute clusters: %s took %.2f s", what, now - self.last)
-        self.last = now
-
-
 @dataclass(frozen=True)
 class _Job:
     """The fixed context of one k-means run: the shards, where tasks run, where they spill."""
@@ -628,14 +615,14 @@ def _kmeans_impl(job: _Job, num_nodes: int, num_clusters: int, seed: int, max_pa
                  sample_size: int, projection_dim: int, projection_threshold: int) -> AttrClusters:
     """Steps 0-4 of the module docstring."""
     seq_projection, seq_sample, seq_init = np.random.SeedSequence(seed).spawn(3)
-    clock = _Clock()
+    clock = StageClock()
     rows, feat_dim = _scan(job, num_nodes)
     total = int(rows.sum())
     if num_clusters > num_nodes:
         log.info("attribute clusters: C = %d clamped to N = %d", num_clusters, num_nodes)
         num_clusters = num_nodes
     projection = _random_projection(feat_dim, projection_dim, projection_threshold, seq_projection)
-    clock.lap("scan")
+    clock.tick("scan")
 
     n_sample = min(total, max(sample_size, num_clusters))
     sample = _embed_all(job, rows, feat_dim, projection, n_sample, seq_sample)
@@ -644,15 +631,16 @@ def _kmeans_impl(job: _Job, num_nodes: int, num_clusters: int, seed: int, max_pa
         if 0 < distinct < num_clusters:
             log.info("attribute clusters: C = %d clamped to %d distinct embedded points", num_clusters, distinct)
             num_clusters = distinct
-    clock.lap("embed+spill")
+    clock.tick("embed+spill")
 
     width = projection_dim if projection is not None else feat_dim
     centroids = _initial_centroids(sample, num_clusters, width, seq_init)
-    clock.lap("k-means++")
+    clock.tick("k-means++")
     centroids, passes, converged, history = _passes(job, centroids, sample, max_passes, tol)
-    clock.lap(f"{passes} pass(es)")
+    clock.tick(f"{passes} pass(es)")
     attr_cluster_id, final_inertia = _final_labels(job, centroids, num_nodes)
-    clock.lap("labels")
+    clock.tick("labels")
+    log.debug("attribute clusters: %s", ", ".join(f"{step} {s:.2f} s" for step, s in clock.timings.items()))
     history.append(final_inertia)
     return AttrClusters(
         attr_cluster_id=attr_cluster_id,
