@@ -19,10 +19,8 @@ State is O(N): the community of every vertex and the volume of every community
 one 32-byte row per vertex, :class:`ClusterState`: ``(community, degree, attr,
 volume of the community this vertex founded)``. An edge then touches four cache lines
 (the rows of u, v and of their two communities) instead of eight separate arrays'
-lines, and the kernel prefetches them a fixed distance ahead. Measured on the
-50M-edge, 5M-vertex shuffled synth graph (k = 32, alpha = 0.25, one core): 13 M
-edges/s with separate arrays and prefetch, 27-30 M edges/s packed; identical
-communities and volumes.
+lines, and the kernel prefetches them a fixed distance ahead (about twice as fast as
+separate arrays: ``docs/results/speed/kernel-history.md``).
 """
 
 from __future__ import annotations
