@@ -9,12 +9,8 @@ attribute cluster) against the share expected by chance for the clusters' degree
 volumes, ``h0 = Σ_c (vol_c / 2|E|)²``, and reports the normalised lift
 ``(h - h0) / (1 - h0)``. With ``lift_reference > 0`` it scales its attribute weights
 by it (clipped to ``[0, 1]``): ``weight_eff = weight * min(1, lift / reference)``.
-That paid off at alpha = beta = 0.5; at the current defaults (0.25) it did not, so
-the default is no scaling (see :class:`pipeline.config.PartitionConfig`).
-
-Measured on the shared datasets (shuffled, C = k, k = 4..32, features over 256
-dimensions projected to 256): coauthor-physics 0.43-0.65, facebook-pagepage 0.22-0.31,
-amazon-computers 0.11-0.16, tolokers 0.05-0.14.
+The default is no scaling (see :class:`pipeline.config.PartitionConfig`); the lifts of
+the shared datasets are in ``docs/results/partition-sweep``.
 """
 
 from __future__ import annotations
