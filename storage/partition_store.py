@@ -533,7 +533,7 @@ def resolve_store_url(
     want = int(entry.get("generation", manifest["generation"]))
     what = f"{url_of(fs, join(base, MANIFEST_NAME))}, the path of partition {entry.get('part_id')}"
     _confine(fs, base, entry.get("path"), what)
-    _confine(fs, join(base, STAGING_NAME, OLD_DIR), entry["path"], what)
+    _confine(fs, base, f"{STAGING_NAME}/{OLD_DIR}/{entry['path']}", what)
     candidates = [join(base, entry["path"]), join(base, STAGING_NAME, OLD_DIR, entry["path"])]
     found = []
     for cand in candidates:
