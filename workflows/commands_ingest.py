@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from workflows.commands_partition import _progress_factory, metrics_table, partition_table
+from workflows.commands_partition import progress_factory, metrics_table, partition_table
 from workflows.dask_client import add_dask_arguments, client_from_args
 
 __all__ = ["register"]
@@ -64,7 +64,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
     manifest = _commit_generation(
         args, lambda client: ingest(args.out, args.new_edges, args.nodes, client=client,
-                                    progress=_progress_factory(args)),
+                                    progress=progress_factory(args)),
         "nothing new to ingest: every shard was ingested before")
     if manifest is None:
         return 0
@@ -85,7 +85,7 @@ def _cmd_rebalance(args: argparse.Namespace) -> int:
     from pipeline.increment.rebalance import rebalance
 
     manifest = _commit_generation(
-        args, lambda client: rebalance(args.out, client=client, progress=_progress_factory(args)),
+        args, lambda client: rebalance(args.out, client=client, progress=progress_factory(args)),
         "nothing to rebalance: no community can move under the caps")
     if manifest is None:
         return 0

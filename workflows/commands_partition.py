@@ -127,7 +127,9 @@ def config_from_args(args: argparse.Namespace) -> tuple[PartitionConfig, int]:
     return PartitionConfig(**values), halo
 
 
-def _progress_factory(args: argparse.Namespace):
+def progress_factory(args: argparse.Namespace):
+    """A tqdm bar factory ``bar(name, total)`` for the Dask stages, or None when quiet
+    (``-q``, ``--no-progress``) or when stderr is not a terminal."""
     if args.quiet or args.no_progress or not sys.stderr.isatty():
         return None
     from tqdm import tqdm
@@ -145,7 +147,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     with client_from_args(args) as client:
         manifest = partition_to_store(
             args.input, args.out, config, halo=halo, client=client,
-            overwrite=args.overwrite, progress=_progress_factory(args),
+            overwrite=args.overwrite, progress=progress_factory(args),
         )
     if not args.quiet:
         print(
