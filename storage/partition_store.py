@@ -96,8 +96,12 @@ __all__ = [
     "checksum_problems",
     "combine_digests",
     "create_store",
+    "open_entry_store",
+    "open_finished_group",
+    "open_group_readonly",
     "open_partition",
     "open_store",
+    "resolve_store_url",
     "store_bytes",
     "write_array",
     "zarr_array_digest",
@@ -589,7 +593,27 @@ def open_partition(
                 f"use one of the {manifest['num_parts']} partitions listed in its manifest.",
             )
         )
-    entry = entries[int(part_id)]
+    store = open_entry_store(out, manifest, entries[int(part_id)], storage_options=storage_options)
+    return PartitionStore(
+        part_id=store.part_id, num_parts=store.num_parts, generation=store.generation,
+        path=store.path, attrs=store.attrs, arrays=store.arrays, manifest=manifest,
+    )
+
+
+def open_entry_store(out: str | Path, manifest: dict[str, Any], entry: dict[str, Any], *,
+                     storage_options: dict | None = None) -> PartitionStore:
+    """Open the store of one manifest entry and check that it is the one the entry names.
+
+    The entry's path must stay inside ``out`` (:func:`resolve_store_url`), its checksum
+    must be set, and the store's ``part_id`` and ``checksum`` must be the entry's. The
+    arrays are :class:`CheckedArray` s.
+
+    Raises
+    ------
+    StoreError
+        Naming ``manifest.json`` and the entry, or the store.
+    """
+    part_id = int(entry["part_id"])
     url = resolve_store_url(out, manifest, entry, storage_options)
     if not isinstance(entry.get("checksum"), str):
         raise StoreError(format_problem(
@@ -597,7 +621,7 @@ def open_partition(
             repr(entry.get("checksum")),
             "the manifest was damaged; rerun `asepr partition ... --overwrite`."))
     store = open_store(url, storage_options=storage_options)
-    if store.part_id != int(part_id) or store.checksum_mismatch(entry):
+    if store.part_id != part_id or store.checksum_mismatch(entry):
         raise StoreError(
             format_problem(
                 f"partition store {url}",
@@ -606,7 +630,4 @@ def open_partition(
                 "the output is inconsistent; rerun `asepr partition ... --overwrite`.",
             )
         )
-    return PartitionStore(
-        part_id=store.part_id, num_parts=store.num_parts, generation=store.generation,
-        path=store.path, attrs=store.attrs, arrays=store.arrays, manifest=manifest,
-    )
+    return store
