@@ -3,15 +3,20 @@
 It reads the whole input (``edges/`` and ``nodes/`` Parquet shards) into memory, so it
 is for graphs that fit on one machine: it is the accuracy ceiling the distributed
 strategies are measured against. Training is the round loop of
-:func:`training.distributed.train_rounds` with a single rank and no reconciliation, so
-one "round" is ``local_epochs`` epochs, and the model, the optimiser, the evaluation
-and the metrics rows are exactly those of the distributed trainers.
+:func:`training.distributed.train_rounds` with a single rank and no reconciliation
+(:func:`centralized_config`), so the model, the optimiser, the evaluation (exact: the
+whole graph is the rank's graph) and the metrics rows are exactly those of the
+distributed trainers. One process has a global model after every step, so, as fds, it
+is evaluated exactly every ``eval_interval`` epochs: its "rounds" are
+``gcd(eval_interval, local_epochs)`` epochs long (the same epochs in all; only the
+per-round reseeding of dropout differs from rounds of ``local_epochs``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +33,7 @@ from training.config import TrainConfig
 from training.data import LocalGraph, build_local_graph
 from training.distributed import train_rounds
 
-__all__ = ["load_input_graph", "run_centralized"]
+__all__ = ["centralized_config", "load_input_graph", "run_centralized"]
 
 log = logging.getLogger(__name__)
 
@@ -69,19 +74,30 @@ def load_input_graph(input_url: str | Path, *, storage_options: dict | None = No
     )
 
 
+def centralized_config(config: TrainConfig) -> TrainConfig:
+    """``config`` as the centralized run trains it: plain ``avg`` (one model: nothing to
+    reconcile), exact evaluation, and the same ``rounds × local_epochs`` epochs cut into
+    rounds of ``gcd(eval_interval, local_epochs)`` epochs, so that an evaluation falls on
+    every multiple of ``eval_interval`` epochs."""
+    every = config.eval_interval
+    length = math.gcd(every, config.local_epochs)
+    return dataclasses.replace(config, reconcile="avg", eval_mode="exact", local_epochs=length,
+                               rounds=config.rounds * config.local_epochs // length, eval_every=every)
+
+
 def run_centralized(input_url: str | Path, run_dir: str | Path, config: TrainConfig, *,
                     on_round: Callable[[dict[str, Any]], None] | None = None,
                     storage_options: dict | None = None) -> list[dict[str, Any]]:
     """Train ``config``'s model on the whole input in this process; return the metrics rows.
 
-    The reconciliation setting is ignored (one model: nothing to reconcile).
+    The reconciliation and evaluation settings are replaced (:func:`centralized_config`).
     """
     t0 = time.perf_counter()
     graph = load_input_graph(input_url, storage_options=storage_options)
     load_seconds = time.perf_counter() - t0
     log.info("centralized: %d nodes, %d edges loaded in %.1f s", graph.num_nodes,
              graph.own_edges.shape[1], load_seconds)
-    config = dataclasses.replace(config, reconcile="avg")
+    config = centralized_config(config)
     torch.set_num_threads(config.threads or torch.get_num_threads())
     return train_rounds(graph, run_dir, config, comm=Comm(), on_round=on_round,
                         info={"input": str(input_url), "strategy": "centralized"}, load_seconds=load_seconds)

@@ -15,18 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from storage.errors import format_problem
+from training.reconcile.server import SERVER_OPTIMIZERS
 
-__all__ = ["MODELS", "RECONCILE_PARTS", "STRATEGIES", "TASKS", "TrainConfig", "load_config", "parse_reconcile"]
+__all__ = ["EVAL_MODES", "MODELS", "RECONCILE_PARTS", "STRATEGIES", "TASKS", "TrainConfig", "load_config",
+           "parse_reconcile"]
 
 MODELS = ("sage", "gcn", "gat")
 TASKS = ("node", "link")
+#: ``--eval``: the global model's exact whole-graph metrics, or the cheap partition-local ones.
+EVAL_MODES = ("exact", "local")
 #: The building blocks of a reconciliation strategy, joined by "+".
-RECONCILE_PARTS = ("avg", "kd", "con")
+RECONCILE_PARTS = ("avg", "kd", "con", "corr")
 #: The named strategies the benchmark compares (any "+"-combination containing avg is valid).
-STRATEGIES = ("avg", "avg+kd", "avg+con", "avg+kd+con")
+STRATEGIES = ("avg", "avg+kd", "avg+con", "avg+kd+con", "avg+corr")
 
 # Fields that may differ between a run and its resumption (they do not change the result).
-_RESUMABLE = frozenset({"rounds", "timeout_s", "threads", "eval_every"})
+_RESUMABLE = frozenset({"rounds", "timeout_s", "threads", "eval_every", "eval_mode"})
 
 
 def parse_reconcile(text: str) -> tuple[str, ...]:
@@ -92,16 +96,31 @@ class TrainConfig:
     rounds, local_epochs
         R reconciliation rounds of E local epochs each.
     reconcile
-        ``"avg"``, ``"avg+kd"``, ``"avg+con"`` or ``"avg+kd+con"``.
+        ``"avg"`` joined by ``"+"`` with any of ``"kd"``, ``"con"``, ``"corr"``
+        (:mod:`training.reconcile`).
     mu, tau
         Weight and temperature of the cross-layer contrastive loss.
     kd_steps, kd_temperature, kd_lr
         Ensemble distillation: S student steps at temperature T with Adam(kd_lr);
         ``kd_lr`` defaults to ``lr / 10``.
+    server_opt, server_lr, server_momentum, server_beta2, server_tau
+        The server optimiser applied to each round's averaged update
+        (:class:`training.reconcile.server.ServerOptimizer`): ``"fedavg"`` (the average
+        itself at ``server_lr`` 1), ``"fedavgm"`` (momentum ``server_momentum``) or
+        ``"fedadam"`` (β₁ ``server_momentum``, β₂ ``server_beta2``, τ ``server_tau``).
+        ``server_lr`` defaults to 1 for fedavg and fedavgm and to 0.01 for fedadam.
+    corr_steps, corr_batch_size, corr_lr
+        ``corr`` (:mod:`training.reconcile.correct`): per round, ``corr_steps`` Adam
+        steps at ``corr_lr`` (default ``lr``) on the global model, each on
+        ``corr_batch_size`` seeds per rank sampled with their whole-graph neighbourhoods.
     batch_size, fanouts
         ``batch_size=0`` trains full-batch on the local partition (the default);
         otherwise mini-batches of that many seed nodes with a uniform neighbour sampler
         of ``fanouts`` per layer (one per layer, e.g. ``(10, 10)``).
+    sync_every
+        0 (default): a round is ``local_epochs`` epochs. N > 0: a round is N optimiser
+        steps of local training (mini-batches continue across epochs; full-batch, one
+        step is one epoch), and ``local_epochs`` is ignored.
     link_val_fraction, link_test_fraction, link_eval_negatives
         Link prediction: the held-out shares of the edges (chosen by a hash of the
         global edge, so every rank and the centralized run hold out the same edges), and
@@ -129,7 +148,18 @@ class TrainConfig:
     threads
         torch CPU threads per rank (0: cores / ranks, at least 1).
     eval_every
-        Evaluate (and log a metrics row) every this many rounds; the last round always.
+        Evaluate the global model (and log a metrics row) every this many epochs of
+        training; 0 (default): every ``local_epochs`` epochs, i.e. every round. A
+        strategy with a global model after every step (centralized, fds) is evaluated
+        exactly every ``eval_every`` epochs; ASEPR has one only at a synchronisation
+        point, so it is evaluated at the end of the first round that reaches each
+        multiple of ``eval_every`` epochs (every round when ``eval_every <=
+        local_epochs``). With ``eval_every`` a multiple of ``local_epochs`` every
+        strategy is evaluated after the same epochs. The last round is always evaluated.
+    eval_mode
+        ``"exact"`` (default): the global model's metrics on the whole graph
+        (:class:`training.inference.Evaluator`); ``"local"``: each rank scores its own
+        master nodes with the model run on its partition only (cheaper, not exact).
     """
 
     task: str = "node"
@@ -150,6 +180,15 @@ class TrainConfig:
     kd_lr: float | None = None
     batch_size: int = 0
     fanouts: tuple[int, ...] = field(default=(10, 10))
+    sync_every: int = 0
+    server_opt: str = "fedavg"
+    server_lr: float | None = None
+    server_momentum: float = 0.9
+    server_beta2: float = 0.99
+    server_tau: float = 1e-3
+    corr_steps: int = 4
+    corr_batch_size: int = 256
+    corr_lr: float | None = None
     link_val_fraction: float = 0.05
     link_test_fraction: float = 0.10
     link_eval_negatives: int = 100
@@ -158,7 +197,8 @@ class TrainConfig:
     seed: int = 0
     timeout_s: float = 300.0
     threads: int = 0
-    eval_every: int = 1
+    eval_every: int = 0
+    eval_mode: str = "exact"
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ValueError:
@@ -174,6 +214,8 @@ class TrainConfig:
         if self.model not in MODELS:
             raise ValueError(f'Unsupported model "{self.model}". Valid choices are "sage", "gcn", "gat".')
         object.__setattr__(self, "reconcile", "+".join(parse_reconcile(self.reconcile)))
+        if self.eval_mode not in EVAL_MODES:
+            raise ValueError(f'Unsupported eval_mode "{self.eval_mode}". Valid choices are "exact", "local".')
         # Task-dependent defaults (measured on Cora): dot-product link prediction with
         # GraphSAGE collapses to a constant embedding at lr 0.01 (MRR 0.02, chance level),
         # and learns at lr 0.001 without dropout (MRR 0.53 after 60 epochs).
@@ -186,13 +228,26 @@ class TrainConfig:
             # 0.654 test accuracy against avg's 0.716; lr/10 at 0.703.
             object.__setattr__(self, "kd_lr", self.lr / 10)
         object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
-        for name in ("hidden", "num_layers", "heads", "rounds", "local_epochs", "eval_every"):
+        for name in ("hidden", "num_layers", "heads", "rounds", "local_epochs"):
             if int(getattr(self, name)) < 1:
                 raise bad(name, "an integer >= 1")
-        for name in ("kd_steps", "batch_size", "threads", "link_eval_negatives", "feature_projection"):
+        if self.server_opt not in SERVER_OPTIMIZERS:
+            raise ValueError(f'Unsupported server_opt "{self.server_opt}". Valid choices are '
+                             + ", ".join(f'"{k}"' for k in SERVER_OPTIMIZERS) + ".")
+        if self.server_lr is None:
+            object.__setattr__(self, "server_lr", 0.01 if self.server_opt == "fedadam" else 1.0)
+        if self.corr_lr is None:
+            object.__setattr__(self, "corr_lr", self.lr)
+        for name in ("server_momentum", "server_beta2"):
+            if not 0 <= float(getattr(self, name)) < 1:
+                raise bad(name, "a number in [0, 1)")
+        for name in ("sync_every", "corr_steps", "corr_batch_size"):
             if int(getattr(self, name)) < 0:
                 raise bad(name, "an integer >= 0")
-        for name in ("lr", "kd_lr", "tau", "kd_temperature", "timeout_s"):
+        for name in ("kd_steps", "batch_size", "threads", "link_eval_negatives", "feature_projection", "eval_every"):
+            if int(getattr(self, name)) < 0:
+                raise bad(name, "an integer >= 0")
+        for name in ("lr", "kd_lr", "tau", "kd_temperature", "timeout_s", "server_lr", "server_tau", "corr_lr"):
             if not float(getattr(self, name)) > 0:
                 raise bad(name, "a number > 0")
         for name in ("mu", "weight_decay"):
@@ -215,12 +270,21 @@ class TrainConfig:
         return parse_reconcile(self.reconcile)
 
     @property
+    def eval_interval(self) -> int:
+        """Epochs between evaluations: ``eval_every``, or ``local_epochs`` when it is 0."""
+        return int(self.eval_every or self.local_epochs)
+
+    @property
     def uses_kd(self) -> bool:
         return "kd" in self.parts
 
     @property
     def uses_con(self) -> bool:
         return "con" in self.parts and self.mu > 0
+
+    @property
+    def uses_corr(self) -> bool:
+        return "corr" in self.parts and self.corr_steps > 0 and self.corr_batch_size > 0
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -6,8 +6,11 @@ runs, every round (DESIGN.md section 7):
 1. local epochs from the global weights θ_g (+ μ·L_con with ``con``);
 2. θ_avg: the weighted FedAvg, one flat-buffer all_reduce;
 3. with ``kd``: ensemble distillation of θ_avg into the new θ_g; else θ_g = θ_avg;
-4. evaluation of θ_g: each rank scores its own master nodes (or own edges), the sums
-   are all_reduced;
+4. evaluation of θ_g on the schedule of :func:`training.rounds.evaluates`, by default
+   exact: the whole-graph outputs computed over the partitions
+   (:class:`training.inference.Evaluator`; ``eval_mode="local"``: each rank's partition
+   only), each rank scoring its own master nodes (or own edges), the sums all_reduced.
+   Its time and bytes are kept apart from training's (:func:`training.rounds.metrics_row`);
 5. checkpoint: every rank saves its local state, rank 0 commits the round
    (:class:`training.checkpoint.RunDir`) and the metrics row.
 
@@ -45,15 +48,15 @@ import torch.distributed as dist
 
 from storage import failpoints, read_manifest
 from storage.errors import format_problem
-from storage.resources import peak_rss_bytes
 from training.checkpoint import RunDir, TrainerError, expect_keys, expect_tensor, load_optimizer_state
 from training.comm import Comm
 from training.config import TrainConfig
 from training.data import LocalGraph, load_local_graph, prepare_features, rank_partitions
+from training.inference import Evaluator
 from training.local import train_local
 from training.models import build_model, flatten, num_parameters, unflatten_into
 from training.reconcile import distill, weighted_average
-from training.rounds import all_ranks_ready, bytes_columns, commit_round, evaluates, start_run, threads
+from training.rounds import all_ranks_ready, commit_round, evaluates, metrics_row, placement_columns, start_run, threads
 from training.tasks import make_task, round_seed
 
 __all__ = ["TrainerError", "exit_with_parent", "global_weights", "init_process_group", "run_trainer", "train_rounds"]
@@ -145,7 +148,7 @@ def run_trainer(out: str | Path, run_dir: str | Path, config: TrainConfig, *, re
         Checkpoints and ``metrics.csv`` go here.
     resume
         Continue from the latest complete checkpoint in ``run_dir`` (its config must match
-        in every field but ``rounds``, ``timeout_s``, ``threads`` and ``eval_every``).
+        in every field but ``rounds``, ``timeout_s``, ``threads``, ``eval_every`` and ``eval_mode``).
     comm
         The collectives (default: over the initialised process group, or a single rank).
     on_round
@@ -181,6 +184,7 @@ class _Loop:
     scratch: torch.nn.Module | None = None
     global_model: torch.nn.Module | None = None
     previous_model: torch.nn.Module | None = None
+    evaluator: Evaluator | None = None
 
 
 def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) -> _Loop:
@@ -204,7 +208,8 @@ def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) ->
     torch.manual_seed(config.seed)
     model = build_model(config, in_dim, task.out_dim)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    return _Loop(model=model, optimizer=optimizer, task=task, global_flat=flatten(model), rows=[])
+    return _Loop(model=model, optimizer=optimizer, task=task, global_flat=flatten(model), rows=[],
+                 evaluator=Evaluator(task, comm, config.eval_mode))
 
 
 def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generation: int) -> None:
@@ -252,26 +257,21 @@ def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm,
 def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: int) -> dict[str, Any] | None:
     """One round (steps 1–4); returns its metrics row when it is evaluated."""
     t0 = time.perf_counter()
-    sent_before = dict(comm.bytes.sent)
+    sent_before = comm.bytes.state_dict()
     torch.manual_seed(round_seed(config.seed, rnd, comm.rank))
     gen = torch.Generator().manual_seed(round_seed(config.seed, rnd, comm.rank, 1))
     loss, weight, kd_loss = _local_and_reconcile(loop, config, comm, gen)
-    train_seconds = time.perf_counter() - t0
+    loop.elapsed += time.perf_counter() - t0
     if not evaluates(config, rnd):
-        loop.elapsed += time.perf_counter() - t0
         return None
+    t_eval = time.perf_counter()
     unflatten_into(loop.scratch, loop.global_flat)
-    metrics = loop.task.evaluate(loop.scratch, comm)
-    mean_loss = _weighted_mean(loss, weight, comm)
-    sent = bytes_columns(comm, sent_before)
-    seconds = time.perf_counter() - t0
-    loop.elapsed += seconds
-    row = {"round": rnd + 1, "generation": generation, "seconds": round(seconds, 4),
-           "elapsed_s": round(loop.elapsed, 4), "train_seconds": round(train_seconds, 4),
-           "loss": mean_loss, "kd_loss": kd_loss, "metric": loop.task.metric,
-           "val": metrics["val"], "test": metrics["test"],
-           **{k: v for k, v in metrics.items() if k not in ("val", "test")},
-           **sent, "world_size": comm.world_size, "peak_rss_mib": round(peak_rss_bytes() / 2**20, 1)}
+    metrics = loop.evaluator(loop.scratch)
+    eval_seconds = time.perf_counter() - t_eval
+    row = metrics_row(comm, loop.rows, sent_before, round_index=rnd, epoch=(rnd + 1) * config.local_epochs,
+                      generation=generation, elapsed=loop.elapsed, eval_seconds=eval_seconds,
+                      loss=_weighted_mean(loss, weight, comm), kd_loss=kd_loss, metric=loop.task.metric,
+                      metrics=metrics, eval_mode=config.eval_mode)
     loop.rows.append(row)
     return row
 
@@ -281,9 +281,10 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
                  info: dict[str, Any] | None = None, load_seconds: float = 0.0) -> list[dict[str, Any]]:
     """The round loop on an already loaded graph (see :func:`run_trainer`)."""
     runs = RunDir(run_dir)
+    placement = placement_columns(graph.num_nodes, graph.x.shape[1] * graph.x.element_size(), comm)
     loop = _prepare(graph, config, comm, (info or {}).get("out", "the input"))
     info = {**(info or {}), "world_size": comm.world_size, "config": config.to_dict(), "task": config.task,
-            "num_parameters": num_parameters(loop.model)}
+            "num_parameters": num_parameters(loop.model), **placement}
     if resume:
         all_ranks_ready(comm, "load its checkpoint", lambda: _restore(loop, runs, config, comm, graph.generation))
     else:

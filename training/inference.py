@@ -68,21 +68,10 @@ from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
 from storage.errors import StoreError, format_problem
 from training.comm import Comm
+from training.config import EVAL_MODES
 from training.data import LocalGraph
 
-__all__ = ["ExactInference", "FixedOutput", "evaluate_exact", "exact_forward"]
-
-
-class FixedOutput(torch.nn.Module):
-    """Precomputed outputs in the shape of a model, so a task's ``evaluate`` scores them
-    (with its own masks, metrics and all_reduce) as it scores a model."""
-
-    def __init__(self, out: torch.Tensor):
-        super().__init__()
-        self.out = out
-
-    def forward(self, x, graph) -> torch.Tensor:
-        return self.out
+__all__ = ["ExactInference", "Evaluator", "evaluate_exact", "exact_forward"]
 
 
 class ExactInference:
@@ -324,4 +313,40 @@ def evaluate_exact(task, model, inference: ExactInference) -> dict[str, float]:
     dict
         ``{"val": ..., "test": ...}`` and the task's other metrics.
     """
-    return task.evaluate(FixedOutput(inference.forward(model)), inference.comm)
+    return task.score(inference.forward(model), inference.comm)
+
+
+class Evaluator:
+    """How a trainer evaluates its global model (a collective: every rank calls it).
+
+    ``"exact"``: :func:`evaluate_exact`, the metrics of the model on the whole graph,
+    computed over the partitions (the routing is set up at the first call, its bytes and
+    time counted with that evaluation). ``"local"``: ``task.evaluate``, each rank scoring
+    its master nodes (or own edges) with the model run on its own graph only, so a
+    vertex misses the neighbours held by other ranks (cheaper, not exact; labelled
+    ``local`` in the metrics). On a graph that is the whole input (the centralized run)
+    both are the whole-graph metrics.
+
+    Parameters
+    ----------
+    task
+        The rank's :class:`~training.tasks.NodeTask` or :class:`~training.tasks.LinkTask`.
+    comm
+        The process group.
+    mode
+        One of :data:`training.config.EVAL_MODES`.
+    """
+
+    def __init__(self, task, comm: Comm, mode: str = "exact"):
+        if mode not in EVAL_MODES:
+            raise ValueError(f'Unsupported evaluation "{mode}". Valid choices are "exact", "local".')
+        self.task, self.comm, self.mode = task, comm, mode
+        self._inference: ExactInference | None = None
+
+    def __call__(self, model) -> dict[str, float]:
+        """``{"val": ..., "test": ...}`` and the task's other metrics of ``model``."""
+        if self.mode == "local":
+            return self.task.evaluate(model, self.comm)
+        if self._inference is None:
+            self._inference = ExactInference.for_task(self.task, self.comm)
+        return evaluate_exact(self.task, model, self._inference)

@@ -25,15 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from storage.errors import AseprError, format_problem
-from training.config import MODELS, TASKS, TrainConfig, load_config
+from training.config import EVAL_MODES, MODELS, TASKS, TrainConfig, load_config
 from training.fds.partition import PARTITIONERS
+from training.reconcile.server import SERVER_OPTIMIZERS
 
 __all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main"]
 
 log = logging.getLogger("training.main")
 
 # flag dest → TrainConfig field (when they differ)
-_RENAMES = {"layers": "num_layers", "eval_negatives": "link_eval_negatives", "timeout": "timeout_s"}
+_RENAMES = {"layers": "num_layers", "eval_negatives": "link_eval_negatives", "timeout": "timeout_s",
+            "eval": "eval_mode"}
 #: ``--strategy``: ASEPR's local graphs with reconciliation, or the fully-decentralized baseline.
 STRATEGY_CHOICES = ("asepr", "fds")
 
@@ -45,7 +47,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
     p.add_argument("--task", choices=TASKS, default=d.task)
     p.add_argument("--model", choices=MODELS, default=d.model)
-    p.add_argument("--reconcile", default=d.reconcile, help='"avg", "avg+kd", "avg+con" or "avg+kd+con"')
+    p.add_argument("--reconcile", default=d.reconcile,
+                   help='"avg" joined by "+" with any of "kd", "con", "corr", e.g. "avg+corr"')
     p.add_argument("--strategy", choices=STRATEGY_CHOICES, default="asepr",
                    help="asepr: local graphs and reconciliation (OUT: a partition output); fds: the "
                         "fully-decentralized DistDGL-style baseline (OUT: the INPUT directory)")
@@ -66,7 +69,18 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kd-lr", type=float, default=None, help="default lr / 10")
     p.add_argument("--batch-size", type=int, default=d.batch_size, help="0: full-batch (default)")
     p.add_argument("--fanouts", type=lambda s: tuple(int(x) for x in s.split(",")), default=d.fanouts,
-                   help="neighbours per layer in mini-batch mode, e.g. 10,10")
+                   help="neighbours per layer in mini-batch mode and for corr, e.g. 10,10")
+    p.add_argument("--sync-every", type=int, default=d.sync_every,
+                   help="synchronise every N optimiser steps instead of every --local-epochs epochs (0: off)")
+    p.add_argument("--server-opt", choices=SERVER_OPTIMIZERS, default=d.server_opt,
+                   help="server optimiser of the averaged update (default fedavg: the average itself)")
+    p.add_argument("--server-lr", type=float, default=None, help="default 1 (fedavg, fedavgm), 0.01 (fedadam)")
+    p.add_argument("--server-momentum", type=float, default=d.server_momentum, help="fedavgm β, fedadam β1")
+    p.add_argument("--server-beta2", type=float, default=d.server_beta2, help="fedadam β2")
+    p.add_argument("--server-tau", type=float, default=d.server_tau, help="fedadam τ")
+    p.add_argument("--corr-steps", type=int, default=d.corr_steps, help="corr: global correction steps per round")
+    p.add_argument("--corr-batch-size", type=int, default=d.corr_batch_size, help="corr: seeds per rank and step")
+    p.add_argument("--corr-lr", type=float, default=None, help="corr: Adam learning rate (default --lr)")
     p.add_argument("--link-val-fraction", type=float, default=d.link_val_fraction)
     p.add_argument("--link-test-fraction", type=float, default=d.link_test_fraction)
     p.add_argument("--eval-negatives", type=int, default=d.link_eval_negatives)
@@ -77,7 +91,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds a rank waits on a dead peer")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads per rank (0: cores / ranks)")
-    p.add_argument("--eval-every", type=int, default=d.eval_every)
+    p.add_argument("--eval-every", type=int, default=d.eval_every,
+                   help="evaluate every N epochs (ASEPR: at the first round end at or after each multiple); "
+                        "0: every round (default)")
+    p.add_argument("--eval", choices=EVAL_MODES, default=d.eval_mode,
+                   help="exact: the global model on the whole graph (default); local: each rank's partition "
+                        "only (cheaper, not exact)")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:

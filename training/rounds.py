@@ -4,19 +4,47 @@
   a checkpoint) ends with every rank knowing which ranks failed, so the failing rank
   reports its own error (naming the file) and the others name that rank, instead of
   blocking in the next collective until the timeout;
-* :func:`bytes_columns`: the bytes columns of a metrics row, over all ranks;
+* :func:`evaluates` / :func:`evaluates_epoch`: the evaluation schedule (every
+  ``config.eval_interval`` epochs, see :class:`~training.config.TrainConfig`);
+* :func:`metrics_row`: one evaluation's metrics row, the same columns for every
+  trainer; :func:`bytes_columns`: its bytes columns, over all ranks;
+* :func:`placement_columns`: the one-time data placement (the rows each rank loads);
 * :func:`start_run` and :func:`commit_round`: the run directory at the start and at the
   end of every round (:class:`training.checkpoint.RunDir`).
+
+Time and evaluation columns of a metrics row (rank 0's clock; the ranks meet at every
+synchronisation, so the times agree up to one step):
+
+=========================  ==========================================================
+``round``, ``epoch``       the round, and the epochs trained when it was evaluated
+``elapsed_s``              training seconds since the run started, evaluation excluded
+``train_seconds``          training seconds since the previous row
+``eval_seconds``           this evaluation (the exact inference's one-time routing is
+                           in the first); ``eval_elapsed_s`` all evaluations so far
+``seconds``                ``train_seconds + eval_seconds``
+``eval_mode``              ``exact`` (the global model on the whole graph) or ``local``
+                           (each rank's partition only; not exact)
+``val``, ``test``          the task's metric (``metric``) on the validation and test sets
+``best_val``               the best ``val`` so far, ``test_at_best_val`` the ``test`` of
+                           that evaluation and ``best_epoch`` its epoch
+=========================  ==========================================================
 
 Bytes columns (sent, by :class:`training.comm.Comm`'s cost model):
 
 ==============================  =====================================================
-``bytes_sent_round``            the round's training traffic (every category but
-                                ``eval``), mean over ranks
+``bytes_sent_round``            the training traffic (every category but ``eval``) of
+                                the row's round up to the row, mean over ranks
 ``bytes_sent_round_max``        the same, the largest rank
-``eval_bytes_sent_round``       the round's evaluation traffic (``eval``), mean over ranks
+``eval_bytes_sent_round``       the evaluation traffic (``eval``) in the same span,
+                                mean over ranks
 ``eval_bytes_sent_round_max``   the same, the largest rank
+``bytes_sent_cum``              training traffic since the run started, mean over ranks
+``bytes_sent_cum_max``          the same, the largest rank
+``messages_sent_round``         training messages of the same span as
+                                ``bytes_sent_round``, mean over ranks
+``messages_sent_cum_max``       training messages since the run started, largest rank
 ``bytes_sent_total_max``        the most any rank has sent since the run started
+                                (evaluation included)
 ``cluster_bytes_round_<c>``     (for the ``categories`` asked for) category c, summed over
                                 ranks, and ``cluster_bytes_round`` their sum
 ==============================  =====================================================
@@ -25,6 +53,7 @@ Bytes columns (sent, by :class:`training.comm.Comm`'s cost model):
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -32,11 +61,13 @@ from typing import Any, TypeVar
 import torch
 
 from storage.errors import AseprError, format_problem
+from storage.resources import peak_rss_bytes
 from training.checkpoint import RunDir, TrainerError
 from training.comm import Comm
 from training.config import TrainConfig
 
-__all__ = ["EVAL", "all_ranks_ready", "bytes_columns", "commit_round", "evaluates", "start_run", "threads"]
+__all__ = ["EVAL", "all_ranks_ready", "bytes_columns", "commit_round", "evaluates", "evaluates_epoch", "metrics_row",
+           "placement_columns", "start_run", "threads"]
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +83,18 @@ def threads(config: TrainConfig, world: int) -> int:
 
 
 def evaluates(config: TrainConfig, round_index: int) -> bool:
-    """Whether round ``round_index`` (0-based) is evaluated: every ``eval_every``-th and the last."""
-    return (round_index + 1) % config.eval_every == 0 or round_index + 1 == config.rounds
+    """Whether the global model after round ``round_index`` (0-based) of ``local_epochs``
+    epochs is evaluated: when the round reaches a multiple of ``eval_every`` epochs, and
+    after the last round."""
+    e, n = config.local_epochs, config.eval_interval
+    return (round_index + 1) * e // n > round_index * e // n or round_index + 1 == config.rounds
+
+
+def evaluates_epoch(config: TrainConfig, epoch: int) -> bool:
+    """Whether a trainer with a global model after every step (fds) evaluates after
+    ``epoch`` epochs (1-based, counted from the run's start): every ``eval_every`` epochs
+    and after the last."""
+    return epoch % config.eval_interval == 0 or epoch == config.rounds * config.local_epochs
 
 
 def all_ranks_ready(comm: Comm, what: str, step: Callable[[], T]) -> T:
@@ -91,30 +132,102 @@ def all_ranks_ready(comm: Comm, what: str, step: Callable[[], T]) -> T:
     return result
 
 
-def bytes_columns(comm: Comm, before: dict[str, float], categories: Sequence[str] = ()) -> dict[str, float]:
+def bytes_columns(comm: Comm, before: dict[str, dict[str, float]], categories: Sequence[str] = ()) -> dict[str, float]:
     """The bytes columns of a metrics row (see the module docstring), one uncounted all_gather.
 
     Parameters
     ----------
     before
-        ``comm.bytes.sent`` (a copy) when the round started.
+        ``comm.bytes.state_dict()`` when the round started.
     categories
         Categories to sum over all ranks as ``cluster_bytes_round_<c>`` (none by default).
     """
-    sent = comm.bytes.sent
-    delta = {c: sent.get(c, 0.0) - before.get(c, 0.0) for c in set(sent) | set(before)}
+    counter = comm.bytes
+    sent, sent_before = counter.sent, before.get("sent", {})
+    delta = {c: sent.get(c, 0.0) - sent_before.get(c, 0.0) for c in set(sent) | set(sent_before)}
     evaluation = delta.get(EVAL, 0.0)
-    mine = [sum(delta.values()) - evaluation, evaluation, comm.bytes.total_sent]
+    train_messages = _training_messages(counter.messages)
+    mine = [sum(delta.values()) - evaluation, evaluation, counter.total_sent, counter.total_sent - sent.get(EVAL, 0.0),
+            train_messages - _training_messages(before.get("messages", {})), train_messages]
     mine += [delta.get(c, 0.0) for c in categories]
     every = comm.gather_uncounted(torch.tensor(mine, dtype=torch.float64))
     row = {"bytes_sent_round": float(every[:, 0].mean()), "bytes_sent_round_max": float(every[:, 0].max()),
            "eval_bytes_sent_round": float(every[:, 1].mean()), "eval_bytes_sent_round_max": float(every[:, 1].max()),
+           "bytes_sent_cum": float(every[:, 3].mean()), "bytes_sent_cum_max": float(every[:, 3].max()),
+           "messages_sent_round": float(every[:, 4].mean()), "messages_sent_cum_max": float(every[:, 5].max()),
            "bytes_sent_total_max": float(every[:, 2].max())}
     if categories:
-        cluster = every[:, 3:].sum(dim=0)
+        cluster = every[:, 6:].sum(dim=0)
         row["cluster_bytes_round"] = float(cluster.sum())
         row.update({f"cluster_bytes_round_{c}": float(v) for c, v in zip(categories, cluster.tolist())})
     return row
+
+
+def _training_messages(messages: dict[str, float]) -> float:
+    return sum(v for c, v in messages.items() if c != EVAL)
+
+
+def metrics_row(comm: Comm, rows: list[dict[str, Any]], before: dict[str, dict[str, float]], *, round_index: int,
+                epoch: int, generation: int, elapsed: float, eval_seconds: float, loss: float, kd_loss: float,
+                metric: str, metrics: dict[str, float], eval_mode: str,
+                categories: Sequence[str] = ()) -> dict[str, Any]:
+    """One evaluation's metrics row, the columns of the module docstring (a collective).
+
+    Parameters
+    ----------
+    rows
+        The run's rows so far (the previous one gives the intervals and the best so far).
+    before
+        ``comm.bytes.state_dict()`` when the round started.
+    round_index, epoch
+        The round (0-based) and the epochs trained so far.
+    elapsed
+        Training seconds since the run started, evaluation excluded.
+    eval_seconds
+        The seconds this evaluation took.
+    metrics
+        The evaluation's ``{"val", "test", ...}``.
+    categories
+        Passed to :func:`bytes_columns`.
+    """
+    previous = rows[-1] if rows else {}
+    train_seconds = elapsed - float(previous.get("elapsed_s", 0.0))
+    val, test = float(metrics["val"]), float(metrics["test"])
+    best = float(previous.get("best_val", float("nan")))
+    if math.isnan(best) or val > best:
+        best_columns = {"best_val": val, "test_at_best_val": test, "best_epoch": epoch}
+    else:
+        best_columns = {k: previous[k] for k in ("best_val", "test_at_best_val", "best_epoch")}
+    return {"round": round_index + 1, "epoch": epoch, "generation": generation,
+            "seconds": round(train_seconds + eval_seconds, 4), "elapsed_s": round(elapsed, 4),
+            "train_seconds": round(train_seconds, 4), "eval_seconds": round(eval_seconds, 4),
+            "eval_elapsed_s": round(float(previous.get("eval_elapsed_s", 0.0)) + eval_seconds, 4),
+            "loss": loss, "kd_loss": kd_loss, "eval_mode": eval_mode, "metric": metric, "val": val, "test": test,
+            **{k: v for k, v in metrics.items() if k not in ("val", "test")}, **best_columns,
+            **bytes_columns(comm, before, categories), "world_size": comm.world_size,
+            "peak_rss_mib": round(peak_rss_bytes() / 2**20, 1)}
+
+
+def placement_columns(rows: int, row_bytes: int, comm: Comm) -> dict[str, float]:
+    """The one-time data placement, mean and max over ranks (an uncounted all_gather).
+
+    Parameters
+    ----------
+    rows
+        The node rows this rank loads (an ASEPR rank: masters, replicas and halo copies
+        of its partitions; an fds rank: its own vertices; the centralized run: all).
+    row_bytes
+        The bytes of one stored feature row (``4 · d`` for float32 features).
+
+    Returns
+    -------
+    dict
+        ``placement_rows_mean``, ``placement_rows_max``, ``placement_bytes_mean``,
+        ``placement_bytes_max``.
+    """
+    every = comm.gather_uncounted(torch.tensor([float(rows), float(rows) * row_bytes], dtype=torch.float64))
+    return {"placement_rows_mean": float(every[:, 0].mean()), "placement_rows_max": float(every[:, 0].max()),
+            "placement_bytes_mean": float(every[:, 1].mean()), "placement_bytes_max": float(every[:, 1].max())}
 
 
 def start_run(runs: RunDir, comm: Comm, info: dict[str, Any]) -> None:
@@ -125,15 +238,18 @@ def start_run(runs: RunDir, comm: Comm, info: dict[str, Any]) -> None:
 
 
 def commit_round(runs: RunDir, round_index: int, comm: Comm, rank_state: dict[str, Any],
-                 global_state: dict[str, Any], rows: list[dict[str, Any]], row: dict[str, Any] | None,
+                 global_state: dict[str, Any], rows: list[dict[str, Any]],
+                 row: dict[str, Any] | list[dict[str, Any]] | None,
                  on_round: Callable[[dict[str, Any]], None] | None) -> None:
-    """Every rank saves its state; after a barrier rank 0 commits the round and reports ``row``."""
+    """Every rank saves its state; after a barrier rank 0 commits the round and reports the
+    round's new metrics ``row`` (a row, a list of rows when it was evaluated several times,
+    or None)."""
     runs.save_rank(round_index, comm.rank, rank_state)
     comm.barrier()
     if comm.rank != 0:
         return
     runs.commit(round_index, comm.world_size, global_state, rows)
-    if row is not None:
-        log.info("round %d: %s", round_index + 1, row)
+    for new in [row] if isinstance(row, dict) else row or []:
+        log.info("round %d: %s", round_index + 1, new)
         if on_round is not None:
-            on_round(row)
+            on_round(new)

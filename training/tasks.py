@@ -10,9 +10,12 @@
   ``link_eval_negatives`` corrupted edges ``(u, w)``: MRR, Hits@50 (ties count half, as
   in OGB) and ROC-AUC.
 
-Evaluation is exact and global: every rank scores its own master nodes (or own
-edges), and sums are all_reduced. ROC-AUC is computed from score histograms of 2^14
-bins that are all_reduced (exact up to ties within one bin).
+Scoring is global: every rank scores its own master nodes (or own edges) and the
+sums are all_reduced. ``score(outputs, comm)`` scores given model outputs (the exact
+whole-graph outputs of :class:`training.inference.ExactInference`, or fds's layer-wise
+ones); ``evaluate(model, comm)`` scores the model's outputs on the rank's own graph
+(the cheap partition-local evaluation). ROC-AUC is computed from score histograms of
+2^14 bins that are all_reduced (exact up to ties within one bin).
 """
 
 from __future__ import annotations
@@ -138,8 +141,20 @@ class NodeTask:
     # -- evaluation --------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, model, comm: Comm) -> dict[str, float]:
+        """:meth:`score` of ``model``'s outputs on this rank's graph (a collective)."""
         model.eval()
-        out = model(self.graph.x, self.mp)
+        return self.score(model(self.graph.x, self.mp), comm)
+
+    @torch.no_grad()
+    def score(self, out: torch.Tensor, comm: Comm) -> dict[str, float]:
+        """Validation and test metrics of the output rows ``out`` (``[num_nodes, classes]``,
+        one per local row), over the master nodes of every rank (a collective).
+
+        Returns
+        -------
+        dict
+            ``{"val": ..., "test": ...}``: accuracy, or ROC-AUC with two classes.
+        """
         y = self.graph.y
         parts = []
         for mask in (self.graph.val_mask, self.graph.test_mask):
@@ -265,8 +280,20 @@ class LinkTask:
     # -- evaluation ----------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self, model, comm: Comm) -> dict[str, float]:
+        """:meth:`score` of ``model``'s embeddings on this rank's graph (a collective)."""
         model.eval()
-        z = model(self.graph.x, self.mp)
+        return self.score(model(self.graph.x, self.mp), comm)
+
+    @torch.no_grad()
+    def score(self, z: torch.Tensor, comm: Comm) -> dict[str, float]:
+        """MRR, Hits@50 and ROC-AUC of the embeddings ``z`` (one row per local row) over
+        the held-out edges of every rank (a collective).
+
+        Returns
+        -------
+        dict
+            ``{"val": MRR, "test": MRR, "val_hits@50", "test_hits@50", "val_auc", "test_auc"}``.
+        """
         parts = []
         for name, pos in (("val", self.val_pos), ("test", self.test_pos)):
             neg_v = self.eval_neg[name]

@@ -35,7 +35,8 @@ from training.distributed import train_rounds
 from workflows.cli import main
 from workflows.demo import bundled_cora
 
-TINY = TrainConfig(hidden=16, rounds=1, local_epochs=1, kd_steps=2, threads=1, seed=1, feature_norm="none")
+TINY = TrainConfig(hidden=16, rounds=1, local_epochs=1, kd_steps=2, threads=1, seed=1, feature_norm="none",
+                   eval_mode="local")  # in-process runs train one partition of two
 #: Seconds a rank may wait on a dead peer in these runs (the bound of "within the timeout").
 TIMEOUT_S = 30
 

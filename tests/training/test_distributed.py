@@ -74,7 +74,7 @@ def test_resume_reproduces_the_uninterrupted_run_exactly(cora_parts, tmp_path):
 
 def test_resume_refuses_a_changed_config(cora_parts, tmp_path):
     graph = load_local_graph(cora_parts(2), [0])
-    config = dataclasses.replace(SMALL, rounds=1, local_epochs=1, hidden=16)
+    config = dataclasses.replace(SMALL, rounds=1, local_epochs=1, hidden=16, eval_mode="local")  # one of 2 parts
     train_rounds(graph, tmp_path, config, comm=Comm())
     with pytest.raises(TrainerError, match=r"differences in \['kd_lr', 'lr'\]"):
         train_rounds(graph, tmp_path, dataclasses.replace(config, rounds=2, lr=0.1, kd_lr=None), comm=Comm(),
@@ -119,7 +119,8 @@ def test_a_dead_peer_fails_the_survivor_within_the_timeout(cora_parts, tmp_path)
 def test_every_strategy_and_model_trains_a_rank(cora_parts, tmp_path, strategy, model):
     """One rank of a 2-partition output, in process: every strategy and model runs and learns."""
     graph = load_local_graph(cora_parts(2), [0])
-    config = dataclasses.replace(SMALL, model=model, reconcile=strategy, rounds=2, local_epochs=3, hidden=32)
+    config = dataclasses.replace(SMALL, model=model, reconcile=strategy, rounds=2, local_epochs=3, hidden=32,
+                                 eval_mode="local")
     rows = train_rounds(graph, tmp_path, config, comm=Comm())
     assert len(rows) == 2 and rows[-1]["val"] > 0.5
     assert rows[-1]["loss"] < rows[0]["loss"] or rows[0]["loss"] < 0.1
@@ -129,6 +130,6 @@ def test_every_strategy_and_model_trains_a_rank(cora_parts, tmp_path, strategy, 
 def test_mini_batch_mode_learns(cora_parts, tmp_path, task):
     graph = load_local_graph(cora_parts(2), [0])
     config = dataclasses.replace(SMALL, task=task, lr=None, dropout=None, kd_lr=None, batch_size=128, fanouts=(5, 5), rounds=2, local_epochs=2,
-                                 hidden=32)
+                                 hidden=32, eval_mode="local")
     rows = train_rounds(graph, tmp_path, config, comm=Comm())
     assert rows[-1]["val"] > (0.5 if task == "node" else 0.1)

@@ -15,9 +15,11 @@ Every rank runs the same loop in lockstep (DistDGL's training loop):
    every rank takes the same Adam step, so the replicas stay identical (checked every
    round). Every rank takes ``max_r ceil(train_r / B)`` steps per epoch; a rank out of
    seeds takes empty steps (it still serves the others and joins the all_reduce);
-3. R "rounds" of E epochs, to line up with ASEPR's R rounds × E local epochs: after each
-   round, exact full-neighbourhood evaluation (:mod:`training.fds.inference`, bytes
-   under ``eval``) with :class:`training.tasks.NodeTask`'s metric, a metrics row and a
+3. R "rounds" of E epochs, to line up with ASEPR's R rounds × E local epochs: every
+   ``eval_every`` epochs (:func:`training.rounds.evaluates_epoch`; by default at each
+   round's end) exact full-neighbourhood evaluation (:mod:`training.fds.inference`,
+   bytes under ``eval``, time apart from training's) scored by
+   :meth:`training.tasks.NodeTask.score`, and a metrics row; after each round a
    checkpoint through :class:`training.checkpoint.RunDir` (rank 0 commits).
 
 The run directory is :class:`training.checkpoint.RunDir`'s, plus the partition::
@@ -34,11 +36,12 @@ The run directory is :class:`training.checkpoint.RunDir`'s, plus the partition::
 
 Bytes are counted by :class:`training.comm.Comm` under the categories ``features``,
 ``feature_requests``, ``sampling``, ``gradients``, ``model``, ``eval`` and ``control``.
-A metrics row has every column of :func:`training.distributed.train_rounds`' rows (the
-bytes columns of :func:`training.rounds.bytes_columns`: training bytes without ``eval``,
-mean and max over ranks, and the evaluation bytes apart) plus ``steps``,
-``rows_fetched_round`` (rank 0's remote feature rows), and the round's bytes summed over
-all ranks: ``cluster_bytes_round`` and one ``cluster_bytes_round_<category>`` per category.
+A metrics row has every column of :func:`training.rounds.metrics_row` (as the ASEPR
+trainers' rows: training bytes without ``eval``, mean and max over ranks, the
+evaluation bytes apart, ``eval_mode`` always ``exact``) plus ``steps`` (since the
+previous row), ``rows_fetched_round`` (rank 0's remote feature rows since the round
+started), and the bytes since the round started summed over all ranks:
+``cluster_bytes_round`` and one ``cluster_bytes_round_<category>`` per category.
 """
 
 from __future__ import annotations
@@ -59,7 +62,6 @@ import torch.nn.functional as F
 from storage import failpoints
 from storage.errors import format_problem
 from storage.input import open_input
-from storage.resources import peak_rss_bytes
 from training.checkpoint import RunDir, TrainerError, expect_keys, expect_tensor, load_optimizer_state
 from training.comm import Comm
 from training.config import TrainConfig
@@ -69,7 +71,15 @@ from training.fds.inference import LayerwiseInference
 from training.fds.partition import PartitionBook, count_input_rows, metis_owner, resolve_partitioner
 from training.fds.remote import DistNeighborSampler, FeatureFetcher
 from training.models import build_model, flatten, graph_operator, num_parameters, unflatten_into
-from training.rounds import all_ranks_ready, bytes_columns, commit_round, evaluates, start_run, threads
+from training.rounds import (
+    all_ranks_ready,
+    commit_round,
+    evaluates_epoch,
+    metrics_row,
+    placement_columns,
+    start_run,
+    threads,
+)
 from training.tasks import NodeTask, round_seed
 
 __all__ = ["CATEGORIES", "FDS_DEFAULT_BATCH", "fds_config", "run_fds", "train_fds"]
@@ -83,24 +93,14 @@ CATEGORIES = ("features", "feature_requests", "sampling", "gradients", "model", 
 
 
 def fds_config(config: TrainConfig) -> TrainConfig:
-    """``config`` as FDS runs it: mini-batch (``batch_size`` 0 → 1024), no reconciliation."""
+    """``config`` as FDS runs it: mini-batch (``batch_size`` 0 → 1024), no reconciliation,
+    exact evaluation (its only one)."""
     if config.task != "node":
         raise TrainerError(format_problem("--strategy fds", "--task node (FDS trains node classification)",
                                           f"--task {config.task}",
                                           "use --task node, or the asepr strategy for link prediction."))
-    return dataclasses.replace(config, reconcile="avg", batch_size=config.batch_size or FDS_DEFAULT_BATCH)
-
-
-class _Logits(torch.nn.Module):
-    """Precomputed logits in the shape of a model, so NodeTask.evaluate scores them as it
-    scores every other strategy's model."""
-
-    def __init__(self, logits: torch.Tensor):
-        super().__init__()
-        self.logits = logits
-
-    def forward(self, x, graph):
-        return self.logits
+    return dataclasses.replace(config, reconcile="avg", batch_size=config.batch_size or FDS_DEFAULT_BATCH,
+                               eval_mode="exact")
 
 
 def run_fds(input_url: str | Path, run_dir: str | Path, config: TrainConfig, *, partition: str = "auto",
@@ -285,35 +285,35 @@ def _restore(loop: _FdsLoop, runs: RunDir, config: TrainConfig, comm: Comm) -> N
 
 
 def _round(loop: _FdsLoop, graph: FdsGraph, config: TrainConfig, comm: Comm, rnd: int,
-           sent_before: dict[str, float]) -> dict[str, Any] | None:
-    """One round of E epochs; returns its metrics row when it is evaluated."""
-    t0 = time.perf_counter()
+           sent_before: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """One round of E epochs; returns the metrics rows of the evaluations in it."""
     fetched_before = loop.fetcher.rows_fetched
     torch.manual_seed(round_seed(config.seed, rnd, comm.rank))
     gen = torch.Generator().manual_seed(round_seed(config.seed, rnd, comm.rank, 1))
-    loss_sum, seeds = 0.0, 0.0
-    for _ in range(config.local_epochs):
+    rows = []
+    for i in range(config.local_epochs):
+        t0 = time.perf_counter()
         loss_sum, seeds = _epoch(loop.model, loop.optimizer, graph, config, comm, loop.sampler, loop.fetcher,
                                  loop.steps_per_epoch, gen)
-    train_seconds = time.perf_counter() - t0
-    _check_replicas(loop.model, comm)
-    if not evaluates(config, rnd):
         loop.elapsed += time.perf_counter() - t0
-        return None
-    metrics = loop.scorer.evaluate(_Logits(loop.infer.logits(loop.model)), comm)
-    sent = bytes_columns(comm, sent_before, CATEGORIES)
-    seconds = time.perf_counter() - t0
-    loop.elapsed += seconds
-    row = {"round": rnd + 1, "generation": 0, "seconds": round(seconds, 4),
-           "elapsed_s": round(loop.elapsed, 4), "train_seconds": round(train_seconds, 4),
-           "loss": loss_sum / seeds if seeds else float("nan"), "kd_loss": float("nan"),
-           "metric": loop.scorer.metric, "val": metrics["val"], "test": metrics["test"],
-           **{k: v for k, v in metrics.items() if k not in ("val", "test")},
-           **sent, "world_size": comm.world_size, "peak_rss_mib": round(peak_rss_bytes() / 2**20, 1),
-           "steps": loop.steps_per_epoch * config.local_epochs,
-           "rows_fetched_round": loop.fetcher.rows_fetched - fetched_before}
-    loop.rows.append(row)
-    return row
+        if i + 1 == config.local_epochs:
+            _check_replicas(loop.model, comm)
+        epoch = rnd * config.local_epochs + i + 1
+        if not evaluates_epoch(config, epoch):
+            continue
+        t_eval = time.perf_counter()
+        metrics = loop.scorer.score(loop.infer.logits(loop.model), comm)
+        eval_seconds = time.perf_counter() - t_eval
+        previous_epoch = int(loop.rows[-1].get("epoch", 0)) if loop.rows else 0
+        row = metrics_row(comm, loop.rows, sent_before, round_index=rnd, epoch=epoch, generation=0,
+                          elapsed=loop.elapsed, eval_seconds=eval_seconds,
+                          loss=loss_sum / seeds if seeds else float("nan"), kd_loss=float("nan"),
+                          metric=loop.scorer.metric, metrics=metrics, eval_mode="exact", categories=CATEGORIES)
+        row.update(steps=loop.steps_per_epoch * (epoch - previous_epoch),
+                   rows_fetched_round=loop.fetcher.rows_fetched - fetched_before)
+        loop.rows.append(row)
+        rows.append(row)
+    return rows
 
 
 def train_fds(graph: FdsGraph, run_dir: str | Path, config: TrainConfig, *, comm: Comm, resume: bool = False,
@@ -322,9 +322,10 @@ def train_fds(graph: FdsGraph, run_dir: str | Path, config: TrainConfig, *, comm
     """The FDS round loop on an already loaded rank graph (see :func:`run_fds`)."""
     config = fds_config(config)
     runs = RunDir(run_dir)
+    placement = placement_columns(graph.num_owned, graph.x.shape[1] * graph.x.element_size(), comm)
     loop = _prepare(graph, config, comm, (info or {}).get("input", "the input"))
     ranks = _rank_stats(graph, comm)
-    info = {**(info or {}), "strategy": "fds", "world_size": comm.world_size, "config": config.to_dict(),
+    info = {**(info or {}), **placement, "strategy": "fds", "world_size": comm.world_size, "config": config.to_dict(),
             "task": config.task, "num_parameters": num_parameters(loop.model),
             "steps_per_epoch": loop.steps_per_epoch, "ranks": ranks,
             "remote_in_edges": sum(r["remote_in_edges"] for r in ranks),
@@ -336,7 +337,7 @@ def train_fds(graph: FdsGraph, run_dir: str | Path, config: TrainConfig, *, comm
     comm.barrier()
     # Every rank starts from rank 0's parameters (as DDP broadcasts them); the first round's
     # bytes include this sync.
-    sent_before = dict(comm.bytes.sent)
+    sent_before = comm.bytes.state_dict()
     wire = flatten(loop.model) if comm.rank == 0 else torch.zeros(num_parameters(loop.model))
     unflatten_into(loop.model, comm.all_reduce(wire, "model"))
     loop.infer = LayerwiseInference(graph, comm, config.model)
@@ -351,7 +352,7 @@ def train_fds(graph: FdsGraph, run_dir: str | Path, config: TrainConfig, *, comm
     for rnd in range(loop.start_round, config.rounds):
         failpoints.failpoint(f"round:{comm.rank}:{rnd}")
         if rnd > loop.start_round:
-            sent_before = dict(comm.bytes.sent)
+            sent_before = comm.bytes.state_dict()
         row = _round(loop, graph, config, comm, rnd, sent_before)
         commit_round(runs, rnd, comm, {"bytes": comm.bytes.state_dict(), "rows_fetched": loop.fetcher.rows_fetched,
                                        "rows_served": loop.fetcher.rows_served},
