@@ -2,7 +2,8 @@
 
 Every stage of a write (route, finalize, gather, rebuild) is a list of calls of one
 function, one Dask task per shard or partition. :func:`run_tasks` runs them on a
-``distributed.Client`` or, without one, on local threads; :func:`timed` records a
+``distributed.Client`` or, without one, on local threads (a failed stage's
+threads are joined before its error surfaces); :func:`timed` records a
 stage's wall time (and the workers' peak memory) in the run's ``timings``.
 """
 
@@ -13,6 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 import dask
@@ -46,17 +48,25 @@ def bar_for(progress: Progress | None, name: str, total: int):
     return progress(name, total) if progress else NoBar()
 
 
-class _Counter(dask.callbacks.Callback):
-    """Advances a progress bar as local-scheduler tasks of one stage finish."""
+def _run_local(fn, calls: list[tuple[tuple, dict]], bar, prefix: str) -> list:
+    """The calls on local threads (as many as dask's threaded scheduler would use).
 
-    def __init__(self, bar, prefix: str):
-        super().__init__()
-        self.bar, self.prefix = bar, prefix
-
-    def _posttask(self, key, result, dsk, state, worker_id):
-        name = key[0] if isinstance(key, tuple) else key
-        if isinstance(name, str) and name.startswith(self.prefix):
-            self.bar.update(1)
+    On a failure the pending calls are cancelled and the running ones are waited for
+    before the error propagates, so no thread of a failed stage is still writing into
+    the staging directory when the caller cleans up or reruns.
+    """
+    workers = min(len(calls), dask.config.get("num_workers", None) or os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=prefix) as pool:
+        futures = [pool.submit(fn, *args, **kwargs) for args, kwargs in calls]
+        try:
+            for future in as_completed(futures):
+                future.result()
+                bar.update(1)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise  # leaving the with-block waits for the calls still running
+    return [future.result() for future in futures]
 
 
 def run_tasks(name: str, fn, calls: list[tuple[tuple, dict]], client, progress: Progress | None) -> list:
@@ -81,15 +91,15 @@ def run_tasks(name: str, fn, calls: list[tuple[tuple, dict]], client, progress: 
     if not calls:
         return []
     prefix = f"asepr-{name.replace(' ', '-')}-{os.urandom(6).hex()}"
-    tasks = [
-        dask.delayed(fn, pure=False)(*args, **kwargs, dask_key_name=f"{prefix}-{i}")
-        for i, (args, kwargs) in enumerate(calls)
-    ]
-    with bar_for(progress, name, len(tasks)) as bar:
+    with bar_for(progress, name, len(calls)) as bar:
         if client is None:
-            with _Counter(bar, prefix):
-                return list(dask.compute(*tasks, scheduler="threads"))
+            return _run_local(fn, calls, bar, prefix)
         import distributed
+
+        tasks = [
+            dask.delayed(fn, pure=False)(*args, **kwargs, dask_key_name=f"{prefix}-{i}")
+            for i, (args, kwargs) in enumerate(calls)
+        ]
 
         futures = client.compute(tasks)
         for _ in distributed.as_completed(futures, raise_errors=False):
