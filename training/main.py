@@ -143,8 +143,9 @@ def format_row(row: dict[str, Any]) -> str:
     if row.get("metric") == "mrr":
         extra = f"  hits@50 {row.get('val_hits@50', float('nan')):.4f}  auc {row.get('val_auc', float('nan')):.4f}"
     return (f"round {row['round']:>3}  gen {row['generation']}  loss {row['loss']:.4f}  "
-            f"val {row['metric']} {row['val']:.4f}  test {row['test']:.4f}{extra}  "
-            f"{row['seconds']:.2f} s  sent {row['bytes_sent_round'] / 2**10:,.1f} KiB/rank")
+            f"{row.get('eval_mode', '')} val {row['metric']} {row['val']:.4f}  test {row['test']:.4f}{extra}  "
+            f"{row['train_seconds']:.2f} s + {row.get('eval_seconds', 0.0):.2f} s eval  "
+            f"sent {row['bytes_sent_round'] / 2**10:,.1f} KiB/rank")
 
 
 def _parser() -> argparse.ArgumentParser:

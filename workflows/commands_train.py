@@ -18,24 +18,35 @@ from typing import Any
 
 from storage.errors import AseprError, format_problem
 
-__all__ = ["fds_bytes_line", "register", "summary_table"]
+__all__ = ["EVAL_LABELS", "fds_bytes_line", "register", "summary_table"]
+
+
+#: How each ``eval_mode`` is labelled in summaries and reports.
+EVAL_LABELS = {"exact": "exact: the global model on the whole graph",
+               "local": "partition-local: each rank's own graph only, not exact"}
 
 
 def summary_table(rows: list[dict[str, Any]], title: str) -> str:
-    """The metrics rows as a fixed-width table, plus the best-validation line."""
+    """The metrics rows as a fixed-width table, the evaluation used, and the final and
+    best-validation lines (training seconds exclude evaluation)."""
     if not rows:
         return f"{title}: no evaluated round"
     metric = rows[-1].get("metric", "metric")
-    lines = [title, f"{'round':>5} {'gen':>3} {'loss':>8} {'val ' + metric:>14} {'test':>8} {'seconds':>8} "
-                    f"{'KiB/rank':>10}"]
+    mode = rows[-1].get("eval_mode", "local")
+    lines = [f"{title}; evaluation {EVAL_LABELS.get(mode, mode)}",
+             f"{'round':>5} {'epoch':>5} {'gen':>3} {'loss':>8} {'val ' + metric:>14} {'test':>8} {'train s':>8} "
+             f"{'eval s':>7} {'KiB/rank':>10}"]
     for r in rows:
-        lines.append(f"{r['round']:>5} {r['generation']:>3} {float(r['loss']):>8.4f} {float(r['val']):>14.4f} "
-                     f"{float(r['test']):>8.4f} {float(r['seconds']):>8.2f} {float(r['bytes_sent_round']) / 1024:>10,.1f}")
+        lines.append(f"{r['round']:>5} {r.get('epoch', '-'):>5} {r['generation']:>3} {float(r['loss']):>8.4f} "
+                     f"{float(r['val']):>14.4f} {float(r['test']):>8.4f} {float(r['train_seconds']):>8.2f} "
+                     f"{float(r.get('eval_seconds', 0.0)):>7.2f} {float(r['bytes_sent_round']) / 1024:>10,.1f}")
     best = max(rows, key=lambda r: float(r["val"]))
     last = rows[-1]
-    lines.append(f"final: test {metric} {float(last['test']):.4f} after {last['round']} rounds "
-                 f"({float(last['elapsed_s']):.1f} s); best val {float(best['val']):.4f} at round {best['round']} "
-                 f"(test {float(best['test']):.4f})")
+    lines.append(f"final: test {metric} {float(last['test']):.4f} after {last.get('epoch', '-')} epochs, "
+                 f"{last['round']} rounds ({float(last['elapsed_s']):.1f} s training, "
+                 f"{float(last.get('eval_elapsed_s', 0.0)):.1f} s evaluation)")
+    lines.append(f"best val {metric} {float(best['val']):.4f} at epoch {best.get('epoch', '-')}, round "
+                 f"{best['round']}: test {metric} at best val {float(best['test']):.4f}")
     return "\n".join(lines)
 
 
