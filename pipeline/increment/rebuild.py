@@ -50,6 +50,7 @@ from pipeline.store.route import (
     KIND_ASSIGNED,
     KIND_HALO,
     SegmentWriter,
+    spill_paths,
     node_record,
     read_segments,
     write_grouped,
@@ -74,13 +75,13 @@ _FETCH_BLOCK_BYTES = 64 << 20
 
 
 def moves_spill_paths(route_dir: str | Path, part_id: int) -> tuple[Path, Path]:
-    base = Path(route_dir) / f"moves-{part_id:05d}"
-    return base.with_suffix(".bin"), Path(f"{base}.idx.npy")
+    """The spill of the rows that a rebalance moves into partition ``part_id``."""
+    return spill_paths(route_dir, "moves", part_id)
 
 
 def fetch_spill_paths(fetch_dir: str | Path, part_id: int) -> tuple[Path, Path]:
-    base = Path(fetch_dir) / f"store-{part_id:05d}"
-    return base.with_suffix(".bin"), Path(f"{base}.idx.npy")
+    """The spill of the rows fetched from partition ``part_id``'s committed store."""
+    return spill_paths(fetch_dir, "store", part_id)
 
 
 def store_edges(store_path: str, halo: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

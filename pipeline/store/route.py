@@ -36,6 +36,7 @@ __all__ = [
     "EDGE_RECORD",
     "SegmentWriter",
     "edge_spill_paths",
+    "spill_paths",
     "gather_node_shard",
     "node_record",
     "node_spill_paths",
@@ -56,14 +57,20 @@ def node_record(feat_dim: int) -> np.dtype:
     return np.dtype([("local", "<i8"), ("y", "<i8"), ("split", "i1"), ("x", "<f4", (feat_dim,))])
 
 
-def edge_spill_paths(route_dir: str | Path, shard_index: int) -> tuple[Path, Path]:
-    base = Path(route_dir) / f"edges-{shard_index:05d}"
+def spill_paths(directory: str | Path, kind: str, index: int) -> tuple[Path, Path]:
+    """The ``(records, index)`` files of one spill: ``KIND-IIIII.bin`` and ``KIND-IIIII.idx.npy``."""
+    base = Path(directory) / f"{kind}-{index:05d}"
     return base.with_suffix(".bin"), Path(f"{base}.idx.npy")
+
+
+def edge_spill_paths(route_dir: str | Path, shard_index: int) -> tuple[Path, Path]:
+    """The spill of one edge shard's routed rows."""
+    return spill_paths(route_dir, "edges", shard_index)
 
 
 def node_spill_paths(gather_dir: str | Path, shard_index: int) -> tuple[Path, Path]:
-    base = Path(gather_dir) / f"nodes-{shard_index:05d}"
-    return base.with_suffix(".bin"), Path(f"{base}.idx.npy")
+    """The spill of one node shard's gathered rows."""
+    return spill_paths(gather_dir, "nodes", shard_index)
 
 
 class SegmentWriter:
