@@ -3,5 +3,6 @@
 ``route`` (⑦, spill edge and node rows per partition), ``finalize`` (⑧ ⑨, one
 store per partition), ``commit`` (the commit protocol: staging, journal, recovery,
 node map), ``write`` (the whole ``asepr partition`` commit), ``continuation`` (the
-partitioner state that ingest continues from) and ``verify`` (``asepr verify``).
+partitioner state that ingest continues from), ``tasks`` (running a stage's calls as
+Dask tasks, timed) and ``verify`` (``asepr verify``).
 """
