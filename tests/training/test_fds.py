@@ -3,6 +3,7 @@ fetching, exact layer-wise inference, and two gloo ranks trained through `asepr 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -40,9 +41,11 @@ CORA_NODES, CORA_DIM, CORA_CLASSES = 2708, 1433, 7
 SMALL = TrainConfig(hidden=32, rounds=2, local_epochs=4, batch_size=128, fanouts=(10, 10), threads=1, seed=3)
 SMALL_FLAGS = ["--hidden", "32", "--rounds", "2", "--local-epochs", "4", "--batch-size", "128", "--fanouts", "10,10",
                "--threads", "1", "--seed", "3"]
-ASEPR_COLUMNS = {"round", "generation", "seconds", "elapsed_s", "train_seconds", "loss", "kd_loss", "metric", "val",
-                 "test", "bytes_sent_round", "bytes_sent_round_max", "eval_bytes_sent_round",
-                 "eval_bytes_sent_round_max", "bytes_sent_total_max", "world_size", "peak_rss_mib"}
+ASEPR_COLUMNS = {"round", "epoch", "generation", "seconds", "elapsed_s", "train_seconds", "eval_seconds",
+                 "eval_elapsed_s", "loss", "kd_loss", "eval_mode", "metric", "val", "test", "best_val",
+                 "test_at_best_val", "best_epoch", "bytes_sent_round", "bytes_sent_round_max",
+                 "eval_bytes_sent_round", "eval_bytes_sent_round_max", "bytes_sent_cum", "bytes_sent_cum_max",
+                 "messages_sent_round", "messages_sent_cum_max", "bytes_sent_total_max", "world_size", "peak_rss_mib"}
 
 
 def _input_edges(path) -> tuple[np.ndarray, np.ndarray]:
@@ -185,6 +188,8 @@ def test_asepr_train_fds_two_ranks_learns_and_evaluates_like_the_centralized_mod
     rows, info = runs.read_metrics(), runs.read_run_info()
     assert info["strategy"] == "fds" and info["partition"] == "metis" and info["world_size"] == 2
     assert [r["round"] for r in rows] == [1, 2] and ASEPR_COLUMNS <= set(rows[-1])
+    assert [(r["epoch"], r["eval_mode"]) for r in rows] == [(4, "exact"), (8, "exact")]
+    assert info["placement_bytes_max"] >= info["placement_bytes_mean"] == CORA_NODES / 2 * CORA_DIM * 4
     assert rows[-1]["val"] >= 0.70 and rows[-1]["test"] >= 0.70  # majority class is 0.30 on Cora
     # The reported metric is the centralized evaluation of the same weights (exact inference).
     model = build_model(SMALL, CORA_DIM, CORA_CLASSES)
@@ -253,6 +258,26 @@ def test_fds_resume_reproduces_the_uninterrupted_run(cora_input, fds_run, tmp_pa
     assert torch.equal(global_weights(tmp_path / "b"), global_weights(fds_run))
     assert [r["val"] for r in RunDir(tmp_path / "b").read_metrics()] == [r["val"] for r in
                                                                          RunDir(fds_run).read_metrics()]
+
+
+def _schedule_rank(rank: int, world: int, port: int, input_dir: str, run_dir: str, config: TrainConfig) -> None:
+    _init(rank, world, port)
+    try:
+        run_fds(input_dir, run_dir, config, partition="hash")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fds_is_evaluated_every_n_epochs_inside_its_rounds(cora_input, tmp_path):
+    config = dataclasses.replace(SMALL, rounds=1, local_epochs=3, eval_every=2)
+    _fork_ranks(_schedule_rank, str(cora_input), str(tmp_path / "run"), config)
+    runs = RunDir(tmp_path / "run")
+    rows, info = runs.read_metrics(), runs.read_run_info()
+    assert [(r["round"], r["epoch"]) for r in rows] == [(1, 2), (1, 3)]
+    assert [r["steps"] for r in rows] == [2 * info["steps_per_epoch"], info["steps_per_epoch"]]
+    assert rows[1]["bytes_sent_round"] > rows[0]["bytes_sent_round"]  # both since the round started
+    assert rows[1]["bytes_sent_cum"] >= rows[1]["bytes_sent_round"]  # and the setup's control bytes
+    assert rows[1]["eval_elapsed_s"] == pytest.approx(rows[0]["eval_seconds"] + rows[1]["eval_seconds"], abs=1e-3)
 
 
 def test_fds_refuses_link_prediction_and_a_missing_nproc(cora_input, tmp_path, capsys):
