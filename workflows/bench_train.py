@@ -1,17 +1,34 @@
-"""``asepr bench train``: training strategies side by side on the same partitions.
+"""``asepr bench train``: training strategies, and partitioners, side by side.
 
 For every dataset: the centralized baseline once (its best validation metric sets the
 target, 95 % of it), then for every k an ASEP partition (cached) and every strategy
 launched as k trainer processes through torchrun's API, one after the other, with the
-same model, seed, rounds and local epochs. Outputs in ``OUT``:
+same model, seed, rounds, local epochs and evaluation: the global model's exact
+whole-graph metrics (or the partition-local ones with ``eval_mode="local"``, labelled so)
+every ``eval_interval`` epochs (:class:`training.config.TrainConfig`; ASEPR at the first
+round end at or after each multiple, centralized and fds exactly then). With
+``partitioners``, the default strategy (``config.reconcile``) is also trained at the
+same k on partitions from each of them: does the partitioner matter for training?
 
-* ``train.md``: the table (final test metric, rounds and seconds to the target, bytes
-  sent per rank per round and per epoch: the mean and the largest rank, evaluation
-  traffic apart) with the run's settings and machine;
-* ``train.parquet``: one row per (dataset, k, strategy); ``train_rounds.parquet``: every
-  metrics row of every run (the curves);
-* ``train-<dataset>-k<k>-time.png`` / ``-bytes.png``: validation metric against wall
-  time and against bytes sent (when matplotlib is installed).
+Outputs in ``OUT``:
+
+* ``train.md``: the tables (final test metric and the test metric at the best
+  validation point, epochs and training seconds to the target, measured and modelled
+  on a network, bytes sent per rank per epoch: the mean and the largest rank, evaluation
+  traffic apart, the one-time data placement) with the run's settings and machine;
+* ``train.parquet``: one row per run (dataset, k, strategy, partitioner);
+  ``train_rounds.parquet``: every metrics row of every run (the curves);
+* ``train-<dataset>-k<k>-time.png`` / ``-bytes.png``: validation metric against training
+  time and against bytes sent (log axis), and the same as ``-partitioners-*.png`` for the
+  partitioner comparison (when matplotlib is installed).
+
+Times are training seconds, evaluation excluded (``elapsed_s`` of the metrics rows).
+The network model (:func:`modelled_seconds`, labelled *modelled* everywhere) projects
+each time onto a cluster: the measured seconds plus the training bytes over the
+bandwidth plus the training messages times a per-message latency, for the rank that
+sent the most (the ranks meet at every collective, so the busiest one sets the pace),
+at 1, 10 and 100 Gbit/s with :data:`LATENCY_S`. The measured seconds already include
+the transfers over this machine's loopback, so the projection errs on the slow side.
 
 This module only orchestrates: the training is :mod:`training`, the launch
 :mod:`workflows.launch`.
@@ -33,19 +50,27 @@ import pyarrow.parquet as pq
 from pipeline.config import PartitionConfig
 from pipeline.store.write import partition_to_store
 from storage.manifest import read_manifest
+from training.centralized import centralized_config
 from training.checkpoint import RunDir
 from training.config import TrainConfig
 from workflows.bench import machine_info, markdown_table, pyplot, save_figure
 from workflows.datasets import resolve_dataset
 from workflows.launch import launch_trainers
 
-__all__ = ["TRAIN_STRATEGIES", "bench_train", "summarise_run"]
+__all__ = ["LATENCY_S", "NETWORK_GBITS", "PARTITIONERS", "TRAIN_STRATEGIES", "bench_train", "modelled_seconds",
+           "summarise_run"]
 
 log = logging.getLogger(__name__)
 
 #: What `asepr bench train` compares by default ("fds" joins when requested).
 TRAIN_STRATEGIES = ["centralized", "avg", "avg+kd", "avg+con", "avg+kd+con"]
+#: The partitioners `--partitioners` may name (the paper's comparison).
+PARTITIONERS = ["asep", "2ps-hdrf", "hdrf", "hash", "metis"]
 TARGET_FRACTION = 0.95
+#: The network model: link bandwidths (Gbit/s) and the latency of one message (s).
+NETWORK_GBITS = (1, 10, 100)
+LATENCY_S = 50e-6
+PLACEMENT_KEYS = ("placement_rows_mean", "placement_rows_max", "placement_bytes_mean", "placement_bytes_max")
 
 
 def _versions() -> dict[str, str]:
@@ -55,37 +80,67 @@ def _versions() -> dict[str, str]:
     return {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__}
 
 
-def _mean_of(rows: list[dict[str, Any]], column: str) -> float:
-    values = [float(r.get(column, 0.0)) for r in rows]
-    return sum(values) / len(values)
+def modelled_seconds(seconds: float, bytes_sent: float, messages: float, gbit: float,
+                     latency: float = LATENCY_S) -> float:
+    """The network model: ``seconds + bytes_sent · 8 / (gbit · 10^9) + messages · latency``.
+
+    Parameters
+    ----------
+    seconds
+        Measured training seconds (compute, and this machine's own transfers).
+    bytes_sent, messages
+        Training bytes and messages sent by the busiest rank.
+    gbit
+        Link bandwidth in Gbit/s.
+    latency
+        Seconds per message.
+    """
+    return float(seconds) + float(bytes_sent) * 8 / (gbit * 1e9) + float(messages) * latency
 
 
-def summarise_run(rows: list[dict[str, Any]], target: float | None, local_epochs: int) -> dict[str, Any]:
-    """Final and best metrics, rounds/seconds to ``target``, bytes per rank per round/epoch.
+def _modelled(row: dict[str, Any] | None, prefix: str) -> dict[str, float | None]:
+    """The modelled seconds at each bandwidth up to a metrics row (None without one)."""
+    return {f"{prefix}_{g}gbit": None if row is None else modelled_seconds(
+        row["elapsed_s"], row.get("bytes_sent_cum_max", 0.0), row.get("messages_sent_cum_max", 0.0), g)
+        for g in NETWORK_GBITS}
 
-    Bytes (averaged over the evaluated rounds): ``bytes_per_round`` / ``bytes_per_epoch``
-    are the training traffic of the mean rank, ``*_max`` that of the largest rank, and
-    ``eval_bytes_per_round`` the mean rank's evaluation traffic, which the others leave out.
+
+def summarise_run(rows: list[dict[str, Any]], target: float | None) -> dict[str, Any]:
+    """Final and best-validation metrics, epochs and seconds to ``target``, bytes per epoch.
+
+    Seconds are training seconds (evaluation excluded), measured and modelled
+    (``modelled_s_to_target_<g>gbit``, ``modelled_train_s_<g>gbit``, see
+    :func:`modelled_seconds`). Bytes: ``bytes_per_epoch`` is the training traffic of the
+    mean rank over the whole run divided by its epochs, ``bytes_per_epoch_max`` that of
+    the largest rank, and ``eval_bytes_per_eval`` the mean rank's traffic per evaluation,
+    which the others leave out.
     """
     if not rows:
         return {"rounds": 0}
     last = rows[-1]
     reached = next((r for r in rows if target is not None and float(r["val"]) >= target), None)
-    epochs = max(local_epochs, 1)
-    per_round, per_round_max = _mean_of(rows, "bytes_sent_round"), _mean_of(rows, "bytes_sent_round_max")
+    best = max(rows, key=lambda r: float(r["val"]))
+    epochs = max(int(last["epoch"]), 1)
     return {
         "rounds": int(last["round"]),
+        "epochs": int(last["epoch"]),
+        "eval_mode": last["eval_mode"],
         "final_val": float(last["val"]),
         "final_test": float(last["test"]),
-        "best_val": max(float(r["val"]) for r in rows),
-        "rounds_to_target": int(reached["round"]) if reached else None,
+        "best_val": float(best["val"]),
+        "test_at_best_val": float(best["test"]),
+        "best_epoch": int(best["epoch"]),
+        "epochs_to_target": int(reached["epoch"]) if reached else None,
         "seconds_to_target": float(reached["elapsed_s"]) if reached else None,
+        "bytes_to_target_max": float(reached["bytes_sent_cum_max"]) if reached else None,
+        **_modelled(reached, "modelled_s_to_target"),
         "train_seconds": float(last["elapsed_s"]),
-        "bytes_per_round": per_round,
-        "bytes_per_round_max": per_round_max,
-        "bytes_per_epoch": per_round / epochs,
-        "bytes_per_epoch_max": per_round_max / epochs,
-        "eval_bytes_per_round": _mean_of(rows, "eval_bytes_sent_round"),
+        **_modelled(last, "modelled_train_s"),
+        "eval_seconds": float(last["eval_elapsed_s"]),
+        "bytes_per_epoch": float(last["bytes_sent_cum"]) / epochs,
+        "bytes_per_epoch_max": float(last["bytes_sent_cum_max"]) / epochs,
+        "messages_per_epoch_max": float(last["messages_sent_cum_max"]) / epochs,
+        "eval_bytes_per_eval": sum(float(r["eval_bytes_sent_round"]) for r in rows) / len(rows),
         "peak_rss_mib_rank0": float(last.get("peak_rss_mib", float("nan"))),
     }
 
@@ -109,45 +164,143 @@ def _wall(run_dir: Path) -> float:
         return float("nan")
 
 
-def _partition(input_dir: Path, cache: Path, name: str, k: int, seed: int) -> Path:
-    out = cache / f"{name}-asep-k{k}"
+def _partition(input_dir: Path, cache: Path, name: str, k: int, seed: int, algo: str = "asep") -> Path:
+    out = cache / f"{name}-{algo}-k{k}"
     if not (out / "manifest.json").exists():
-        partition_to_store(input_dir, out, PartitionConfig(num_parts=k, algo="asep", seed=seed), overwrite=True)
+        partition_to_store(input_dir, out, PartitionConfig(num_parts=k, algo=algo, seed=seed), overwrite=True)
     return out
 
 
-def _plots(curves: list[dict[str, Any]], out: Path, dataset: str, k: int, metric: str) -> list[str]:
+def _launch(data: Path, run_dir: Path, config: TrainConfig, k: int, strategy: str, reuse: bool,
+            echo) -> list[dict[str, Any]]:
+    """Train one strategy as k ranks into ``run_dir`` (or reuse a finished run there)."""
+    rows = _finished(run_dir, config) if reuse else None
+    if rows is not None:
+        echo("  (reusing the finished run in " + str(run_dir) + ")")
+        return rows
+    t0 = time.perf_counter()
+    launch_trainers(data, run_dir, config, k, strategy="fds" if strategy == "fds" else "asepr", quiet=True)
+    (run_dir / "bench.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
+    return RunDir(run_dir).read_metrics()
+
+
+def _result(base: dict[str, Any], k: int, strategy: str, partitioner: str | None, run_dir: Path,
+            rows: list[dict[str, Any]], target: float | None, manifest: dict[str, Any] | None) -> dict[str, Any]:
+    """One row of ``train.parquet``: the run's summary, data placement and partition quality."""
+    info = RunDir(run_dir).read_run_info() or {}
+    rf = (manifest or {}).get("metrics", {}).get("replication_factor")
+    return {**base, "k": k, "strategy": strategy, "partitioner": partitioner or info.get("partition"),
+            "wall_s": _wall(run_dir), "replication_factor": rf,
+            **{key: info.get(key) for key in PLACEMENT_KEYS}, **summarise_run(rows, target)}
+
+
+def _plots(curves: list[dict[str, Any]], out: Path, stem: str, title: str, metric: str) -> list[str]:
+    """Validation metric against training time and against cumulative bytes, one line per run."""
     plt = pyplot()
     if plt is None:
         return []
     names = []
-    for kind, xlabel in (("time", "wall time of training (s, cumulative over rounds)"),
-                         ("bytes", "bytes sent per rank (mean over ranks, MiB, cumulative)")):
+    for kind, xlabel in (("time", "training seconds (evaluation excluded, cumulative)"),
+                         ("bytes", "training bytes sent per rank (mean over ranks, MiB, cumulative; log scale)")):
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for strategy in dict.fromkeys(c["strategy"] for c in curves):
-            rows = [c for c in curves if c["strategy"] == strategy]
-            if kind == "time":
-                xs = [float(r["elapsed_s"]) for r in rows]
-            else:
-                if strategy == "centralized":
-                    continue
-                total, xs = 0.0, []
-                for r in rows:
-                    total += float(r["bytes_sent_round"])
-                    xs.append(total / 2**20)
-            ax.plot(xs, [float(r["val"]) for r in rows], marker="o", markersize=3, label=strategy)
+        for label in dict.fromkeys(c["label"] for c in curves):
+            rows = [c for c in curves if c["label"] == label]
+            if kind == "bytes" and not any(float(r["bytes_sent_cum"]) for r in rows):
+                continue  # nothing sent (centralized): no place on a log axis
+            xs = [float(r["elapsed_s"]) if kind == "time" else float(r["bytes_sent_cum"]) / 2**20 for r in rows]
+            ax.plot(xs, [float(r["val"]) for r in rows], marker="o", markersize=3, label=label)
         if kind == "bytes":
             # fds sends 10-200x more than the ASEPR strategies: a linear axis squashes them at 0.
             ax.set_xscale("log")
-        ax.set_xlabel(xlabel + (" (log scale)" if kind == "bytes" else ""))
-        ax.set_ylabel(f"validation {metric}")
-        ax.set_title(f"{dataset}, k={k}")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"validation {metric} ({curves[-1].get('eval_mode', 'exact')} evaluation)")
+        ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend()
-        name = f"train-{dataset}-k{k}-{kind}.png"
+        name = f"{stem}-{kind}.png"
         save_figure(fig, out / name, dpi=110)
         names.append(name)
     return names
+
+
+@dataclasses.dataclass
+class _Bench:
+    """What every run of one `bench train` shares, and what it has produced so far."""
+
+    out: Path
+    cache: Path
+    config: TrainConfig
+    strategies: list[str]
+    partitioners: list[str]
+    keep_runs: bool
+    echo: Any
+    started: str
+    machine: dict[str, Any]
+    results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    curves: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    plots: list[str] = dataclasses.field(default_factory=list)
+
+    def record(self, result: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+        """Keep a run's summary and curve, and rewrite the report: a long benchmark stopped
+        midway keeps what it measured."""
+        self.results.append(result)
+        self.curves += [{**r, "dataset": result["dataset"], "k": result["k"], "strategy": result["strategy"],
+                         "partitioner": result["partitioner"]} for r in rows]
+        _write(self)
+
+    def plot(self, name: str, k: int) -> None:
+        """The strategies' plots of one dataset and k, and the partitioners' when they ran."""
+        curves = [c for c in self.curves if c["dataset"] == name]
+        central = [{**c, "label": "centralized"} for c in curves if c["strategy"] == "centralized"]
+        mine = [c for c in curves if c["k"] == k and c["strategy"] != "centralized"]
+        by_strategy = [{**c, "label": c["strategy"]} for c in mine
+                       if c["strategy"] == "fds" or c["partitioner"] == "asep"]
+        by_partitioner = [{**c, "label": c["partitioner"]} for c in mine
+                          if c["strategy"] == self.config.reconcile and c["partitioner"] in self.partitioners]
+        metric = next((c["metric"] for c in curves), "metric")
+        if by_strategy:
+            self.plots += _plots(central + by_strategy, self.out, f"train-{name}-k{k}", f"{name}, k={k}", metric)
+        if by_partitioner:
+            self.plots += _plots(central + by_partitioner, self.out, f"train-{name}-k{k}-partitioners",
+                                 f"{name}, k={k}: {self.config.reconcile} by partitioner", metric)
+
+
+def _centralized(bench: _Bench, name: str, input_dir: Path, base: dict[str, Any]) -> float | None:
+    """The centralized run of one dataset; returns the target (95 % of its best validation)."""
+    from training.centralized import run_centralized
+
+    bench.echo(f"bench train: {name}: centralized")
+    run_dir = bench.out / "runs" / name / "centralized"
+    rows = _finished(run_dir, centralized_config(bench.config))
+    if rows is None:
+        t0 = time.perf_counter()
+        rows = run_centralized(input_dir, run_dir, bench.config)
+        (run_dir / "bench.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
+    target = TARGET_FRACTION * max(float(r["val"]) for r in rows)
+    bench.record(_result(base, 1, "centralized", "-", run_dir, rows, target, None), rows)
+    return target
+
+
+def _train_one(bench: _Bench, name: str, input_dir: Path, base: dict[str, Any], k: int, strategy: str,
+               partitioner: str, target: float | None) -> None:
+    """One strategy at one k on one partitioner's partitions (fds: on the input)."""
+    bench.echo(f"bench train: {name}: k={k}: {strategy}" + ("" if strategy == "fds" else f" on {partitioner}"))
+    suffix = "" if partitioner == "asep" or strategy == "fds" else f"-{partitioner}"
+    run_dir = bench.out / "runs" / name / f"k{k}-{strategy.replace('+', '-')}{suffix}"
+    config = dataclasses.replace(bench.config, reconcile="avg" if strategy == "fds" else strategy)
+    if strategy == "fds":
+        data, manifest = input_dir, None
+    else:
+        data = _partition(input_dir, bench.cache, name, k, bench.config.seed, partitioner)
+        manifest = read_manifest(data)
+    rows = _launch(data, run_dir, config, k, strategy, bench.keep_runs, bench.echo)
+    result = _result(base, k, strategy, None if strategy == "fds" else partitioner, run_dir, rows, target,
+                     manifest)
+    bench.record(result, rows)
+    bench.echo(f"  final test {result.get('final_test', float('nan')):.4f} (at best val "
+               f"{result.get('test_at_best_val', float('nan')):.4f}), epochs to target "
+               f"{result.get('epochs_to_target')}, {result.get('bytes_per_epoch', 0) / 2**20:.2f} MiB/rank/epoch "
+               f"(largest rank {result.get('bytes_per_epoch_max', 0) / 2**20:.2f})")
 
 
 def bench_train(
@@ -157,125 +310,133 @@ def bench_train(
     out: Path,
     *,
     config: TrainConfig,
+    partitioners: list[str] | None = None,
     cache: Path | None = None,
     keep_runs: bool = False,
     echo=print,
 ) -> list[dict[str, Any]]:
-    """Run every dataset × k × strategy; write the report files into ``out``."""
+    """Run every dataset × k × strategy, and the default strategy on every partitioner;
+    write the report files into ``out``; return one summary row per run."""
     out.mkdir(parents=True, exist_ok=True)
-    cache = cache or out / "inputs"
-    runs_dir = out / "runs"
-    machine = machine_info()
+    partitioners = list(partitioners or [])
+    unknown = [p for p in partitioners if p not in PARTITIONERS]
+    if unknown:
+        raise ValueError(f"Unsupported partitioners {unknown}. Valid choices are {', '.join(PARTITIONERS)}.")
+    bench = _Bench(out=out, cache=cache or out / "inputs", config=config, strategies=list(strategies),
+                   partitioners=partitioners, keep_runs=keep_runs, echo=echo,
+                   started=time.strftime("%Y-%m-%d %H:%M"), machine=machine_info())
     versions = _versions()
-    results: list[dict[str, Any]] = []
-    curves: list[dict[str, Any]] = []
-    plots: list[str] = []
-    started = time.strftime("%Y-%m-%d %H:%M")
     for dataset in datasets:
         name = Path(dataset).name
-        input_dir = resolve_dataset(dataset, cache)
+        input_dir = resolve_dataset(dataset, bench.cache)
         base = {"dataset": name, "model": config.model, "task": config.task, "rounds_config": config.rounds,
-                "local_epochs": config.local_epochs, "hidden": config.hidden, "seed": config.seed,
-                "feature_projection": config.feature_projection, **versions,
-                "cores": machine["cores"], "memory_gib": machine["memory_gib"]}
-        central_rows: list[dict[str, Any]] = []
-        target = None
-        if "centralized" in strategies:
-            from training.centralized import run_centralized
-
-            echo(f"bench train: {name}: centralized")
-            run_dir = runs_dir / name / "centralized"
-            central_rows = _finished(run_dir, dataclasses.replace(config, reconcile="avg"))
-            if central_rows is None:
-                t0 = time.perf_counter()
-                central_rows = run_centralized(input_dir, run_dir, config)
-                (run_dir / "bench.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
-            wall = _wall(run_dir)
-            target = TARGET_FRACTION * max(float(r["val"]) for r in central_rows)
-            row = {**base, "k": 1, "strategy": "centralized", "wall_s": wall,
-                   **summarise_run(central_rows, target, config.local_epochs)}
-            results.append(row)
+                "local_epochs": config.local_epochs, "eval_every_epochs": config.eval_interval,
+                "hidden": config.hidden, "seed": config.seed, "feature_projection": config.feature_projection,
+                **versions, "cores": bench.machine["cores"], "memory_gib": bench.machine["memory_gib"]}
+        target = _centralized(bench, name, input_dir, base) if "centralized" in strategies else None
         for k in ks:
-            parts = _partition(input_dir, cache, name, k, config.seed)
-            manifest = read_manifest(parts)
-            run_curves = [{**r, "strategy": "centralized"} for r in central_rows]
             for strategy in strategies:
-                if strategy == "centralized":
-                    continue
-                echo(f"bench train: {name}: k={k}: {strategy}")
-                run_dir = runs_dir / name / f"k{k}-{strategy.replace('+', '-')}"
-                run_config = dataclasses.replace(config, reconcile="avg" if strategy == "fds" else strategy)
-                rows = _finished(run_dir, run_config) if keep_runs else None
-                if rows is None:
-                    t0 = time.perf_counter()
-                    launch_trainers(input_dir if strategy == "fds" else parts, run_dir, run_config, k,
-                                    strategy="fds" if strategy == "fds" else "asepr", quiet=True)
-                    (run_dir / "bench.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
-                    rows = RunDir(run_dir).read_metrics()
-                else:
-                    echo("  (reusing the finished run in " + str(run_dir) + ")")
-                wall = _wall(run_dir)
-                summary = summarise_run(rows, target, config.local_epochs)
-                results.append({**base, "k": k, "strategy": strategy, "wall_s": wall,
-                                "replication_factor": manifest.get("metrics", {}).get("replication_factor"),
-                                **summary})
-                run_curves += [{**r, "strategy": strategy} for r in rows]
-                echo(f"  final test {summary.get('final_test', float('nan')):.4f}, rounds to target "
-                     f"{summary.get('rounds_to_target')}, {summary.get('bytes_per_round', 0) / 2**20:.2f} MiB/rank/round "
-                     f"(largest rank {summary.get('bytes_per_round_max', 0) / 2**20:.2f})")
-                # The report so far is rewritten after every run: a long benchmark stopped
-                # midway keeps what it measured.
-                _write(results, curves + [{**c, "dataset": name, "k": k} for c in run_curves], plots, out,
-                       config, strategies, started, machine)
-            curves += [{**c, "dataset": name, "k": k} for c in run_curves]
-            metric = (central_rows or rows or [{}])[-1].get("metric", "metric")
-            plots += _plots(run_curves, out, name, k, metric)
+                if strategy != "centralized":
+                    _train_one(bench, name, input_dir, base, k, strategy, "asep", target)
+            for partitioner in partitioners:
+                if partitioner != "asep" or config.reconcile not in strategies:
+                    _train_one(bench, name, input_dir, base, k, config.reconcile, partitioner, target)
+            bench.plot(name, k)
         if not keep_runs:
-            shutil.rmtree(runs_dir / name, ignore_errors=True)
-    _write(results, curves, plots, out, config, strategies, started, machine)
-    return results
+            shutil.rmtree(out / "runs" / name, ignore_errors=True)
+    _write(bench)
+    return bench.results
 
 
-def _write(results, curves, plots, out: Path, config: TrainConfig, strategies, started, machine) -> None:
-    if results:
-        pq.write_table(pa.Table.from_pylist(results), out / "train.parquet")
-    if curves:
-        keys = sorted({k for c in curves for k in c})
-        pq.write_table(pa.Table.from_pylist([{k: c.get(k) for k in keys} for c in curves]),
-                       out / "train_rounds.parquet")
-    table_rows = []
+def _mib(value: Any) -> Any:
+    return value / 2**20 if isinstance(value, (int, float)) else "-"
+
+
+def _table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The summaries with the report's column names (MiB, "not reached")."""
+    rows = []
     for r in results:
         t = dict(r)
-        for key, column in (("bytes_per_round", "MiB/rank/round"), ("bytes_per_round_max", "max MiB/rank/round"),
-                            ("bytes_per_epoch", "MiB/rank/epoch"), ("bytes_per_epoch_max", "max MiB/rank/epoch"),
-                            ("eval_bytes_per_round", "eval MiB/rank/round")):
-            t[column] = r.get(key, 0) / 2**20
-        t["rounds to 95%"] = r.get("rounds_to_target") if r.get("rounds_to_target") is not None else "not reached"
-        t["s to 95%"] = r.get("seconds_to_target") if r.get("seconds_to_target") is not None else "-"
-        table_rows.append(t)
-    columns = ["dataset", "k", "strategy", "final_test", "best_val", "rounds to 95%", "s to 95%",
-               "train_seconds", "wall_s", "MiB/rank/round", "max MiB/rank/round", "MiB/rank/epoch",
-               "max MiB/rank/epoch", "eval MiB/rank/round"]
+        for key, column in (("bytes_per_epoch", "MiB/rank/epoch"), ("bytes_per_epoch_max", "max MiB/rank/epoch"),
+                            ("eval_bytes_per_eval", "eval MiB/rank/eval"),
+                            ("placement_bytes_mean", "placement MiB/rank"),
+                            ("placement_bytes_max", "max placement MiB/rank")):
+            t[column] = _mib(r.get(key))
+        reached = r.get("epochs_to_target") is not None
+        t["epochs to 95%"] = r["epochs_to_target"] if reached else "not reached"
+        t["s to 95%"] = r["seconds_to_target"] if reached else "-"
+        for g in NETWORK_GBITS:
+            t[f"modelled s to 95% @{g}G"] = r[f"modelled_s_to_target_{g}gbit"] if reached else "-"
+        t["eval"] = r.get("eval_mode", "-")
+        rows.append(t)
+    return rows
+
+
+STRATEGY_COLUMNS = ["dataset", "k", "strategy", "eval", "final_test", "test_at_best_val", "best_val",
+                    "epochs to 95%", "s to 95%", "train_seconds", "eval_seconds", "wall_s"]
+NETWORK_COLUMNS = ["dataset", "k", "strategy", "MiB/rank/epoch", "max MiB/rank/epoch", "messages_per_epoch_max",
+                   "eval MiB/rank/eval", "s to 95%", *(f"modelled s to 95% @{g}G" for g in NETWORK_GBITS)]
+PARTITIONER_COLUMNS = ["dataset", "k", "partitioner", "replication_factor", "final_test", "test_at_best_val",
+                       "epochs to 95%", "s to 95%", "modelled s to 95% @10G", "placement MiB/rank",
+                       "max placement MiB/rank", "MiB/rank/epoch"]
+
+
+def _write(bench: _Bench) -> None:
+    out, config = bench.out, bench.config
+    if bench.results:
+        pq.write_table(pa.Table.from_pylist(bench.results), out / "train.parquet")
+    if bench.curves:
+        keys = sorted({k for c in bench.curves for k in c})
+        pq.write_table(pa.Table.from_pylist([{k: c.get(k) for k in keys} for c in bench.curves]),
+                       out / "train_rounds.parquet")
+    table = _table_rows(bench.results)
+    strategies = [t for t in table if t["partitioner"] in ("asep", "-") or t["strategy"] == "fds"]
     lines = [
         "# asepr bench train",
         "",
-        (f"Run {started}; {machine['cores']} cores, {machine['memory_gib']} GiB; "
-         f"strategies {', '.join(strategies)}; model {config.model}, hidden {config.hidden}, "
-         f"{config.num_layers} layers, {config.rounds} rounds × {config.local_epochs} local epochs "
-         f"(the centralized run: {config.rounds * config.local_epochs} epochs, one row per "
-         f"{config.local_epochs}); seed {config.seed}; feature projection {config.feature_projection or 'off'}; "
-         f"feature norm {config.feature_norm}; defaults of TrainConfig otherwise."),
+        (f"Run {bench.started}; {bench.machine['cores']} cores, {bench.machine['memory_gib']} GiB; strategies "
+         f"{', '.join(bench.strategies)}; model {config.model}, hidden {config.hidden}, {config.num_layers} layers, "
+         f"{config.rounds} rounds × {config.local_epochs} local epochs ({config.rounds * config.local_epochs} "
+         f"epochs for every strategy); evaluation {config.eval_mode} every {config.eval_interval} epochs; seed "
+         f"{config.seed}; feature projection {config.feature_projection or 'off'}; feature norm "
+         f"{config.feature_norm}; defaults of TrainConfig otherwise."),
         "",
-        ("`rounds to 95%`: the first round whose validation metric reaches 95 % of the centralized run's "
-         "best validation metric; `s to 95%`: the training seconds (summed round times, without process "
-         "start-up) at that round. `wall_s`: the whole launch, start-up included. Bytes: sent per rank, as "
-         "counted by `training.comm` (ring cost model for all_reduce / all_gather, exact for all_to_all), "
-         "averaged over the evaluated rounds: `MiB/rank/...` is the mean over ranks, `max ...` the rank that "
-         "sent the most; both leave out the evaluation traffic, which `eval MiB/rank/round` shows (mean rank)."),
+        ("Every strategy is evaluated on the same schedule, every "
+         f"{config.eval_interval} epochs: centralized and fds exactly then, the ASEPR strategies at the first "
+         "synchronisation (round end) at or after each multiple. `eval` is the evaluation: `exact` is the global "
+         "model on the whole graph (the same for every strategy), `local` each rank's partition only (not exact). "
+         "`test_at_best_val`: the test metric of the evaluation with the best validation metric. `epochs to 95%`: "
+         "the first evaluation whose validation metric reaches 95 % of the centralized run's best; `s to 95%`: "
+         "the training seconds until then (evaluation and process start-up excluded); `train_seconds` / "
+         "`eval_seconds`: the whole run's training and evaluation seconds; `wall_s`: the whole launch."),
         "",
-        markdown_table(table_rows, columns),
+        markdown_table(strategies, STRATEGY_COLUMNS),
+        "",
+        "## Bytes and modelled network time",
+        "",
+        ("Bytes: training traffic sent per rank, as counted by `training.comm` (ring cost model for all_reduce / "
+         "all_gather, exact for all_to_all), over the whole run divided by its epochs: `MiB/rank/epoch` is the "
+         "mean over ranks, `max ...` the rank that sent the most; evaluation traffic apart (`eval MiB/rank/eval`, "
+         "mean rank, per evaluation). **Modelled** (not measured): the time to 95 % on a cluster, the measured "
+         "training seconds plus the busiest rank's training bytes / bandwidth plus its messages × "
+         f"{LATENCY_S * 1e6:g} µs, at {', '.join(f'{g}' for g in NETWORK_GBITS)} Gbit/s; the measured seconds "
+         "already include this machine's loopback transfers, so the model errs on the slow side."),
+        "",
+        markdown_table(strategies, NETWORK_COLUMNS),
         "",
     ]
-    for p in plots:
-        lines.append(f"![{p}]({p})")
+    by_partitioner = [t for t in table if t["strategy"] == config.reconcile and t["partitioner"] in bench.partitioners]
+    if by_partitioner:
+        lines += [
+            f"## Partitioners ({config.reconcile})",
+            "",
+            (f"The default strategy ({config.reconcile}) on partitions from each partitioner at the same k. "
+             "Data placement: the feature rows each rank loads once before training (its partitions' masters, "
+             "replicas and halo copies) × the stored row bytes, mean and largest rank. `modelled s to 95% @10G`: "
+             "modelled, as above."),
+            "",
+            markdown_table(by_partitioner, PARTITIONER_COLUMNS),
+            "",
+        ]
+    lines += [f"![{p}]({p})" for p in dict.fromkeys(bench.plots)]
     (out / "train.md").write_text("\n".join(lines) + "\n")

@@ -51,8 +51,8 @@ def _bench_train(args: argparse.Namespace) -> int:
     from workflows.bench_train import TRAIN_STRATEGIES, bench_train
 
     bench_train(args.datasets, args.k, args.strategies or TRAIN_STRATEGIES, Path(args.out),
-                config=config_from_args(args), cache=Path(args.cache) if args.cache else None,
-                keep_runs=args.keep_runs)
+                config=config_from_args(args), partitioners=args.partitioners,
+                cache=Path(args.cache) if args.cache else None, keep_runs=args.keep_runs)
     print(f"wrote {args.out}/train.md, train.parquet and train_rounds.parquet")
     return 0
 
@@ -137,6 +137,9 @@ def register(sub, add_common) -> None:
                    help="centralized, avg, avg+kd, avg+con, avg+kd+con, fds (default: all but fds)")
     q.add_argument("--out", default="report")
     q.add_argument("--cache", help="where imported inputs and partitions are kept (default OUT/inputs)")
+    q.add_argument("--partitioners", nargs="+", default=[],
+                   choices=["asep", "2ps-hdrf", "hdrf", "hash", "metis"],
+                   help="also train the default strategy (--reconcile) on partitions from each, at every k")
     q.add_argument("--keep-runs", action="store_true", help="keep every run directory under OUT/runs")
     add_train_arguments(q)
     q.set_defaults(handler=_bench_train, command="bench")
