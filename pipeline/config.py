@@ -29,7 +29,8 @@ class PartitionConfig:
     num_parts
         k, the number of partitions.
     algo
-        ``asep`` (default) or a baseline: ``2ps-l``, ``2ps-hdrf``, ``hdrf``, ``dbh``,
+        ``asep`` (default) or a baseline: ``2ps-l``, ``2ps-hdrf`` (the published
+        two-phase algorithms, :mod:`pipeline.assign.twophase`), ``hdrf``, ``dbh``,
         ``greedy``, ``hash``, ``metis`` (in memory, small graphs only).
     scoring
         ASEP only: ``hdrf`` (default) scores all k partitions with an added HDRF

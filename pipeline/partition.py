@@ -40,7 +40,7 @@ from pipeline.stages.mapping import CommunityMapping, map_communities
 from pipeline.stages.masters import choose_masters, count_edges_per_replica, replica_offsets
 from pipeline.stages.metis import metis_membership
 from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
-from pipeline.stages.struct_cluster import Communities, structural_clusters
+from pipeline.stages.struct_cluster import Communities, published_clusters, structural_clusters
 from pipeline.stream import iter_edge_batches
 from storage.errors import InputError, format_problem
 from storage.fs import Shard
@@ -181,17 +181,20 @@ def _communities(run: PartitionConfig, edge_shards: list[Shard], degree: np.ndar
     """④ and ⑤ (or the METIS reference): the per-vertex terms of ``steering``."""
     k = run.num_parts
     if run.uses_communities:
-        struct_attr = attr_ids if run.uses_attributes else np.zeros(len(degree), dtype=np.int32)
-        communities = structural_clusters(
-            edge_shards, degree, struct_attr, k, steering.alpha,
-            passes=run.cluster_passes, batch_rows=run.batch_rows,
-        )
+        published = not run.uses_attributes  # 2ps-l, 2ps-hdrf
+        if published:
+            communities = published_clusters(edge_shards, degree, k, batch_rows=run.batch_rows)
+        else:
+            communities = structural_clusters(
+                edge_shards, degree, attr_ids, k, steering.alpha,
+                passes=run.cluster_passes, batch_rows=run.batch_rows,
+            )
         clock.add("clustering kernel", communities.kernel_seconds)
         clock.tick("structural clustering")
         mapping = map_communities(
             communities.volume, attr_ids, k, epsilon=run.epsilon,
             keep_attr_together=run.uses_attributes and steering.keep_attr_together,
-            community_id=communities.community_id, degree=degree,
+            community_id=communities.community_id, degree=degree, higher_id_first=published,
         )
         # Resolve the community indirections per vertex once, so the kernel reads one
         # row per endpoint instead of chasing community -> partition on every edge.
@@ -216,7 +219,7 @@ def _assign(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, st
                         steering.vertex_home)
     steering.vertex_part = steering.vertex_volume = steering.vertex_home = None  # copied into the rows
     sink = EdgePartSink(workdir, [open_parquet(s).metadata.num_rows for s in edge_shards])
-    seconds = stream_assign(state, iter_edge_batches(edge_shards, run.batch_rows), settings, sink)
+    seconds = stream_assign(state, lambda: iter_edge_batches(edge_shards, run.batch_rows), settings, sink)
     clock.add("assignment kernel", seconds)
     clock.tick("assignment")
     # Keep the O(N*W) replica bitsets only; the packed rows go with the state.

@@ -24,7 +24,7 @@ from storage.resources import peak_rss_bytes
 from storage.input import open_input, read_meta
 from workflows.datasets import resolve_dataset
 
-__all__ = ["bench_partition", "machine_info", "markdown_table", "partition_plots", "partition_summary", "pyplot", "save_figure"]
+__all__ = ["bench_partition", "machine_info", "markdown_table", "ordered_inputs", "partition_plots", "partition_summary", "pyplot", "save_figure"]
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def bench_partition(
     rows: list[dict] = []
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     for name in datasets:
-        paths = _ordered_inputs(name, orders, cache, seed)
+        paths = ordered_inputs(name, orders, cache, seed)
         num_nodes = int((read_meta(paths["natural"]) or {})["num_nodes"])
         for order in orders:
             t0 = time.perf_counter()
@@ -116,8 +116,25 @@ def bench_partition(
     return rows
 
 
-def _ordered_inputs(name: str, orders: tuple[str, ...], cache: Path, seed: int) -> dict[str, Path]:
-    """The input of a dataset in each edge order (the shuffled copy is cached)."""
+def ordered_inputs(name: str, orders: tuple[str, ...], cache: Path, seed: int) -> dict[str, Path]:
+    """The input of a dataset in each edge order, as ``asepr bench partition`` streams it.
+
+    Parameters
+    ----------
+    name
+        A shared dataset name (imported into ``cache`` once) or an input directory.
+    orders
+        ``"natural"`` and/or ``"shuffled"``.
+    cache
+        Where the imported and the shuffled copies are kept.
+    seed
+        The shuffle's seed (:func:`pipeline.shuffle_edges`).
+
+    Returns
+    -------
+    dict
+        The input directory per order (``"natural"`` always).
+    """
     natural = resolve_dataset(name, cache)
     paths = {"natural": natural}
     if "shuffled" in orders:

@@ -7,6 +7,11 @@ degrees, asks the mode's choice function for a partition (:mod:`.hashing`,
 back to the least-loaded partition when the choice is -1 or at the cap, and records
 the load and the replicas. Since ``k * cap >= |E|``, the cap always holds.
 
+The two-phase baselines (:mod:`.twophase`) stream the edges twice: once in mode
+``prepartition``, then in their own mode. An edge that a phase leaves to the other
+gets -1 in ``out`` and changes no state (its partial degrees are counted in the phase
+that assigns it); :func:`~pipeline.assign.loop.stream_assign` merges the two.
+
 numba keys the cache of :func:`assign_batch` by this file alone: after editing one of
 the choice modules, clear ``pipeline/assign/__pycache__`` (or touch this file).
 """
@@ -22,13 +27,20 @@ from pipeline.assign.hashing import dbh_choice, hash_choice
 from pipeline.assign.hdrf import all_choice
 from pipeline.assign.refs import borrowed, keep_alive
 from pipeline.assign.state import PDEG
+from pipeline.assign.twophase import WAIT, hdrf_phase_choice, linear_phase_choice, prepartition_choice
 from pipeline.prefetch import PREFETCH_DISTANCE, prefetch_write
 
-__all__ = ["CANDIDATES", "ALL", "DBH", "GREEDY", "HASH", "MODES", "assign_batch"]
+__all__ = [
+    "ALL", "CANDIDATES", "DBH", "GREEDY", "HASH", "MODES", "PREPARTITION", "TWO_PHASE", "TWOPS_HDRF", "TWOPS_L",
+    "assign_batch",
+]
 
 #: The kernel modes by name (the ``mode`` argument of :func:`assign_batch`).
-MODES = {"candidates": 0, "all": 1, "hash": 2, "dbh": 3, "greedy": 4}
-CANDIDATES, ALL, HASH, DBH, GREEDY = 0, 1, 2, 3, 4
+MODES = {"candidates": 0, "all": 1, "hash": 2, "dbh": 3, "greedy": 4, "2ps-l": 5, "2ps-hdrf": 6,
+         "prepartition": 7}
+CANDIDATES, ALL, HASH, DBH, GREEDY, TWOPS_L, TWOPS_HDRF, PREPARTITION = 0, 1, 2, 3, 4, 5, 6, 7
+#: The modes whose edges are streamed twice, the first time in mode PREPARTITION.
+TWO_PHASE = (TWOPS_L, TWOPS_HDRF)
 
 
 @numba.njit(cache=True, inline="always")
@@ -131,9 +143,22 @@ def assign_batch(src, dst, out, mode, vstate, words, loads, use_partial, beta, l
             p = greedy_choice(vstate, u, v, words, loads, cap)
         elif mode == CANDIDATES:
             p = candidates_choice(vstate, u, v, words, loads, max_load, cap, use_partial, beta)
-        else:
+        elif mode == ALL:
             p = all_choice(vstate, u, v, words, loads, floads, scores, max_load, min_load, cap,
                            use_partial, beta, lam)
+        else:
+            if mode == PREPARTITION:
+                p = prepartition_choice(vstate, u, v, words, loads, cap)
+            elif mode == TWOPS_L:
+                p = linear_phase_choice(vstate, u, v, words, loads, cap)
+            else:
+                p = hdrf_phase_choice(vstate, u, v, words, loads, floads, max_load, cap, lam)
+            if p == WAIT:
+                out[i] = -1
+                vstate[u, words + PDEG] -= 1
+                if v != u:
+                    vstate[v, words + PDEG] -= 1
+                continue
         if p < 0 or loads[p] >= cap:
             p = _least_loaded(loads)
         out[i] = p

@@ -2,19 +2,24 @@
 
 :func:`stream_assign` feeds the edge batches to the kernel in stream order and hands
 each batch's partitions to an :class:`EdgePartSink`, which writes one ``int16`` file
-per edge shard (:func:`edge_parts_path`), aligned with the shard's rows.
+per edge shard (:func:`edge_parts_path`), aligned with the shard's rows. The two-phase
+baselines' first phase (:mod:`pipeline.assign.twophase`) goes to a sink of its own in
+the subdirectory ``prepartition`` of the sink's directory, which the second phase reads
+back, merges and removes.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from pipeline.assign.kernel import assign_batch
+from pipeline.assign.kernel import MODES, TWO_PHASE, assign_batch
 from pipeline.assign.settings import KernelSettings
 from pipeline.assign.state import AssignState
 from pipeline.stream import EdgeBatch, iter_edge_batches, warmup_arrays
@@ -107,9 +112,36 @@ class EdgePartSink:
         self._save_empty(len(self.shard_rows))
 
 
+def _assign_pass(state: AssignState, batches: Iterable[EdgeBatch], settings: KernelSettings, sink: EdgePartSink,
+                 observe: Callable[[EdgeBatch, np.ndarray], None] | None,
+                 first_phase: Path | None) -> tuple[int, float]:
+    """One pass over ``batches``; returns ``(edges, kernel seconds)``.
+
+    With ``first_phase`` (the first phase's directory), an edge the kernel leaves (-1)
+    takes the first phase's partition.
+    """
+    kernel_seconds = 0.0
+    edges = 0
+    for batch in batches:
+        out = np.empty(len(batch.src), dtype=np.int16)
+        t0 = time.perf_counter()
+        assign_edges(state, batch.src, batch.dst, out, settings)
+        kernel_seconds += time.perf_counter() - t0
+        if first_phase is not None:
+            earlier = np.load(edge_parts_path(first_phase, batch.shard_index), mmap_mode="r")
+            waiting = out < 0
+            out[waiting] = earlier[batch.row0 : batch.row0 + len(out)][waiting]
+        edges += len(out)
+        sink.write(batch.shard_index, batch.row0, out)
+        if observe is not None:
+            observe(batch, out)
+    sink.finish()
+    return edges, kernel_seconds
+
+
 def stream_assign(
     state: AssignState,
-    batches: Iterable[EdgeBatch],
+    batches: Callable[[], Iterable[EdgeBatch]],
     settings: KernelSettings,
     sink: EdgePartSink,
     observe: Callable[[EdgeBatch, np.ndarray], None] | None = None,
@@ -124,7 +156,9 @@ def stream_assign(
     state
         The kernel state, updated in place.
     batches
-        The edge batches in stream order (:func:`~pipeline.stream.iter_edge_batches`).
+        Returns the edge batches in stream order
+        (:func:`~pipeline.stream.iter_edge_batches`); called once per pass (twice
+        for the two-phase baselines).
     settings
         The kernel settings (mode, weights, cap).
     sink
@@ -140,17 +174,19 @@ def stream_assign(
     with stage("assignment", log) as info:
         for empty in warmup_arrays():
             assign_edges(state, empty, empty, np.zeros(0, np.int16), settings)
+        first_phase = None
         kernel_seconds = 0.0
-        edges = 0
-        for batch in batches:
-            out = np.empty(len(batch.src), dtype=np.int16)
-            t0 = time.perf_counter()
-            assign_edges(state, batch.src, batch.dst, out, settings)
-            kernel_seconds += time.perf_counter() - t0
-            edges += len(out)
-            sink.write(batch.shard_index, batch.row0, out)
-            if observe is not None:
-                observe(batch, out)
-        sink.finish()
+        try:
+            if settings.mode in TWO_PHASE:
+                first_phase = sink.workdir / "prepartition"
+                first_phase.mkdir(exist_ok=True)
+                prepartition = replace(settings, mode=MODES["prepartition"])
+                _, kernel_seconds = _assign_pass(state, batches(), prepartition,
+                                                 EdgePartSink(first_phase, sink.shard_rows), None, None)
+            edges, seconds = _assign_pass(state, batches(), settings, sink, observe, first_phase)
+        finally:
+            if first_phase is not None:
+                shutil.rmtree(first_phase, ignore_errors=True)
+        kernel_seconds += seconds
         info.update(edges=edges, kernel_edges_per_s=int(edges / max(kernel_seconds, 1e-9)))
     return kernel_seconds

@@ -27,7 +27,7 @@ def edge_cap(num_edges: int, num_parts: int, epsilon: float) -> int:
 
 def kernel_mode(config: PartitionConfig) -> tuple[int, bool]:
     """``(mode, use_partial)`` of the kernel for an (effective) config."""
-    if config.algo in ("asep", "2ps-l", "2ps-hdrf", "metis"):
+    if config.algo in ("asep", "metis"):
         mode = MODES["all"] if config.scoring == "hdrf" else MODES["candidates"]
     elif config.algo == "hdrf":
         mode = MODES["all"]

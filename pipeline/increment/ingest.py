@@ -249,7 +249,7 @@ def _assign_new_edges(cont: Continuation, edge_shards: list[Shard], seen_degree:
 
     shard_rows = [open_parquet(s).metadata.num_rows for s in edge_shards]
     sink = EdgePartSink(workdir, shard_rows)
-    seconds = stream_assign(state, iter_edge_batches(edge_shards, batch_rows), cont.kernel, sink,
+    seconds = stream_assign(state, lambda: iter_edge_batches(edge_shards, batch_rows), cont.kernel, sink,
                             observe=count_off_community if vertex_part is not None else None)
     clock.add("assignment kernel", seconds)
     cont.replicas = state.replicas

@@ -1,6 +1,7 @@
 """Cluster → partition mapping: pack communities into k partitions by volume.
 
-2PS-L packs communities in descending volume, each to the least-loaded partition.
+2PS-L packs communities in descending volume, each to the least-loaded partition
+(ties in volume: the higher community id first, as the published code sorts).
 ASEP *(our choice)* keeps the communities of one attribute cluster together: attribute
 clusters are taken in descending total volume, and the communities of a cluster
 (in descending volume) go to one partition (the least loaded when the cluster
@@ -63,6 +64,7 @@ def map_communities(
     keep_attr_together: bool = True,
     community_id: np.ndarray | None = None,
     degree: np.ndarray | None = None,
+    higher_id_first: bool = False,
 ) -> CommunityMapping:
     """Map every non-empty community to a partition.
 
@@ -78,6 +80,9 @@ def map_communities(
     community_id, degree
         Community and degree of every vertex, to place attribute homes by where the
         cluster's vertices are (without them, by community founders).
+    higher_id_first
+        Without ``keep_attr_together``: order communities of equal volume by
+        descending id (the published 2PS-L) instead of ascending.
     """
     num_attr = int(attr_cluster_id.max()) + 1 if len(attr_cluster_id) else 1
     live = np.flatnonzero(volume > 0)
@@ -88,7 +93,7 @@ def map_communities(
         # Attribute clusters by descending total volume, then communities by descending volume.
         order = live[np.lexsort((live, -volume[live], group[live], -group_volume[group[live]]))]
     else:
-        order = live[np.lexsort((live, -volume[live]))]
+        order = live[np.lexsort((-live if higher_id_first else live, -volume[live]))]
     part_of, load = _pack(order, volume.astype(np.float64), group, num_parts, cap, keep_attr_together)
     # Home of an attribute cluster: the partition holding most of its vertices' degree
     # volume (per vertex, so a cluster whose vertices all joined communities founded

@@ -21,6 +21,13 @@ volume of the community this vertex founded)``. An edge then touches four cache 
 (the rows of u, v and of their two communities) instead of eight separate arrays'
 lines, and the kernel prefetches them a fixed distance ahead (about twice as fast as
 separate arrays: ``docs/results/speed/kernel-history.md``).
+
+The published 2PS-L clustering (Mayer et al., ICDE 2022), which the baselines ``2ps-l``
+and ``2ps-hdrf`` run (:func:`published_clusters`), differs in three rules: a vertex
+gets a community when the stream first reaches it (community ids count in that
+order); the mover is the endpoint whose community has the smaller volume *without
+it*, ``vol(c(x)) - d(x)`` (ties: u); and the volume cap is the integer
+``floor(2|E|/k)``, which a community may reach.
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ from pipeline.stream import iter_edge_batches, warmup_arrays
 from storage.fs import Shard
 from storage.resources import stage
 
-__all__ = ["ClusterState", "Communities", "cluster_batch", "structural_clusters"]
+__all__ = ["ClusterState", "Communities", "cluster_batch", "published_cluster_batch", "published_clusters",
+           "structural_clusters"]
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +107,51 @@ def cluster_batch(src, dst, rows, cap, cross_cap):
             rows[mover, _COMMUNITY] = target
             moves += 1
     return moves
+
+
+@numba.njit(cache=True, nogil=True)
+def published_cluster_batch(src, dst, rows, cap, next_id):
+    """The published 2PS-L rule on one batch; returns ``(moves, next_id)``.
+
+    ``rows`` is :attr:`ClusterState.rows` with every community -1 (unseen) and every
+    volume 0 at the start; a vertex first seen gets community ``next_id``, which then
+    grows by one. The volume of community ``c`` lives in row ``c``.
+    """
+    moves = 0
+    n = src.shape[0]
+    for i in range(n):
+        if i + PREFETCH_DISTANCE < n:
+            prefetch_write(rows, src[i + PREFETCH_DISTANCE])
+            prefetch_write(rows, dst[i + PREFETCH_DISTANCE])
+        u = src[i]
+        v = dst[i]
+        for x in (u, v):
+            if rows[x, _COMMUNITY] < 0:
+                rows[x, _COMMUNITY] = next_id
+                rows[next_id, _VOLUME] += rows[x, _DEGREE]
+                next_id += 1
+        cu = rows[u, _COMMUNITY]
+        cv = rows[v, _COMMUNITY]
+        if cu == cv:
+            continue
+        vol_u = rows[cu, _VOLUME]
+        vol_v = rows[cv, _VOLUME]
+        if vol_u > cap or vol_v > cap:
+            continue
+        du = rows[u, _DEGREE]
+        dv = rows[v, _DEGREE]
+        if vol_u - du <= vol_v - dv:
+            if vol_v + du <= cap:
+                rows[cu, _VOLUME] -= du
+                rows[cv, _VOLUME] += du
+                rows[u, _COMMUNITY] = cv
+                moves += 1
+        elif vol_u + dv <= cap:
+            rows[cv, _VOLUME] -= dv
+            rows[cu, _VOLUME] += dv
+            rows[v, _COMMUNITY] = cu
+            moves += 1
+    return moves, next_id
 
 
 class ClusterState:
@@ -180,4 +233,47 @@ def structural_clusters(
         info.update(moves=moves, communities=int(np.count_nonzero(volume)))
     return Communities(
         community_id=community, volume=volume, cap=cap, moves=moves, kernel_seconds=kernel_seconds
+    )
+
+
+def published_clusters(edge_shards: list[Shard], degree: np.ndarray, num_parts: int, *,
+                       batch_rows: int = 1 << 20) -> Communities:
+    """The published 2PS-L clustering: one streaming pass (:func:`published_cluster_batch`).
+
+    Parameters
+    ----------
+    degree
+        Exact degrees (int64[N]).
+    num_parts
+        k; the volume cap is ``floor(sum(degree) / k)`` (= ``floor(2|E|/k)``).
+
+    Returns
+    -------
+    Communities
+        Community ids in order of first appearance; a vertex without edges has an
+        empty community of its own.
+    """
+    cap = int(degree.sum()) // num_parts
+    state = ClusterState(degree, np.zeros(len(degree), dtype=np.int32),
+                         community=np.full(len(degree), -1, dtype=np.int64),
+                         volume=np.zeros(len(degree), dtype=np.int64))
+    moves = 0
+    next_id = 0
+    with stage("structural clustering", log) as info:
+        for empty in warmup_arrays():  # compile outside the timed loop
+            published_cluster_batch(empty, empty, state.rows, cap, 0)
+        kernel_seconds = 0.0
+        for batch in iter_edge_batches(edge_shards, batch_rows):
+            t0 = time.perf_counter()
+            batch_moves, next_id = published_cluster_batch(batch.src, batch.dst, state.rows, cap, next_id)
+            moves += batch_moves
+            kernel_seconds += time.perf_counter() - t0
+        # Vertices without edges: empty communities of their own, after the others.
+        unseen = np.flatnonzero(state.rows[:, _COMMUNITY] < 0)
+        state.rows[unseen, _COMMUNITY] = next_id + np.arange(len(unseen))
+        community, volume = state.community, state.volume
+        del state
+        info.update(moves=moves, communities=int(np.count_nonzero(volume)))
+    return Communities(
+        community_id=community, volume=volume, cap=float(cap), moves=moves, kernel_seconds=kernel_seconds
     )

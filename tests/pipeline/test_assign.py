@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from pipeline.stages.masters import (
     popcounts,
     replica_offsets,
 )
-from pipeline.stages.struct_cluster import ClusterState
+from pipeline.stages.struct_cluster import ClusterState, published_cluster_batch
 
 ALGOS = ["hash", "dbh", "greedy", "hdrf", "2ps-l", "2ps-hdrf", "asep", "asep-hdrf"]
 
@@ -32,16 +33,25 @@ def run_kernel(algo, src, dst, num_nodes, k, *, attr=None, alpha=0.5, beta=1.0, 
     vertex_part, vertex_volume, vertex_home = community_terms(
         algo, src, dst, num_nodes, k, attr=attr, alpha=alpha, epsilon=epsilon, batch=batch
     )
-    mode = {"hash": "hash", "dbh": "dbh", "greedy": "greedy", "hdrf": "all", "2ps-l": "candidates",
-            "2ps-hdrf": "all", "asep": "candidates", "asep-hdrf": "all"}[algo]
+    mode = {"hash": "hash", "dbh": "dbh", "greedy": "greedy", "hdrf": "all", "2ps-l": "2ps-l",
+            "2ps-hdrf": "2ps-hdrf", "asep": "candidates", "asep-hdrf": "all"}[algo]
     cap = math.ceil((1 + epsilon) * len(src) / k)
     state = AssignState(k, degree, vertex_part, vertex_volume, vertex_home)
     settings = KernelSettings(mode=MODES[mode], use_partial=algo == "hdrf", alpha=alpha,
                               beta=beta if uses_attr else 0.0, lam=1.0, seed=seed, epsilon=epsilon,
                               keep_attr_together=uses_attr, cap=cap)
     out = np.empty(len(src), dtype=np.int16)
-    for lo in range(0, len(src), batch):
-        assign_edges(state, src[lo:lo + batch], dst[lo:lo + batch], out[lo:lo + batch], settings)
+    # The two-phase baselines: the pre-partitioning pass first, then their own; each
+    # edge is assigned by exactly one of them.
+    phases = [replace(settings, mode=MODES["prepartition"]), settings] if algo.startswith("2ps") else [settings]
+    for phase in phases:
+        parts = np.empty(len(src), dtype=np.int16)
+        for lo in range(0, len(src), batch):
+            assign_edges(state, src[lo:lo + batch], dst[lo:lo + batch], parts[lo:lo + batch], phase)
+        if phase is settings and len(phases) == 2:
+            assert ((parts >= 0) != (out >= 0)).all()
+            parts = np.where(parts >= 0, parts, out)
+        out = parts
     return out, state, cap, degree
 
 
@@ -54,14 +64,25 @@ def community_terms(algo, src, dst, num_nodes, k, *, attr=None, alpha=0.5, epsil
     uses_comm = algo in ("2ps-l", "2ps-hdrf", "asep", "asep-hdrf")
     uses_attr = algo.startswith("asep")
     vertex_part = vertex_volume = vertex_home = None
-    if uses_comm:
-        cap_vol = degree.sum() / k
-        run_alpha = alpha if uses_attr else 0.0
-        clusters = ClusterState(degree, attr if uses_attr else np.zeros(num_nodes, np.int32))
+    if uses_comm and not uses_attr:
+        clusters = ClusterState(degree, np.zeros(num_nodes, np.int32), np.full(num_nodes, -1), np.zeros(num_nodes))
+        next_id = 0
         for lo in range(0, len(src), batch):
-            clusters.cluster(src[lo:lo + batch], dst[lo:lo + batch], cap_vol, (1 - run_alpha) * cap_vol)
+            _, next_id = published_cluster_batch(src[lo:lo + batch], dst[lo:lo + batch], clusters.rows,
+                                                 int(degree.sum()) // k, next_id)
         community, volume = clusters.community, clusters.volume
-        mapping = map_communities(volume, attr, k, epsilon=epsilon, keep_attr_together=uses_attr)
+        unseen = community < 0
+        community[unseen] = next_id + np.arange(unseen.sum())
+        mapping = map_communities(volume, attr, k, epsilon=epsilon, keep_attr_together=False, higher_id_first=True)
+        vertex_part = mapping.community_part[community]
+        vertex_volume = volume[community]
+    elif uses_comm:
+        cap_vol = degree.sum() / k
+        clusters = ClusterState(degree, attr)
+        for lo in range(0, len(src), batch):
+            clusters.cluster(src[lo:lo + batch], dst[lo:lo + batch], cap_vol, (1 - alpha) * cap_vol)
+        community, volume = clusters.community, clusters.volume
+        mapping = map_communities(volume, attr, k, epsilon=epsilon, keep_attr_together=True)
         vertex_part = mapping.community_part[community]
         vertex_volume = volume[community]
         if uses_attr:
@@ -122,22 +143,22 @@ def test_kernel_invariants(graph, algo, seed):
     assert again.tolist() == out.tolist()
 
 
-def test_2ps_l_on_a_hand_checked_graph():
+@pytest.mark.parametrize("algo", ["2ps-l", "2ps-hdrf"])
+def test_two_phase_on_a_hand_checked_graph(algo):
     # Two triangles joined by the edge (2, 3); see the derivation in the comments.
     src = [0, 1, 0, 3, 4, 3, 2]
     dst = [1, 2, 2, 4, 5, 5, 3]
-    # Clustering (cap 14/2 = 7): 0 joins 1 (vol 4), 2 joins {0,1} (vol 7), 4 joins 3
-    # (vol 5), 5 joins {3,4} (vol 7); (2,3) sees two full communities. Mapping:
-    # {0,1,2} -> p0, {3,4,5} -> p1. Assignment (cap 4): both triangles stay home;
-    # (2,3) scores 1.5 + 0.5 on both sides, and the tie goes to p(c(2)) = p0.
-    out, state, cap, _ = run_kernel("2ps-l", src, dst, 6, 2, batch=100)
+    # Clustering (cap 14 // 2 = 7; ids by first appearance): (0,1): vol - deg ties
+    # 0 = 0, so 0 joins c(1) (vol 4); (1,2): 4 - 2 > 3 - 3, so 2 joins c(1) (vol 7);
+    # likewise 3 joins c(4), then 5 joins it (vol 7); (2,3): no move fits. Mapping by
+    # descending (volume, id): c(4) = {3,4,5} -> p0, c(1) = {0,1,2} -> p1.
+    # Phase 1 (cap 4) places both triangles at home; phase 2 scores (2,3): 2PS-L gives
+    # 1.5 + 0.5 on both candidates and the tie goes to p(c(3)) = p0; 2PS-HDRF gives
+    # 1.5 on both (balance 0) and the tie goes to the lower id, p0.
+    out, state, cap, _ = run_kernel(algo, src, dst, 6, 2, batch=100)
     assert cap == 4
-    assert out.tolist() == [0, 0, 0, 1, 1, 1, 0]
-    assert [replica_sets(state.replicas, v) for v in range(6)] == [[0], [0], [0], [0, 1], [1], [1]]
-    # alpha = 0, beta = 0 ASEP is 2PS-L whatever the attributes are.
-    asep, _, _, _ = run_kernel("asep", src, dst, 6, 2, attr=[0, 1, 2, 3, 0, 1], alpha=0.0,
-                               beta=0.0, batch=100)
-    assert asep.tolist() == out.tolist()
+    assert out.tolist() == [1, 1, 1, 0, 0, 0, 0]
+    assert [replica_sets(state.replicas, v) for v in range(6)] == [[1], [1], [0, 1], [0], [0], [0]]
 
 
 def all_k_reference(src, dst, num_nodes, k, *, lam=1.0, epsilon=0.05, degree=None,
@@ -376,7 +397,7 @@ def test_stream_assign_equals_the_kernel_batch_by_batch(tmp_path):
                               epsilon=0.05, keep_attr_together=False, cap=math.ceil(1.05 * 900 / 8))
     batches = [EdgeBatch(i // 500, i % 500, i, src[i:i + 250], dst[i:i + 250]) for i in range(0, 900, 250)]
     seen = []
-    seconds = stream_assign(AssignState(8, degree), batches, settings, EdgePartSink(tmp_path, [500, 400]),
+    seconds = stream_assign(AssignState(8, degree), lambda: batches, settings, EdgePartSink(tmp_path, [500, 400]),
                             observe=lambda batch, parts: seen.append(len(parts)))
     assert seconds >= 0 and seen == [250, 250, 250, 150]
     state = AssignState(8, degree)
