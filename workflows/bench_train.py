@@ -120,17 +120,17 @@ def summarise_run(rows: list[dict[str, Any]], target: float | None) -> dict[str,
     last = rows[-1]
     reached = next((r for r in rows if target is not None and float(r["val"]) >= target), None)
     best = max(rows, key=lambda r: float(r["val"]))
-    epochs = max(int(last["epoch"]), 1)
+    epochs = float(last["epoch"]) or 1.0  # fractional when rounds end mid-epoch (sync in steps)
     return {
         "rounds": int(last["round"]),
-        "epochs": int(last["epoch"]),
+        "epochs": last["epoch"],
         "eval_mode": last["eval_mode"],
         "final_val": float(last["val"]),
         "final_test": float(last["test"]),
         "best_val": float(best["val"]),
         "test_at_best_val": float(best["test"]),
-        "best_epoch": int(best["epoch"]),
-        "epochs_to_target": int(reached["epoch"]) if reached else None,
+        "best_epoch": best["epoch"],
+        "epochs_to_target": reached["epoch"] if reached else None,
         "seconds_to_target": float(reached["elapsed_s"]) if reached else None,
         "bytes_to_target_max": float(reached["bytes_sent_cum_max"]) if reached else None,
         **_modelled(reached, "modelled_s_to_target"),
