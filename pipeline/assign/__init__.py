@@ -6,9 +6,11 @@ Where each algorithm's choice lives (each is inlined into the one kernel loop of
 ==========================  ============================================================
 module                      mode (``MODES``) and algorithms
 ==========================  ============================================================
-:mod:`.candidates`          ``candidates``: 2PS-L, ASEP ``--scoring candidates``
-:mod:`.hdrf`                ``all``: HDRF, 2PS-HDRF, ASEP ``--scoring hdrf`` (default)
+:mod:`.candidates`          ``candidates``: ASEP ``--scoring candidates``
+:mod:`.hdrf`                ``all``: HDRF, ASEP ``--scoring hdrf`` (default)
 :mod:`.terms`               the score terms both of the above share
+:mod:`.twophase`            ``prepartition``, then ``2ps-l`` or ``2ps-hdrf``: the
+                            published two-phase baselines (two passes)
 :mod:`.hashing`             ``hash``, ``dbh``
 :mod:`.greedy`              ``greedy`` (PowerGraph)
 ==========================  ============================================================

@@ -1,4 +1,4 @@
-"""Two-candidate scoring (``candidates``: 2PS-L, and ASEP with ``--scoring candidates``).
+"""Two-candidate scoring (``candidates``: ASEP with ``--scoring candidates``).
 
 Only the partitions of the endpoints' communities ``{p(c(u)), p(c(v))}`` are scored,
 with the terms of :mod:`pipeline.assign.terms` and no balance term (the cap alone

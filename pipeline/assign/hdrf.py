@@ -1,4 +1,4 @@
-"""All-k scoring (``all``: HDRF, 2PS-HDRF, and ASEP with ``--scoring hdrf``).
+"""All-k scoring (``all``: HDRF, and ASEP with ``--scoring hdrf``).
 
 Every partition is scored with the terms of :mod:`pipeline.assign.terms` plus HDRF's
 balance term ``lambda * (maxload - load(p)) / (1 + maxload - minload)``; plain HDRF

@@ -3,7 +3,7 @@
 :func:`assign_batch` walks the edges in stream order. Per edge it prefetches the rows
 of the edge :data:`~pipeline.prefetch.PREFETCH_DISTANCE` ahead, counts the partial
 degrees, asks the mode's choice function for a partition (:mod:`.hashing`,
-:mod:`.greedy`, :mod:`.candidates`, :mod:`.hdrf`; each inlined into this loop), falls
+:mod:`.greedy`, :mod:`.candidates`, :mod:`.hdrf`, :mod:`.twophase`; each inlined into this loop), falls
 back to the least-loaded partition when the choice is -1 or at the cap, and records
 the load and the replicas. Since ``k * cap >= |E|``, the cap always holds.
 
