@@ -3,9 +3,9 @@
 :func:`assign_batch` walks the edges in stream order. Per edge it prefetches the rows
 of the edge :data:`~pipeline.prefetch.PREFETCH_DISTANCE` ahead, counts the partial
 degrees, asks the mode's choice function for a partition (:mod:`.hashing`,
-:mod:`.greedy`, :mod:`.candidates`, :mod:`.hdrf`, :mod:`.twophase`; each inlined into this loop), falls
-back to the least-loaded partition when the choice is -1 or at the cap, and records
-the load and the replicas. Since ``k * cap >= |E|``, the cap always holds.
+:mod:`.greedy`, :mod:`.candidates`, :mod:`.hdrf`, :mod:`.twophase`; each inlined
+into this loop), falls back to the least-loaded partition when the choice is -1 or at
+the cap, and records the load and the replicas. Since ``k * cap >= |E|``, the cap always holds.
 
 The two-phase baselines (:mod:`.twophase`) stream the edges twice: once in mode
 ``prepartition``, then in their own mode. An edge that a phase leaves to the other
