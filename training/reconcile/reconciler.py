@@ -1,0 +1,102 @@
+"""From the ranks' local models to the next global model: steps 2–3 of a round.
+
+Every rank runs, on the same inputs, in this order:
+
+1. ``avg``: θ_avg, the weighted FedAvg of the local models (:func:`weighted_average`);
+2. the server optimiser (:class:`ServerOptimizer`): θ ← step(θ_global, θ_avg), which is
+   θ_avg itself with the default ``fedavg`` at server learning rate 1;
+3. ``kd``: ensemble distillation of θ into the local models' mean output (:func:`distill`);
+4. ``corr``: the global correction steps (:class:`GlobalCorrection`).
+
+The server optimiser's state is the only state carried from round to round; it is
+the same on every rank and travels in the global checkpoint (:meth:`Reconciler.state_dict`).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from storage.errors import StoreError, format_problem
+from training.comm import Comm
+from training.models import num_parameters
+from training.reconcile.average import weighted_average
+from training.reconcile.correct import GlobalCorrection
+from training.reconcile.distill import distill
+from training.reconcile.server import ServerOptimizer
+
+__all__ = ["Reconciler"]
+
+
+class Reconciler:
+    """The reconciliation of one rank (calls are collectives).
+
+    Parameters
+    ----------
+    config
+        The run's :class:`~training.config.TrainConfig`.
+    task
+        The rank's task.
+    model
+        A module of the run's architecture (copied as scratch space; never modified).
+    comm
+        The process group.
+    """
+
+    def __init__(self, config, task, model: torch.nn.Module, comm: Comm):
+        self.config, self.task, self.comm = config, task, comm
+        self.server = ServerOptimizer(config.server_opt, config.server_lr, config.server_momentum,
+                                      config.server_beta2, config.server_tau)
+        self.correction = GlobalCorrection(task, config, comm) if config.uses_corr else None
+        self.scratch = copy.deepcopy(model)
+
+    def __call__(self, global_flat: torch.Tensor, local_flat: torch.Tensor, weight: float,
+                 generator: torch.Generator) -> tuple[torch.Tensor, dict[str, float]]:
+        """The next global parameters, and ``{"kd_loss", "corr_loss"}`` (NaN when unused).
+
+        Parameters
+        ----------
+        global_flat
+            θ_global, the parameters the round started from (the same on every rank).
+        local_flat
+            This rank's local model at the end of the round.
+        weight
+            This rank's FedAvg weight (its training examples).
+        generator
+            This round's source of randomness.
+        """
+        config = self.config
+        avg_flat = weighted_average(local_flat, weight, self.comm)
+        new_flat = self.server.step(global_flat, avg_flat)
+        losses = {"kd_loss": float("nan"), "corr_loss": float("nan")}
+        if config.uses_kd:
+            new_flat, losses["kd_loss"] = distill(self.scratch, local_flat, new_flat, self.task, config, self.comm,
+                                                  weight, generator)
+        if self.correction is not None:
+            new_flat, losses["corr_loss"] = self.correction(self.scratch, new_flat, generator)
+        return new_flat, losses
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"server": ServerOptimizer.state_dict()}`` (loadable with ``weights_only=True``)."""
+        return {"server": self.server.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any], where: str = "reconciliation state") -> None:
+        """Restore :meth:`state_dict`'s output.
+
+        Raises
+        ------
+        StoreError
+            Naming ``where`` (the checkpoint): the state does not fit this run's server optimiser.
+        """
+        try:
+            self.server.load_state_dict(state.get("server") if isinstance(state, dict) else state, where)
+        except ValueError as exc:
+            raise StoreError(str(exc)) from None
+        size = num_parameters(self.scratch)
+        for name, value in (("m", self.server.m), ("v", self.server.v)):
+            if value.numel() and tuple(value.shape) != (size,):
+                raise StoreError(format_problem(where, f"server state {name} of shape ({size},) (this model)",
+                                                f"{name} of shape {tuple(value.shape)}",
+                                                "resume with the model of the run, or start a new run."))
