@@ -3,9 +3,12 @@
 One process per rank. Rank r loads its own partition(s) (:mod:`training.data`) and
 runs, every round (DESIGN.md section 7):
 
-1. local epochs from the global weights θ_g (+ μ·L_con with ``con``);
-2. θ_avg: the weighted FedAvg, one flat-buffer all_reduce;
-3. with ``kd``: ensemble distillation of θ_avg into the new θ_g; else θ_g = θ_avg;
+1. local epochs (or ``sync_every`` optimiser steps) from the global weights θ_g
+   (+ μ·L_con with ``con``);
+2. θ_avg: the weighted FedAvg, one flat-buffer all_reduce, applied by the server
+   optimiser (θ_avg itself by default);
+3. with ``kd``: ensemble distillation into the new θ_g; with ``corr``: global correction
+   steps (:class:`training.reconcile.Reconciler`);
 4. evaluation of θ_g on the schedule of :func:`training.rounds.evaluates`, by default
    exact: the whole-graph outputs computed over the partitions
    (:class:`training.inference.Evaluator`; ``eval_mode="local"``: each rank's partition
@@ -53,9 +56,9 @@ from training.comm import Comm
 from training.config import TrainConfig
 from training.data import LocalGraph, load_local_graph, prepare_features, rank_partitions
 from training.inference import Evaluator
-from training.local import train_local
+from training.local import steps_per_epoch, train_local
 from training.models import build_model, flatten, num_parameters, unflatten_into
-from training.reconcile import distill, weighted_average
+from training.reconcile import Reconciler
 from training.rounds import all_ranks_ready, commit_round, evaluates, metrics_row, placement_columns, start_run, threads
 from training.tasks import make_task, round_seed
 
@@ -185,6 +188,8 @@ class _Loop:
     global_model: torch.nn.Module | None = None
     previous_model: torch.nn.Module | None = None
     evaluator: Evaluator | None = None
+    reconciler: Reconciler | None = None
+    epochs_per_round: float = 0.0
 
 
 def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) -> _Loop:
@@ -209,7 +214,18 @@ def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) ->
     model = build_model(config, in_dim, task.out_dim)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     return _Loop(model=model, optimizer=optimizer, task=task, global_flat=flatten(model), rows=[],
-                 evaluator=Evaluator(task, comm, config.eval_mode))
+                 evaluator=Evaluator(task, comm, config.eval_mode), reconciler=Reconciler(config, task, model, comm),
+                 epochs_per_round=_epochs_per_round(task, config, comm))
+
+
+def _epochs_per_round(task, config: TrainConfig, comm: Comm) -> float:
+    """``local_epochs``, or with ``sync_every`` the steps of a round over the ranks' mean
+    steps per epoch."""
+    if not config.sync_every:
+        return float(config.local_epochs)
+    t = torch.tensor([float(steps_per_epoch(task, config))], dtype=torch.float64)
+    comm.all_reduce(t, "control")
+    return config.sync_every / (float(t[0]) / comm.world_size)
 
 
 def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generation: int) -> None:
@@ -223,6 +239,9 @@ def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generat
     loop.global_flat = expect_tensor(g_path, g, "global", size).to(torch.float32)
     loop.previous_flat = expect_tensor(r_path, r, "local", size).to(torch.float32)
     load_optimizer_state(r_path, loop.optimizer, r["optimizer"])
+    if "reconcile" in g or config.server_opt != "fedavg":
+        expect_keys(g_path, g, ("reconcile",))
+        loop.reconciler.load_state_dict(g["reconcile"], f"checkpoint {g_path}, 'reconcile'")
     comm.bytes.load_state_dict(r["bytes"])
     loop.rows = list(g["metrics_rows"])
     loop.elapsed = float(g["elapsed"])
@@ -233,8 +252,9 @@ def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generat
 
 
 def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm,
-                         gen: torch.Generator) -> tuple[float, float, float]:
-    """Steps 1–3 of a round: local epochs, θ_avg, distillation; returns (loss, weight, kd_loss)."""
+                         gen: torch.Generator) -> tuple[float, float, dict[str, float]]:
+    """Steps 1–3 of a round: local training, then reconciliation; returns (loss, weight,
+    the reconciliation's losses)."""
     unflatten_into(loop.model, loop.global_flat)
     con_models = {}
     if config.uses_con and loop.previous_flat is not None:
@@ -244,14 +264,9 @@ def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm,
     loss = train_local(loop.model, loop.optimizer, loop.task, config, gen, **con_models)
     local_flat = flatten(loop.model)
     weight = float(loop.task.num_train)
-    avg_flat = weighted_average(local_flat, weight, comm)
-    kd_loss = float("nan")
-    if config.uses_kd:
-        loop.global_flat, kd_loss = distill(loop.scratch, local_flat, avg_flat, loop.task, config, comm, weight, gen)
-    else:
-        loop.global_flat = avg_flat
+    loop.global_flat, losses = loop.reconciler(loop.global_flat, local_flat, weight, gen)
     loop.previous_flat = local_flat
-    return loss, weight, kd_loss
+    return loss, weight, losses
 
 
 def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: int) -> dict[str, Any] | None:
@@ -260,7 +275,7 @@ def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: i
     sent_before = comm.bytes.state_dict()
     torch.manual_seed(round_seed(config.seed, rnd, comm.rank))
     gen = torch.Generator().manual_seed(round_seed(config.seed, rnd, comm.rank, 1))
-    loss, weight, kd_loss = _local_and_reconcile(loop, config, comm, gen)
+    loss, weight, losses = _local_and_reconcile(loop, config, comm, gen)
     loop.elapsed += time.perf_counter() - t0
     if not evaluates(config, rnd):
         return None
@@ -268,10 +283,11 @@ def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: i
     unflatten_into(loop.scratch, loop.global_flat)
     metrics = loop.evaluator(loop.scratch)
     eval_seconds = time.perf_counter() - t_eval
-    row = metrics_row(comm, loop.rows, sent_before, round_index=rnd, epoch=(rnd + 1) * config.local_epochs,
+    row = metrics_row(comm, loop.rows, sent_before, round_index=rnd, epoch=round((rnd + 1) * loop.epochs_per_round, 4),
                       generation=generation, elapsed=loop.elapsed, eval_seconds=eval_seconds,
-                      loss=_weighted_mean(loss, weight, comm), kd_loss=kd_loss, metric=loop.task.metric,
-                      metrics=metrics, eval_mode=config.eval_mode)
+                      loss=_weighted_mean(loss, weight, comm), kd_loss=losses["kd_loss"], metric=loop.task.metric,
+                      metrics={**metrics, "corr_loss": losses["corr_loss"]} if config.uses_corr else metrics,
+                      eval_mode=config.eval_mode)
     loop.rows.append(row)
     return row
 
@@ -303,7 +319,8 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
         commit_round(runs, rnd, comm, {"local": loop.previous_flat, "optimizer": loop.optimizer.state_dict(),
                                        "bytes": comm.bytes.state_dict()},
                      {"global": loop.global_flat, "generation": graph.generation, "elapsed": loop.elapsed,
-                      "load_seconds": load_seconds}, loop.rows, row, on_round)
+                      "load_seconds": load_seconds, "reconcile": loop.reconciler.state_dict()}, loop.rows, row,
+                     on_round)
     return loop.rows
 
 
