@@ -280,12 +280,10 @@ def test_kmeans_pp_picks_distinct_sample_points(seed, k):
     assert rows <= {tuple(p) for p in points}
 
 
-def test_cora_if_the_importer_is_available(tmp_path):
-    importers = pytest.importorskip("storage.importers")
-    import_dataset = getattr(importers, "import_dataset", None)
-    source = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "cora" / "cora.npz"
-    if import_dataset is None or not source.exists():
-        pytest.skip("storage.importers.import_dataset or the Cora file is not available")
+def test_cora_if_the_importer_is_available(tmp_path, datasets_dir):
+    from storage.importers import import_dataset
+
+    source = datasets_dir / "cora" / "cora.npz"
     meta = import_dataset("gnn-npz", source, tmp_path / "cora", shard_rows=1000)
     shards = discover_shards(tmp_path / "cora" / "nodes")
     n = meta["num_nodes"]

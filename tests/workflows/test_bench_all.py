@@ -8,9 +8,12 @@ from workflows.bench_all import DEFAULT_STRATEGY
 from workflows.cli import main
 
 
-def test_bench_all_quick_writes_every_part(tmp_path, capsys):
+def test_bench_all_quick_writes_every_part(tmp_path, capsys, monkeypatch):
+    # From another directory, with a relative --out: the trainers and bench phases
+    # run as child processes and must get absolute paths (issue 16, item 11).
+    monkeypatch.chdir(tmp_path)
     out = tmp_path / "report"
-    assert main(["bench", "all", "--quick", "--out", str(out)]) == 0
+    assert main(["bench", "all", "--quick", "--out", "report"]) == 0
     report = (out / "report.md").read_text()
     assert f"ASEPR ({DEFAULT_STRATEGY}) against the fully-decentralized baseline" in report
     assert "| dataset | k | asepr MiB/epoch | fds MiB/epoch |" in report

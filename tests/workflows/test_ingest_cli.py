@@ -139,8 +139,9 @@ def test_sigkill_during_ingest_leaves_generation_1_and_a_rerun_completes(case, t
 
 
 @pytest.mark.slow
-def test_bench_ingest_quick_writes_both_tables(tmp_path, capsys):
-    assert main(["bench", "ingest", "--quick", "--out", str(tmp_path / "report"), "--verify"]) == 0
+def test_bench_ingest_quick_writes_both_tables(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative --out from another directory (issue 16, item 11)
+    assert main(["bench", "ingest", "--quick", "--out", "report", "--verify"]) == 0
     text = (tmp_path / "report" / "ingest.md").read_text()
     assert "| partition base |" in text and "| ingest |" in text and "| full repartition |" in text
     assert "Ingest / full repartition: wall time" in text and "Machine:" in text
