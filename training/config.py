@@ -99,7 +99,8 @@ class TrainConfig:
         ``"avg"`` joined by ``"+"`` with any of ``"kd"``, ``"con"``, ``"corr"``
         (:mod:`training.reconcile`).
     mu, tau
-        Weight and temperature of the cross-layer contrastive loss.
+        Weight and temperature of the cross-layer contrastive loss. ``mu`` defaults to
+        1 for node classification and 0.01 for link prediction.
     kd_steps, kd_temperature, kd_lr
         Ensemble distillation: S student steps at temperature T with Adam(kd_lr);
         ``kd_lr`` defaults to ``lr / 10``.
@@ -173,7 +174,7 @@ class TrainConfig:
     rounds: int = 10
     local_epochs: int = 5
     reconcile: str = "avg+kd+con"
-    mu: float = 1.0
+    mu: float | None = None
     tau: float = 0.5
     kd_steps: int = 10
     kd_temperature: float = 2.0
@@ -223,6 +224,12 @@ class TrainConfig:
             object.__setattr__(self, "lr", 0.01 if self.task == "node" else 0.001)
         if self.dropout is None:
             object.__setattr__(self, "dropout", 0.5 if self.task == "node" else 0.0)
+        if self.mu is None:
+            # The contrastive gradient is cosine-based, ~1/|z|, while the dot-product link
+            # loss's grows with |z|: at mu 1 it was 10x the link loss's on Cora and, Adam
+            # following the larger one, kept the link loss at chance (2 ln 2). At 0.01 it is
+            # a tenth of it (docs/results/train-tuning).
+            object.__setattr__(self, "mu", 1.0 if self.task == "node" else 0.01)
         if self.kd_lr is None:
             # Measured on amazon-computers, 4 ranks, 6 rounds: kd_lr = lr/2 left avg+kd at
             # 0.654 test accuracy against avg's 0.716; lr/10 at 0.703.

@@ -62,7 +62,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--heads", type=int, default=d.heads, help="GAT attention heads")
     p.add_argument("--lr", type=float, default=None, help="default 0.01 (node), 0.001 (link)")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
-    p.add_argument("--mu", type=float, default=d.mu, help="weight of the contrastive loss")
+    p.add_argument("--mu", type=float, default=None, help="weight of the contrastive loss (default 1 node, 0.01 link)")
     p.add_argument("--tau", type=float, default=d.tau, help="temperature of the contrastive loss")
     p.add_argument("--kd-steps", type=int, default=d.kd_steps)
     p.add_argument("--kd-temperature", type=float, default=d.kd_temperature)
