@@ -129,10 +129,14 @@ def _setup_logging(args: argparse.Namespace) -> None:
         level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if level >= logging.WARNING:
-        # distributed configures its own loggers at INFO, in this process and in every
-        # worker process it spawns (which read the config from the environment).
+        # distributed sets its own loggers to INFO when it is imported (after this), in
+        # this process and in every worker process it spawns (which read the config
+        # from the environment): drop their INFO records at our handlers.
         os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
-        logging.getLogger("distributed").setLevel(logging.WARNING)
+        # With -q also its warnings (e.g. a worker killed at cluster shutdown).
+        floor = logging.ERROR if args.quiet else logging.WARNING
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(lambda r: r.levelno >= floor or not r.name.startswith("distributed"))
 
 
 def _cmd_import(args: argparse.Namespace) -> int:

@@ -116,3 +116,14 @@ def test_killed_synth_leaves_no_output_and_a_rerun_completes(tmp_path):
     assert main(["synth", str(out), "--nodes", "300", "--edges", "2000", "--dim", "4"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big"]
     assert json.loads((out / "meta.json").read_text())["num_edges"] == 2000
+
+
+def test_quiet_partition_on_a_local_cluster_prints_nothing(tmp_path):
+    """`-q` silences distributed's scheduler, nanny and worker lines too (issue 16, item 12)."""
+    synth = _asepr("synth", str(tmp_path / "in"), "--nodes", "300", "--edges", "2000", "--dim", "4",
+                   "--classes", "3", "-q", cwd=tmp_path)
+    assert synth.returncode == 0, synth.stderr
+    result = _asepr("partition", str(tmp_path / "in"), str(tmp_path / "out"), "-k", "2",
+                    "--workers", "2", "-q", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "" and result.stderr == "", result.stderr[-2000:]
