@@ -95,6 +95,7 @@ __all__ = [
     "array_digest",
     "checksum_problems",
     "combine_digests",
+    "committed_store_urls",
     "create_store",
     "open_entry_store",
     "open_finished_group",
@@ -631,3 +632,16 @@ def open_entry_store(out: str | Path, manifest: dict[str, Any], entry: dict[str,
             )
         )
     return store
+
+
+def committed_store_urls(out: str | Path, manifest: dict[str, Any], *,
+                         storage_options: dict | None = None) -> dict[int, str]:
+    """``part_id -> store URL`` of every manifest entry, each checked by :func:`open_entry_store`.
+
+    Ingest and rebalance rewrite these stores: each must lie inside ``out`` and be the
+    store its entry names (part id and checksum) before a row of it is read.
+    """
+    return {
+        int(entry["part_id"]): open_entry_store(out, manifest, entry, storage_options=storage_options).path
+        for entry in manifest["partitions"]
+    }

@@ -62,7 +62,7 @@ from storage.atomic import write_json_atomic
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard, discover_shards
 from storage.manifest import NODE_MAP_NAME, OLD_DIR, STAGING_NAME, part_name
-from storage.partition_store import resolve_store_url
+from storage.partition_store import committed_store_urls
 from storage.resources import peak_rss_bytes
 from storage.state import STATE_NAME, state_entry, state_identity
 
@@ -365,7 +365,7 @@ def write_increment(
     layout = _Layout(
         staging=staging, plan=plan, num_parts=k, halo=int(old_manifest.get("halo", 0)),
         undirected=bool(old_manifest.get("undirected", False)), feat_dim=int(old_manifest.get("feat_dim", 0)),
-        old_urls={int(e["part_id"]): resolve_store_url(out, old_manifest, e) for e in old_manifest["partitions"]},
+        old_urls=committed_store_urls(out, old_manifest),
         moves=moves,
     )
     batch_rows = int(old_manifest.get("config", {}).get("batch_rows", 1 << 20))

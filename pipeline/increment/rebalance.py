@@ -54,7 +54,7 @@ from storage.atomic import dumps_json
 from storage.errors import StoreError, format_problem
 from storage.lock import OutputLock
 from storage.manifest import read_manifest
-from storage.partition_store import resolve_store_url
+from storage.partition_store import committed_store_urls
 from storage.resources import peak_rss_bytes, stage
 from storage.state import read_state, read_state_attrs
 
@@ -250,7 +250,7 @@ def rebalance(
 def _plan_rebalance(out_path, manifest, staging: Staging, cont: Continuation, run_key: str, generation: int,
                     timings: dict[str, float]) -> Plan | None:
     t0 = time.perf_counter()
-    urls = {int(e["part_id"]): resolve_store_url(out_path, manifest, e) for e in manifest["partitions"]}
+    urls = committed_store_urls(out_path, manifest)
     before = drift_metrics(cont.loads, cont.kernel.epsilon,
                            cont.community_part, cont.volume)
     old_master = cont.master.copy()

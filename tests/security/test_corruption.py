@@ -136,6 +136,19 @@ def test_ingest_refuses_a_damaged_store_and_commits_nothing(out, new_edges):
     assert read_manifest(out) == before
 
 
+def test_ingest_refuses_a_store_swapped_for_another_partition(out, new_edges):
+    """Two intact stores swapped on disk: each decodes, but neither is the one its manifest
+    entry names (part id and checksum), so ingest must not rewrite them."""
+    a, b, tmp = out / "part-00000.zarr", out / "part-00001.zarr", out / "swap.zarr"
+    a.rename(tmp)
+    b.rename(a)
+    tmp.rename(b)
+    before = read_manifest(out)
+    with pytest.raises(StoreError, match=r"part_id 0 with checksum"):
+        ingest(out, new_edges)
+    assert read_manifest(out) == before
+
+
 # --- case 2: a chunk that no longer decodes ----------------------------------------------------
 
 
