@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from storage.errors import format_problem
-from training.reconcile.server import SERVER_OPTIMIZERS
 
-__all__ = ["EVAL_MODES", "MODELS", "RECONCILE_PARTS", "STRATEGIES", "TASKS", "TrainConfig", "load_config",
-           "parse_reconcile"]
+__all__ = ["EVAL_MODES", "MODELS", "RECONCILE_PARTS", "SERVER_OPTIMIZERS", "STRATEGIES", "TASKS", "TrainConfig",
+           "load_config", "parse_reconcile"]
 
 MODELS = ("sage", "gcn", "gat")
 TASKS = ("node", "link")
@@ -26,6 +25,8 @@ TASKS = ("node", "link")
 EVAL_MODES = ("exact", "local")
 #: The building blocks of a reconciliation strategy, joined by "+".
 RECONCILE_PARTS = ("avg", "kd", "con", "corr")
+#: ``--server-opt``: the server optimisers of :mod:`training.reconcile.server`.
+SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam")
 #: The named strategies the benchmark compares (any "+"-combination containing avg is valid).
 STRATEGIES = ("avg", "avg+kd", "avg+con", "avg+kd+con", "avg+corr")
 

@@ -241,7 +241,7 @@ def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generat
     load_optimizer_state(r_path, loop.optimizer, r["optimizer"])
     if "reconcile" in g or config.server_opt != "fedavg":
         expect_keys(g_path, g, ("reconcile",))
-        loop.reconciler.load_state_dict(g["reconcile"], f"checkpoint {g_path}, 'reconcile'")
+        loop.reconciler.load_state_dict(g["reconcile"], g_path)
     comm.bytes.load_state_dict(r["bytes"])
     loop.rows = list(g["metrics_rows"])
     loop.elapsed = float(g["elapsed"])

@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from storage.errors import AseprError, format_problem
-from training.config import EVAL_MODES, MODELS, TASKS, TrainConfig, load_config
+from training.config import EVAL_MODES, MODELS, SERVER_OPTIMIZERS, TASKS, TrainConfig, load_config
 from training.fds.partition import PARTITIONERS
-from training.reconcile.server import SERVER_OPTIMIZERS
 
 __all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main"]
 

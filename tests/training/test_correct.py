@@ -66,7 +66,7 @@ def _check_neighbourhoods(rank: int, world: int, out, full) -> None:
     comm = Comm()
     graph = load_local_graph(out, [rank])
     task = NodeTask(graph, 7, CONFIG)
-    corr = GlobalCorrection(task, CONFIG, comm)
+    corr = GlobalCorrection(task, CONFIG, build_model(CONFIG, graph.x.shape[1], 7), comm)
     seeds = torch.unique(torch.cat(corr.draw(torch.Generator().manual_seed(rank))))
     x, gid, edges, seed_pos = corr.neighbourhoods(seeds, torch.Generator().manual_seed(10 + rank))
     assert torch.equal(gid[seed_pos], graph.global_nid[seeds])
@@ -88,13 +88,13 @@ def _check_steps(rank: int, world: int, out, full, config) -> None:
     comm = Comm()
     graph = load_local_graph(out, [rank])
     task = NodeTask(graph, 7, config)
-    corr = GlobalCorrection(task, config, comm)
+    corr = GlobalCorrection(task, config, build_model(config, graph.x.shape[1], 7), comm)
     torch.manual_seed(0)
     model = build_model(config, graph.x.shape[1], 7)
     start = flatten(model)
     gen = torch.Generator().manual_seed(rank)
     steps = corr.draw(torch.Generator().manual_seed(rank))
-    corrected, _ = corr(model, start, gen)
+    corrected, _ = corr(start, gen)
     # The reference: every step on the whole graph, over the seeds of both ranks.
     seeds = [graph.global_nid[s] for s in steps]
     union = []

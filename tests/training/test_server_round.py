@@ -39,6 +39,7 @@ def test_fedadam_resume_equals_the_uninterrupted_run(cora_parts, tmp_path):
     runs = RunDir(tmp_path / "a")
     server = runs.load_global(2)["reconcile"]["server"]
     assert server["steps"] == 3 and server["m"].numel() == server["v"].numel() == len(global_weights(tmp_path / "a"))
+    assert runs.load_global(2)["reconcile"]["corr"]["state"]  # corr's Adam moments travel too
     rows = runs.read_metrics()
     assert all(r["bytes_sent_round"] > 0 and r["corr_loss"] == r["corr_loss"] for r in rows)
     # fedadam moved the model elsewhere than plain averaging would have.

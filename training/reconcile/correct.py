@@ -15,10 +15,13 @@ in one place:
    returns it as ``global_nid`` pairs; the seed's rank merges these with its own
    sample by ``global_nid`` and fetches the feature rows it does not hold from the
    rank that sent them;
-3. ``corr_steps`` Adam steps (fresh moments, ``corr_lr``) on the global model: at step
-   s each rank computes the loss summed over its s-th batch of seeds on the merged
-   graph, and one all_reduce sums gradients and counts over the ranks, so every rank
-   takes the same step, the one a server would take on the union of the batches.
+3. ``corr_steps`` Adam steps (``corr_lr``) on the global model: at step s each rank
+   computes the loss summed over its s-th batch of seeds on the merged graph, and one
+   all_reduce sums gradients and counts over the ranks, so every rank takes the same
+   step, the one a server would take on the union of the batches. The server's Adam
+   moments carry over from round to round (as the local optimisers' do), the same on
+   every rank: a fresh Adam's first step moves every weight by about ``corr_lr``
+   whatever its gradient, which on amazon-photo cost more than the correction gained.
 
 Every stored edge belongs to one partition, so the merged neighbourhood of a seed's
 first hop is exact up to the per-partition fanout (a vertex with replicas on three
@@ -38,6 +41,8 @@ Bytes (:class:`training.comm.Comm` categories):
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import torch
@@ -89,12 +94,17 @@ class GlobalCorrection:
     config
         The run's :class:`~training.config.TrainConfig` (``corr_steps``,
         ``corr_batch_size``, ``corr_lr``, ``fanouts``, ``weight_decay``, ``model``).
+    model
+        A module of the run's architecture (copied; the copy is the server's model).
     comm
         The process group.
     """
 
-    def __init__(self, task, config, comm: Comm):
+    def __init__(self, task, config, model: torch.nn.Module, comm: Comm):
         self.task, self.config, self.comm = task, config, comm
+        self.model = copy.deepcopy(model)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.corr_lr,
+                                          weight_decay=config.weight_decay)
         graph = task.graph
         edges = task.train_pos if task.name == "link" else graph.own_edges
         if graph.undirected:
@@ -210,13 +220,11 @@ class GlobalCorrection:
         return (F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum")
                 + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="sum"))
 
-    def __call__(self, model, global_flat: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, float]:
+    def __call__(self, global_flat: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, float]:
         """The corrected global parameters and the mean loss of the last step (a collective).
 
         Parameters
         ----------
-        model
-            A scratch module of the run's architecture (its weights are overwritten).
         global_flat
             The global model after averaging (the same on every rank).
         generator
@@ -226,10 +234,10 @@ class GlobalCorrection:
         seed_rows = torch.unique(torch.cat([s.reshape(-1) for s in steps]))
         x, merged, edges, seed_pos = self.neighbourhoods(seed_rows, generator)
         op = graph_operator(self.config.model, edges, len(merged))
+        model, opt = self.model, self.optimizer
         unflatten_into(model, global_flat)
         model.train()
         params = list(model.parameters())
-        opt = torch.optim.Adam(params, lr=self.config.corr_lr, weight_decay=self.config.weight_decay)
         last = float("nan")
         for rows in steps:
             opt.zero_grad()

@@ -8,18 +8,21 @@ Every rank runs, on the same inputs, in this order:
 3. ``kd``: ensemble distillation of θ into the local models' mean output (:func:`distill`);
 4. ``corr``: the global correction steps (:class:`GlobalCorrection`).
 
-The server optimiser's state is the only state carried from round to round; it is
-the same on every rank and travels in the global checkpoint (:meth:`Reconciler.state_dict`).
+The server optimiser's state and ``corr``'s Adam moments are carried from round to
+round; they are the same on every rank and travel in the global checkpoint
+(:meth:`Reconciler.state_dict`).
 """
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from storage.errors import StoreError, format_problem
+from training.checkpoint import expect_keys, load_optimizer_state
 from training.comm import Comm
 from training.models import num_parameters
 from training.reconcile.average import weighted_average
@@ -49,7 +52,7 @@ class Reconciler:
         self.config, self.task, self.comm = config, task, comm
         self.server = ServerOptimizer(config.server_opt, config.server_lr, config.server_momentum,
                                       config.server_beta2, config.server_tau)
-        self.correction = GlobalCorrection(task, config, comm) if config.uses_corr else None
+        self.correction = GlobalCorrection(task, config, model, comm) if config.uses_corr else None
         self.scratch = copy.deepcopy(model)
 
     def __call__(self, global_flat: torch.Tensor, local_flat: torch.Tensor, weight: float,
@@ -75,25 +78,33 @@ class Reconciler:
             new_flat, losses["kd_loss"] = distill(self.scratch, local_flat, new_flat, self.task, config, self.comm,
                                                   weight, generator)
         if self.correction is not None:
-            new_flat, losses["corr_loss"] = self.correction(self.scratch, new_flat, generator)
+            new_flat, losses["corr_loss"] = self.correction(new_flat, generator)
         return new_flat, losses
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"server": ServerOptimizer.state_dict()}`` (loadable with ``weights_only=True``)."""
-        return {"server": self.server.state_dict()}
+        """``{"server": ServerOptimizer.state_dict()}``, and with ``corr`` its optimiser's
+        ``"corr"`` state (loadable with ``weights_only=True``)."""
+        state = {"server": self.server.state_dict()}
+        if self.correction is not None:
+            state["corr"] = self.correction.optimizer.state_dict()
+        return state
 
-    def load_state_dict(self, state: dict[str, Any], where: str = "reconciliation state") -> None:
-        """Restore :meth:`state_dict`'s output.
+    def load_state_dict(self, state: dict[str, Any], path: Path) -> None:
+        """Restore :meth:`state_dict`'s output, read from the checkpoint ``path``.
 
         Raises
         ------
         StoreError
-            Naming ``where`` (the checkpoint): the state does not fit this run's server optimiser.
+            Naming ``path``: the state does not fit this run's server optimiser or model.
         """
+        where = f"checkpoint {path}, 'reconcile'"
         try:
             self.server.load_state_dict(state.get("server") if isinstance(state, dict) else state, where)
         except ValueError as exc:
             raise StoreError(str(exc)) from None
+        if self.correction is not None:
+            expect_keys(path, state, ("corr",))
+            load_optimizer_state(path, self.correction.optimizer, state["corr"])
         size = num_parameters(self.scratch)
         for name, value in (("m", self.server.m), ("v", self.server.v)):
             if value.numel() and tuple(value.shape) != (size,):

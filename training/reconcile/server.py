@@ -23,10 +23,9 @@ from typing import Any
 import torch
 
 from storage.errors import format_problem
+from training.config import SERVER_OPTIMIZERS
 
 __all__ = ["SERVER_OPTIMIZERS", "ServerOptimizer"]
-
-SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam")
 
 
 class ServerOptimizer:
