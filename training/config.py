@@ -120,9 +120,11 @@ class TrainConfig:
         otherwise mini-batches of that many seed nodes with a uniform neighbour sampler
         of ``fanouts`` per layer (one per layer, e.g. ``(10, 10)``).
     sync_every
-        0 (default): a round is ``local_epochs`` epochs. N > 0: a round is N optimiser
-        steps of local training (mini-batches continue across epochs; full-batch, one
-        step is one epoch), and ``local_epochs`` is ignored.
+        0: the ranks reconcile once per round, after ``local_epochs`` epochs each. N > 0:
+        every rank takes the same number of optimiser steps per round
+        (``local_epochs`` epochs of the whole training set, see
+        :func:`training.local.steps_per_round`) and the ranks reconcile after every N
+        of them (full-batch, a step is an epoch).
     link_val_fraction, link_test_fraction, link_eval_negatives
         Link prediction: the held-out shares of the edges (chosen by a hash of the
         global edge, so every rank and the centralized run hold out the same edges), and

@@ -3,12 +3,16 @@
 One process per rank. Rank r loads its own partition(s) (:mod:`training.data`) and
 runs, every round (DESIGN.md section 7):
 
-1. local epochs (or ``sync_every`` optimiser steps) from the global weights θ_g
-   (+ μ·L_con with ``con``);
+1. local epochs from the global weights θ_g (+ μ·L_con with ``con``);
 2. θ_avg: the weighted FedAvg, one flat-buffer all_reduce, applied by the server
    optimiser (θ_avg itself by default);
 3. with ``kd``: ensemble distillation into the new θ_g; with ``corr``: global correction
-   steps (:class:`training.reconcile.Reconciler`);
+   steps (:class:`training.reconcile.Reconciler`).
+
+   With ``sync_every`` N, every rank takes the same number of steps in a round
+   (:func:`training.local.steps_per_round`, ``local_epochs`` epochs of the whole
+   training set) and steps 2–3 run after every N of them, each segment starting from
+   the new θ_g;
 4. evaluation of θ_g on the schedule of :func:`training.rounds.evaluates`, by default
    exact: the whole-graph outputs computed over the partitions
    (:class:`training.inference.Evaluator`; ``eval_mode="local"``: each rank's partition
@@ -56,7 +60,7 @@ from training.comm import Comm
 from training.config import TrainConfig
 from training.data import LocalGraph, load_local_graph, prepare_features, rank_partitions
 from training.inference import Evaluator
-from training.local import steps_per_epoch, train_local
+from training.local import batch_stream, steps_per_round, train_local
 from training.models import build_model, flatten, num_parameters, unflatten_into
 from training.reconcile import Reconciler
 from training.rounds import all_ranks_ready, commit_round, evaluates, metrics_row, placement_columns, start_run, threads
@@ -189,7 +193,7 @@ class _Loop:
     previous_model: torch.nn.Module | None = None
     evaluator: Evaluator | None = None
     reconciler: Reconciler | None = None
-    epochs_per_round: float = 0.0
+    steps_per_round: int = 0
 
 
 def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) -> _Loop:
@@ -215,17 +219,7 @@ def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) ->
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     return _Loop(model=model, optimizer=optimizer, task=task, global_flat=flatten(model), rows=[],
                  evaluator=Evaluator(task, comm, config.eval_mode), reconciler=Reconciler(config, task, model, comm),
-                 epochs_per_round=_epochs_per_round(task, config, comm))
-
-
-def _epochs_per_round(task, config: TrainConfig, comm: Comm) -> float:
-    """``local_epochs``, or with ``sync_every`` the steps of a round over the ranks' mean
-    steps per epoch."""
-    if not config.sync_every:
-        return float(config.local_epochs)
-    t = torch.tensor([float(steps_per_epoch(task, config))], dtype=torch.float64)
-    comm.all_reduce(t, "control")
-    return config.sync_every / (float(t[0]) / comm.world_size)
+                 steps_per_round=steps_per_round(task, config, comm) if config.sync_every else 0)
 
 
 def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generation: int) -> None:
@@ -253,20 +247,32 @@ def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generat
 
 def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm,
                          gen: torch.Generator) -> tuple[float, float, dict[str, float]]:
-    """Steps 1–3 of a round: local training, then reconciliation; returns (loss, weight,
-    the reconciliation's losses)."""
-    unflatten_into(loop.model, loop.global_flat)
-    con_models = {}
-    if config.uses_con and loop.previous_flat is not None:
-        unflatten_into(loop.global_model, loop.global_flat)
-        unflatten_into(loop.previous_model, loop.previous_flat)
-        con_models = {"global_model": loop.global_model, "previous_model": loop.previous_model}
-    loss = train_local(loop.model, loop.optimizer, loop.task, config, gen, **con_models)
-    local_flat = flatten(loop.model)
+    """Steps 1–3 of a round: local training, then reconciliation (after every segment of
+    ``sync_every`` steps); returns (loss, weight, the last reconciliation's losses). The
+    loss is the last epoch's mean, or with ``sync_every`` the mean over the round's steps."""
     weight = float(loop.task.num_train)
-    loop.global_flat, losses = loop.reconciler(loop.global_flat, local_flat, weight, gen)
-    loop.previous_flat = local_flat
-    return loss, weight, losses
+    if config.sync_every:
+        total = loop.steps_per_round
+        segments = [min(config.sync_every, total - done) for done in range(0, total, config.sync_every)]
+        stream = batch_stream(loop.task, gen)
+    else:
+        segments, stream = [None], None
+    loss_sum, loss_steps = 0.0, 0
+    for steps in segments:
+        unflatten_into(loop.model, loop.global_flat)
+        con_models = {}
+        if config.uses_con and loop.previous_flat is not None:
+            unflatten_into(loop.global_model, loop.global_flat)
+            unflatten_into(loop.previous_model, loop.previous_flat)
+            con_models = {"global_model": loop.global_model, "previous_model": loop.previous_model}
+        loss = train_local(loop.model, loop.optimizer, loop.task, config, gen, steps=steps, stream=stream,
+                           **con_models)
+        if loss == loss:  # a rank without training data returns NaN
+            loss_sum, loss_steps = loss_sum + loss * (steps or 1), loss_steps + (steps or 1)
+        local_flat = flatten(loop.model)
+        loop.global_flat, losses = loop.reconciler(loop.global_flat, local_flat, weight, gen)
+        loop.previous_flat = local_flat
+    return loss_sum / loss_steps if loss_steps else float("nan"), weight, losses
 
 
 def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: int) -> dict[str, Any] | None:
@@ -283,7 +289,7 @@ def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: i
     unflatten_into(loop.scratch, loop.global_flat)
     metrics = loop.evaluator(loop.scratch)
     eval_seconds = time.perf_counter() - t_eval
-    row = metrics_row(comm, loop.rows, sent_before, round_index=rnd, epoch=round((rnd + 1) * loop.epochs_per_round, 4),
+    row = metrics_row(comm, loop.rows, sent_before, round_index=rnd, epoch=(rnd + 1) * config.local_epochs,
                       generation=generation, elapsed=loop.elapsed, eval_seconds=eval_seconds,
                       loss=_weighted_mean(loss, weight, comm), kd_loss=losses["kd_loss"], metric=loop.task.metric,
                       metrics={**metrics, "corr_loss": losses["corr_loss"]} if config.uses_corr else metrics,
@@ -300,7 +306,7 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
     placement = placement_columns(graph.num_nodes, graph.x.shape[1] * graph.x.element_size(), comm)
     loop = _prepare(graph, config, comm, (info or {}).get("out", "the input"))
     info = {**(info or {}), "world_size": comm.world_size, "config": config.to_dict(), "task": config.task,
-            "num_parameters": num_parameters(loop.model), **placement}
+            "num_parameters": num_parameters(loop.model), "steps_per_round": loop.steps_per_round, **placement}
     if resume:
         all_ranks_ready(comm, "load its checkpoint", lambda: _restore(loop, runs, config, comm, graph.generation))
     else:

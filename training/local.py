@@ -1,4 +1,4 @@
-"""Local training: E epochs (or N optimiser steps) on the rank's own graph, task loss + μ·L_con.
+"""Local training: E epochs, or N optimiser steps, on the rank's own graph, task loss + μ·L_con.
 
 Full-batch by default; with ``batch_size > 0`` the task yields sampled mini-batches
 (:mod:`training.sampler`). With ``con``, the global model of this round and the rank's
@@ -21,7 +21,7 @@ import torch
 
 from training.reconcile.contrastive import contrastive_loss
 
-__all__ = ["steps_per_epoch", "train_local"]
+__all__ = ["batch_stream", "steps_per_round", "train_local"]
 
 
 def _forward(model, x, batch):
@@ -35,42 +35,52 @@ def _frozen_layers(global_model, previous_model, x, batch):
     return _forward(global_model, x, batch)[1], _forward(previous_model, x, batch)[1]
 
 
-def steps_per_epoch(task, config) -> int:
-    """Optimiser steps in one epoch of ``task``: 1 full-batch, else one per ``batch_size``
-    training examples (at least 1)."""
+def steps_per_round(task, config, comm) -> int:
+    """Optimiser steps of every rank in one round of ``config.local_epochs`` epochs when
+    the ranks synchronise within it (``sync_every``), a collective.
+
+    The ranks' partitions differ in size, so their epochs differ in steps; synchronising
+    needs the same steps on every rank. A round is ``local_epochs`` epochs of the whole
+    training set: ``ceil(local_epochs · Σ_r n_r / (W · batch_size))`` steps per rank (each
+    rank cycling through its own data), and ``local_epochs`` full-batch steps.
+    """
     if not config.batch_size:
-        return 1
-    return max(1, math.ceil(task.num_train / config.batch_size))
+        return int(config.local_epochs)
+    total = torch.tensor([float(task.num_train)], dtype=torch.float64)
+    comm.all_reduce(total, "control")
+    return max(1, math.ceil(config.local_epochs * float(total[0]) / (comm.world_size * config.batch_size)))
 
 
-def _batches(task, config, generator: torch.Generator) -> Iterator[tuple[int, object]]:
-    """``(epoch, batch)`` of one round: ``local_epochs`` epochs, or with ``sync_every`` that
-    many steps, epochs following each other (the last one cut short)."""
-    steps = 0
-    epoch = 0
+def batch_stream(task, generator: torch.Generator) -> Iterator[object]:
+    """``task``'s batches, epoch after epoch without end (none when it has nothing to train on)."""
     while True:
-        if not config.sync_every and epoch == config.local_epochs:
-            return
         produced = False
         for batch in task.batches(generator):
-            if config.sync_every and steps == config.sync_every:
-                return
             produced = True
-            steps += 1
-            yield epoch, batch
-        if not produced:  # nothing to train on
+            yield batch
+        if not produced:
             return
-        epoch += 1
 
 
-def train_local(model, optimizer, task, config, generator: torch.Generator, *,
-                global_model=None, previous_model=None) -> float:
-    """Train one round; return the mean task loss of its last epoch (with ``sync_every``:
-    of all its steps).
+def _round_batches(task, config, generator: torch.Generator, steps: int | None,
+                   stream: Iterator[object] | None) -> Iterator[tuple[int, object]]:
+    """``(epoch, batch)``: ``local_epochs`` epochs, or the next ``steps`` batches of ``stream``."""
+    if steps is None:
+        for epoch in range(config.local_epochs):
+            for batch in task.batches(generator):
+                yield epoch, batch
+        return
+    for _, batch in zip(range(steps), stream):
+        yield 0, batch
 
-    A round is ``config.local_epochs`` epochs, or ``config.sync_every`` optimiser steps
-    when that is set. ``global_model`` and ``previous_model`` (both or neither) switch on
-    the contrastive term.
+
+def train_local(model, optimizer, task, config, generator: torch.Generator, *, steps: int | None = None,
+                stream: Iterator[object] | None = None, global_model=None, previous_model=None) -> float:
+    """Train ``config.local_epochs`` epochs, or ``steps`` optimiser steps on the batches of
+    ``stream`` (:func:`batch_stream`); return the mean task loss of the last epoch, or of
+    the steps.
+
+    ``global_model`` and ``previous_model`` (both or neither) switch on the contrastive term.
     """
     x = task.graph.x
     contrast = global_model is not None and previous_model is not None and config.uses_con
@@ -80,11 +90,11 @@ def train_local(model, optimizer, task, config, generator: torch.Generator, *,
     full_graph_frozen = None  # (global layers, previous layers) on the full local graph
     losses: dict[int, list[float]] = {}
     model.train()
-    for epoch, batch in _batches(task, config, generator):
+    for epoch, batch in _round_batches(task, config, generator, steps, stream):
         optimizer.zero_grad()
         out, layers = _forward(model, x, batch)
         loss = batch.loss(out)
-        losses.setdefault(0 if config.sync_every else epoch, []).append(float(loss.detach()))
+        losses.setdefault(epoch, []).append(float(loss.detach()))
         if contrast and len(batch.anchors):
             if batch.n_id is not None:
                 g_layers, p_layers = _frozen_layers(global_model, previous_model, x, batch)

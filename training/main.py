@@ -70,7 +70,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fanouts", type=lambda s: tuple(int(x) for x in s.split(",")), default=d.fanouts,
                    help="neighbours per layer in mini-batch mode and for corr, e.g. 10,10")
     p.add_argument("--sync-every", type=int, default=d.sync_every,
-                   help="synchronise every N optimiser steps instead of every --local-epochs epochs (0: off)")
+                   help="reconcile every N optimiser steps within a round (0: once per round)")
     p.add_argument("--server-opt", choices=SERVER_OPTIMIZERS, default=d.server_opt,
                    help="server optimiser of the averaged update (default fedavg: the average itself)")
     p.add_argument("--server-lr", type=float, default=None, help="default 1 (fedavg, fedavgm), 0.01 (fedadam)")

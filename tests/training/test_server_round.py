@@ -1,6 +1,7 @@
-"""The round loop's server optimiser, step-counted synchronisation and correction, on 2
-gloo ranks of Cora: a resumed fedadam run equals the uninterrupted one, the optimiser's
-state travels in the global checkpoint, and ``--sync-every`` rounds take that many steps."""
+"""The round loop's server optimiser, step-counted synchronisation and correction on Cora:
+a resumed fedadam + corr run of 2 gloo ranks equals the uninterrupted one, their state
+travels in the global checkpoint, and ``--sync-every`` reconciles every N steps within
+rounds of equal steps."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from training.comm import Comm
 from training.config import TrainConfig
 from training.data import load_local_graph
 from training.distributed import global_weights, train_rounds
-from training.local import steps_per_epoch, train_local
+from training.local import batch_stream, steps_per_round, train_local
 from training.models import build_model
+from training.reconcile import Reconciler
 from training.tasks import make_task
 
 SMALL = TrainConfig(hidden=32, rounds=3, local_epochs=2, threads=1, seed=3, feature_norm="none", reconcile="avg",
@@ -30,15 +32,16 @@ def _args(out, run_dir, config: TrainConfig, *extra: str) -> list[str]:
 
 def test_fedadam_resume_equals_the_uninterrupted_run(cora_parts, tmp_path):
     out = cora_parts(2)
-    config = dataclasses.replace(SMALL, server_opt="fedadam", server_lr=0.05, reconcile="avg+corr", corr_steps=2,
-                                 corr_batch_size=32)
+    config = dataclasses.replace(SMALL, server_opt="fedadam", server_lr=0.05, reconcile="avg+kd+corr", corr_steps=2,
+                                 corr_batch_size=32, kd_steps=2, batch_size=256, fanouts=(5, 5), sync_every=3)
     run_ranks(2, _args(out, tmp_path / "a", config))
     run_ranks(2, _args(out, tmp_path / "b", dataclasses.replace(config, rounds=1)))
     run_ranks(2, _args(out, tmp_path / "b", config, "--resume"))
     assert torch.equal(global_weights(tmp_path / "a"), global_weights(tmp_path / "b"))
     runs = RunDir(tmp_path / "a")
     server = runs.load_global(2)["reconcile"]["server"]
-    assert server["steps"] == 3 and server["m"].numel() == server["v"].numel() == len(global_weights(tmp_path / "a"))
+    syncs = 3 * -(-runs.read_run_info()["steps_per_round"] // 3)
+    assert server["steps"] == syncs and server["m"].numel() == server["v"].numel() == len(global_weights(tmp_path / "a"))
     assert runs.load_global(2)["reconcile"]["corr"]["state"]  # corr's Adam moments travel too
     rows = runs.read_metrics()
     assert all(r["bytes_sent_round"] > 0 and r["corr_loss"] == r["corr_loss"] for r in rows)
@@ -65,7 +68,7 @@ def test_resume_names_a_checkpoint_without_a_fitting_server_state(cora_parts, tm
 
 
 @pytest.mark.parametrize("batch_size", [0, 256])
-def test_sync_every_counts_optimiser_steps_across_epochs(cora_parts, batch_size):
+def test_a_stream_of_batches_gives_the_steps_asked_across_epochs(cora_parts, batch_size):
     graph = load_local_graph(cora_parts(2), [0])
     config = dataclasses.replace(SMALL, batch_size=batch_size, fanouts=(3, 3), sync_every=7)
     task = make_task(graph, config, 7)
@@ -80,15 +83,28 @@ def test_sync_every_counts_optimiser_steps_across_epochs(cora_parts, batch_size)
         return step(*args, **kwargs)
 
     optimizer.step = counting
-    loss = train_local(model, optimizer, task, config, torch.Generator().manual_seed(0))
-    assert steps["n"] == 7 and loss == loss
-    per_epoch = steps_per_epoch(task, config)
-    assert per_epoch == (1 if not batch_size else -(-task.num_train // batch_size)) and (batch_size == 0 or per_epoch < 7)
+    gen = torch.Generator().manual_seed(0)
+    stream = batch_stream(task, gen)
+    losses = [train_local(model, optimizer, task, config, gen, steps=7, stream=stream) for _ in range(2)]
+    assert steps["n"] == 14 and all(loss == loss for loss in losses)
+    per_epoch = 1 if not batch_size else -(-task.num_train // batch_size)
+    assert batch_size == 0 or per_epoch < 7  # the 7 steps crossed epochs
 
 
-def test_sync_every_rows_count_fractional_epochs(cora_parts, tmp_path):
+def test_sync_every_reconciles_within_rounds_of_equal_steps(cora_parts, tmp_path, monkeypatch):
     graph = load_local_graph(cora_parts(2), [0])
-    config = dataclasses.replace(SMALL, batch_size=16, fanouts=(3, 3), sync_every=3)
+    config = dataclasses.replace(SMALL, batch_size=128, fanouts=(3, 3), sync_every=4, local_epochs=2)
+    calls = []
+    original = Reconciler.__call__
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Reconciler, "__call__", counting)
     rows = train_rounds(graph, tmp_path, config, comm=Comm())
-    per_epoch = steps_per_epoch(make_task(graph, config, 7), config)
-    assert [r["epoch"] for r in rows] == [round((i + 1) * 3 / per_epoch, 4) for i in range(3)]
+    task = make_task(load_local_graph(cora_parts(2), [0]), config, 7)
+    per_round = steps_per_round(task, config, Comm())
+    assert per_round == -(-2 * task.num_train // 128)  # two epochs of the (one-rank) training set
+    assert len(calls) == config.rounds * -(-per_round // 4)
+    assert [r["epoch"] for r in rows] == [2, 4, 6]
