@@ -60,7 +60,8 @@ def test_config_validation_names_the_field():
     with pytest.raises(ValueError, match="one fanout per layer"):
         TrainConfig(batch_size=8, fanouts=(5,))
     assert TrainConfig(rounds=3).resume_conflicts(TrainConfig(rounds=9).to_dict()) == []
-    assert TrainConfig(lr=0.1).resume_conflicts(TrainConfig().to_dict()) == ["kd_lr", "lr"]
+    # kd_lr and corr_lr default to fractions of lr, so they change with it
+    assert TrainConfig(lr=0.1).resume_conflicts(TrainConfig().to_dict()) == ["corr_lr", "kd_lr", "lr"]
     # task-dependent defaults
     assert (TrainConfig().lr, TrainConfig().dropout, TrainConfig().kd_lr) == (0.01, 0.5, 0.001)
     assert (TrainConfig(task="link").lr, TrainConfig(task="link").dropout) == (0.001, 0.0)
