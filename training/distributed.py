@@ -11,8 +11,8 @@ runs, every round (DESIGN.md section 7):
 
    With ``sync_every`` N, every rank takes the same number of steps in a round
    (:func:`training.local.steps_per_round`, ``local_epochs`` epochs of the whole
-   training set) and steps 2–3 run after every N of them, each segment starting from
-   the new θ_g;
+   training set) and the ranks average after every N of them, each segment starting
+   from the new θ_g (``kd`` and ``corr`` once per round, after the last);
 4. evaluation of θ_g on the schedule of :func:`training.rounds.evaluates`, by default
    exact: the whole-graph outputs computed over the partitions
    (:class:`training.inference.Evaluator`; ``eval_mode="local"``: each rank's partition
@@ -258,7 +258,7 @@ def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm,
     else:
         segments, stream = [None], None
     loss_sum, loss_steps = 0.0, 0
-    for steps in segments:
+    for index, steps in enumerate(segments):
         unflatten_into(loop.model, loop.global_flat)
         con_models = {}
         if config.uses_con and loop.previous_flat is not None:
@@ -270,7 +270,8 @@ def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm,
         if loss == loss:  # a rank without training data returns NaN
             loss_sum, loss_steps = loss_sum + loss * (steps or 1), loss_steps + (steps or 1)
         local_flat = flatten(loop.model)
-        loop.global_flat, losses = loop.reconciler(loop.global_flat, local_flat, weight, gen)
+        loop.global_flat, losses = loop.reconciler(loop.global_flat, local_flat, weight, gen,
+                                                   end_of_round=index == len(segments) - 1)
         loop.previous_flat = local_flat
     return loss_sum / loss_steps if loss_steps else float("nan"), weight, losses
 
