@@ -97,7 +97,7 @@ class TrainConfig:
     rounds, local_epochs
         R reconciliation rounds of E local epochs each.
     reconcile
-        ``"avg"`` joined by ``"+"`` with any of ``"kd"``, ``"con"``, ``"corr"``
+        ``"avg"`` (default) joined by ``"+"`` with any of ``"kd"``, ``"con"``, ``"corr"``
         (:mod:`training.reconcile`).
     mu, tau
         Weight and temperature of the cross-layer contrastive loss. ``mu`` defaults to
@@ -116,15 +116,19 @@ class TrainConfig:
         steps at ``corr_lr`` (default ``lr``) on the global model, each on
         ``corr_batch_size`` seeds per rank sampled with their whole-graph neighbourhoods.
     batch_size, fanouts
-        ``batch_size=0`` trains full-batch on the local partition (the default);
-        otherwise mini-batches of that many seed nodes with a uniform neighbour sampler
-        of ``fanouts`` per layer (one per layer, e.g. ``(10, 10)``).
+        Mini-batches of ``batch_size`` seeds (default 256: training nodes, or training
+        edges for link prediction) with a uniform neighbour sampler of ``fanouts`` per
+        layer (one per layer, default ``(10, 10)``); 0 trains full-batch on the local
+        partition.
     sync_every
-        0: the ranks reconcile once per round, after ``local_epochs`` epochs each. N > 0:
-        every rank takes the same number of optimiser steps per round
+        N > 0 (default 10): every rank takes the same number of optimiser steps per round
         (``local_epochs`` epochs of the whole training set, see
         :func:`training.local.steps_per_round`) and the ranks reconcile after every N
-        of them (full-batch, a step is an epoch).
+        of them (full-batch, a step is an epoch). 0: they reconcile once per round,
+        after ``local_epochs`` epochs each.
+
+    The defaults of ``reconcile``, ``batch_size``, ``sync_every`` and ``server_opt`` are
+    those that measured best on the tuning graphs (docs/results/train-tuning).
     link_val_fraction, link_test_fraction, link_eval_negatives
         Link prediction: the held-out shares of the edges (chosen by a hash of the
         global edge, so every rank and the centralized run hold out the same edges), and
@@ -176,15 +180,15 @@ class TrainConfig:
     weight_decay: float = 5e-4
     rounds: int = 10
     local_epochs: int = 5
-    reconcile: str = "avg+kd+con"
+    reconcile: str = "avg"
     mu: float | None = None
     tau: float = 0.5
     kd_steps: int = 10
     kd_temperature: float = 2.0
     kd_lr: float | None = None
-    batch_size: int = 0
+    batch_size: int = 256
     fanouts: tuple[int, ...] = field(default=(10, 10))
-    sync_every: int = 0
+    sync_every: int = 10
     server_opt: str = "fedavg"
     server_lr: float | None = None
     server_momentum: float = 0.9

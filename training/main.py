@@ -66,11 +66,13 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kd-steps", type=int, default=d.kd_steps)
     p.add_argument("--kd-temperature", type=float, default=d.kd_temperature)
     p.add_argument("--kd-lr", type=float, default=None, help="default lr / 10")
-    p.add_argument("--batch-size", type=int, default=d.batch_size, help="0: full-batch (default)")
+    p.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help=f"seeds per local step (default {d.batch_size}); 0: full-batch")
     p.add_argument("--fanouts", type=lambda s: tuple(int(x) for x in s.split(",")), default=d.fanouts,
                    help="neighbours per layer in mini-batch mode and for corr, e.g. 10,10")
     p.add_argument("--sync-every", type=int, default=d.sync_every,
-                   help="reconcile every N optimiser steps within a round (0: once per round)")
+                   help=f"reconcile every N optimiser steps within a round (default {d.sync_every}; 0: once per "
+                        "round)")
     p.add_argument("--server-opt", choices=SERVER_OPTIMIZERS, default=d.server_opt,
                    help="server optimiser of the averaged update (default fedavg: the average itself)")
     p.add_argument("--server-lr", type=float, default=None, help="default 1 (fedavg, fedavgm), 0.01 (fedadam)")

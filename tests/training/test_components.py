@@ -64,6 +64,12 @@ def test_config_validation_names_the_field():
     assert TrainConfig(lr=0.1).resume_conflicts(TrainConfig().to_dict()) == ["corr_lr", "kd_lr", "lr"]
     # task-dependent defaults
     assert (TrainConfig().lr, TrainConfig().dropout, TrainConfig().kd_lr) == (0.01, 0.5, 0.001)
+    assert (TrainConfig().mu, TrainConfig(task="link").mu) == (1.0, 0.01)
+    assert (TrainConfig(server_opt="fedadam").server_lr, TrainConfig(server_opt="fedavgm").server_lr) == (0.01, 1.0)
+    with pytest.raises(ValueError, match='Unsupported server_opt "sgd"'):
+        TrainConfig(server_opt="sgd")
+    with pytest.raises(ValueError, match="TrainConfig.server_momentum"):
+        TrainConfig(server_momentum=1.0)
     assert (TrainConfig(task="link").lr, TrainConfig(task="link").dropout) == (0.001, 0.0)
 
 
@@ -188,7 +194,7 @@ def test_contrastive_training_on_the_full_graph_reuses_frozen_outputs_exactly():
     from training.tasks import Batch
 
     g = _ring_graph()
-    config = TrainConfig(reconcile="avg+con", local_epochs=4, hidden=8, dropout=0.0, mu=1.0)
+    config = TrainConfig(reconcile="avg+con", local_epochs=4, hidden=8, dropout=0.0, mu=1.0, batch_size=0)
     task = NodeTask(g, 3, config)
     torch.manual_seed(0)
     global_model = GNN("sage", 6, 8, 3, dropout=0.0)
