@@ -20,8 +20,8 @@ in one place:
    all_reduce sums gradients and counts over the ranks, so every rank takes the same
    step, the one a server would take on the union of the batches. The server's Adam
    moments carry over from round to round (as the local optimisers' do), the same on
-   every rank: a fresh Adam's first step moves every weight by about ``corr_lr``
-   whatever its gradient, which on amazon-photo cost more than the correction gained.
+   every rank: a fresh Adam's first step would move every weight by about ``corr_lr``
+   whatever its gradient.
 
 Every stored edge belongs to one partition, so the merged neighbourhood of a seed's
 first hop is exact up to the per-partition fanout (a vertex with replicas on three
@@ -214,9 +214,8 @@ class GlobalCorrection:
         where = seed_pos[torch.searchsorted(seed_rows, step_rows)]
         if self.task.name == "node":
             return F.cross_entropy(out[where], self.task.graph.y[step_rows], reduction="sum")
-        z = out
-        pos = (z[where[:, 0]] * z[where[:, 1]]).sum(-1)
-        neg = (z[where[:, 0]] * z[where[:, 2]]).sum(-1)
+        pos = (out[where[:, 0]] * out[where[:, 1]]).sum(-1)
+        neg = (out[where[:, 0]] * out[where[:, 2]]).sum(-1)
         return (F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="sum")
                 + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="sum"))
 

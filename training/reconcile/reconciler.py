@@ -9,9 +9,8 @@ Every rank runs, on the same inputs, in this order:
 4. ``corr``: the global correction steps (:class:`GlobalCorrection`).
 
 With ``sync_every`` the ranks synchronise several times per round: 1–2 run at every
-synchronisation, 3–4 once per round, after its last one (as LLCG corrects once per
-round; run at every synchronisation, ``corr`` cost 5 times the bytes of the averaging
-on amazon-photo).
+synchronisation, 3–4 once per round, after its last one (LLCG corrects once per round,
+and both move far more bytes than an average).
 
 The server optimiser's state and ``corr``'s Adam moments are carried from round to
 round; they are the same on every rank and travel in the global checkpoint
