@@ -46,6 +46,7 @@ def test_asepr_train_two_ranks_beats_the_majority_class(cora_parts, tmp_path, ca
     assert 4 * (info["num_parameters"] + 2) * syncs <= rows[-1]["bytes_sent_round"] < 4 * (info["num_parameters"] + 2) * syncs + 64
 
 
+@pytest.mark.slow  # ~110 s; the link loss is guarded by tests/training/test_link.py
 def test_link_prediction_two_ranks(cora_parts, tmp_path):
     config = dataclasses.replace(SMALL, task="link", lr=None, dropout=None, kd_lr=None, reconcile="avg+con",
                                  rounds=4, local_epochs=10)

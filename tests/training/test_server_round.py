@@ -30,6 +30,7 @@ def _args(out, run_dir, config: TrainConfig, *extra: str) -> list[str]:
     return [str(out), "--config", str(RunDir(run_dir).write_config(config)), "--run-dir", str(run_dir), "-q", *extra]
 
 
+@pytest.mark.slow  # ~50 s; exact resume is guarded by test_distributed.test_resume_reproduces_the_uninterrupted_run_exactly
 def test_fedadam_resume_equals_the_uninterrupted_run(cora_parts, tmp_path):
     out = cora_parts(2)
     config = dataclasses.replace(SMALL, server_opt="fedadam", server_lr=0.05, reconcile="avg+kd+corr", corr_steps=2,
