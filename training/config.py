@@ -121,11 +121,12 @@ class TrainConfig:
         layer (one per layer, default ``(10, 10)``); 0 trains full-batch on the local
         partition.
     sync_every
-        N > 0 (default 10): every rank takes the same number of optimiser steps per round
+        N > 0 (default 10 for node classification): every rank takes the same number of
+        optimiser steps per round
         (``local_epochs`` epochs of the whole training set, see
         :func:`training.local.steps_per_round`) and the ranks reconcile after every N
-        of them (full-batch, a step is an epoch). 0: they reconcile once per round,
-        after ``local_epochs`` epochs each.
+        of them (full-batch, a step is an epoch). 0 (default for link prediction): they
+        reconcile once per round, after ``local_epochs`` epochs each.
 
     The defaults of ``reconcile``, ``batch_size``, ``sync_every`` and ``server_opt`` are
     those that measured best on the tuning graphs (docs/results/train-tuning).
@@ -188,7 +189,7 @@ class TrainConfig:
     kd_lr: float | None = None
     batch_size: int = 256
     fanouts: tuple[int, ...] = field(default=(10, 10))
-    sync_every: int = 10
+    sync_every: int | None = None
     server_opt: str = "fedavg"
     server_lr: float | None = None
     server_momentum: float = 0.9
@@ -237,6 +238,8 @@ class TrainConfig:
             # following the larger one, kept the link loss at chance (2 ln 2). At 0.01 it is
             # a tenth of it (docs/results/train-tuning).
             object.__setattr__(self, "mu", 1.0 if self.task == "node" else 0.01)
+        if self.sync_every is None:
+            object.__setattr__(self, "sync_every", 10 if self.task == "node" else 0)
         if self.kd_lr is None:
             # Measured on amazon-computers, 4 ranks, 6 rounds: kd_lr = lr/2 left avg+kd at
             # 0.654 test accuracy against avg's 0.716; lr/10 at 0.703.

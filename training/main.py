@@ -70,9 +70,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"seeds per local step (default {d.batch_size}); 0: full-batch")
     p.add_argument("--fanouts", type=lambda s: tuple(int(x) for x in s.split(",")), default=d.fanouts,
                    help="neighbours per layer in mini-batch mode and for corr, e.g. 10,10")
-    p.add_argument("--sync-every", type=int, default=d.sync_every,
-                   help=f"reconcile every N optimiser steps within a round (default {d.sync_every}; 0: once per "
-                        "round)")
+    p.add_argument("--sync-every", type=int, default=None,
+                   help="reconcile every N optimiser steps within a round (default 10 node, 0 link); 0: once per "
+                        "round")
     p.add_argument("--server-opt", choices=SERVER_OPTIMIZERS, default=d.server_opt,
                    help="server optimiser of the averaged update (default fedavg: the average itself)")
     p.add_argument("--server-lr", type=float, default=None, help="default 1 (fedavg, fedavgm), 0.01 (fedadam)")

@@ -65,6 +65,7 @@ def test_config_validation_names_the_field():
     # task-dependent defaults
     assert (TrainConfig().lr, TrainConfig().dropout, TrainConfig().kd_lr) == (0.01, 0.5, 0.001)
     assert (TrainConfig().mu, TrainConfig(task="link").mu) == (1.0, 0.01)
+    assert (TrainConfig().sync_every, TrainConfig(task="link").sync_every) == (10, 0)
     assert (TrainConfig(server_opt="fedadam").server_lr, TrainConfig(server_opt="fedavgm").server_lr) == (0.01, 1.0)
     with pytest.raises(ValueError, match='Unsupported server_opt "sgd"'):
         TrainConfig(server_opt="sgd")
