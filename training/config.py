@@ -24,11 +24,11 @@ TASKS = ("node", "link")
 #: ``--eval``: the global model's exact whole-graph metrics, or the cheap partition-local ones.
 EVAL_MODES = ("exact", "local")
 #: The building blocks of a reconciliation strategy, joined by "+".
-RECONCILE_PARTS = ("avg", "kd", "con", "corr")
+RECONCILE_PARTS = ("avg", "kd", "con", "corr", "scaffold")
 #: ``--server-opt``: the server optimisers of :mod:`training.reconcile.server`.
 SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam")
 #: The named strategies the benchmark compares (any "+"-combination containing avg is valid).
-STRATEGIES = ("avg", "avg+kd", "avg+con", "avg+kd+con", "avg+corr")
+STRATEGIES = ("avg", "avg+kd", "avg+con", "avg+kd+con", "avg+corr", "avg+scaffold")
 
 # Fields that may differ between a run and its resumption (they do not change the result).
 _RESUMABLE = frozenset({"rounds", "timeout_s", "threads", "eval_every", "eval_mode"})
@@ -97,8 +97,8 @@ class TrainConfig:
     rounds, local_epochs
         R reconciliation rounds of E local epochs each.
     reconcile
-        ``"avg"`` (default) joined by ``"+"`` with any of ``"kd"``, ``"con"``, ``"corr"``
-        (:mod:`training.reconcile`).
+        ``"avg"`` joined by ``"+"`` with any of ``"kd"``, ``"con"``, ``"corr"``,
+        ``"scaffold"`` (:mod:`training.reconcile`).
     mu, tau
         Weight and temperature of the cross-layer contrastive loss. ``mu`` defaults to
         1 for node classification and 0.01 for link prediction.
@@ -127,6 +127,13 @@ class TrainConfig:
         :func:`training.local.steps_per_round`) and the ranks reconcile after every N
         of them (full-batch, a step is an epoch). 0 (default for link prediction): they
         reconcile once per round, after ``local_epochs`` epochs each.
+    sync_warmup
+        Epochs at the start of the run in which the ranks reconcile after every
+        optimiser step (with ``sync_every`` > 0), before local SGD takes over: post-local
+        SGD (Lin et al., "Don't Use Large Mini-Batches, Use Local SGD", ICLR 2020). Early
+        in training the ranks' local steps point in different directions and their
+        average keeps little of them; synchronous steps there cost bytes, not progress.
+        A fraction of an epoch is allowed; 0: local SGD from the first step.
 
     The defaults of ``reconcile``, ``batch_size``, ``sync_every`` and ``server_opt`` are
     those that measured best on the tuning graphs (docs/results/train-tuning).
@@ -190,6 +197,7 @@ class TrainConfig:
     batch_size: int = 256
     fanouts: tuple[int, ...] = field(default=(10, 10))
     sync_every: int | None = None
+    sync_warmup: float = 0.0
     server_opt: str = "fedavg"
     server_lr: float | None = None
     server_momentum: float = 0.9
@@ -267,6 +275,8 @@ class TrainConfig:
         for name in ("lr", "kd_lr", "tau", "kd_temperature", "timeout_s", "server_lr", "server_tau", "corr_lr"):
             if not float(getattr(self, name)) > 0:
                 raise bad(name, "a number > 0")
+        if not float(self.sync_warmup) >= 0:
+            raise bad("sync_warmup", "a number of epochs >= 0")
         for name in ("mu", "weight_decay"):
             if not float(getattr(self, name)) >= 0:
                 raise bad(name, "a number >= 0")
@@ -298,6 +308,10 @@ class TrainConfig:
     @property
     def uses_con(self) -> bool:
         return "con" in self.parts and self.mu > 0
+
+    @property
+    def uses_scaffold(self) -> bool:
+        return "scaffold" in self.parts
 
     @property
     def uses_corr(self) -> bool:

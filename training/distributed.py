@@ -12,7 +12,8 @@ runs, every round (DESIGN.md section 7):
    With ``sync_every`` N, every rank takes the same number of steps in a round
    (:func:`training.local.steps_per_round`, ``local_epochs`` epochs of the whole
    training set) and the ranks average after every N of them, each segment starting
-   from the new θ_g (``kd`` and ``corr`` once per round, after the last);
+   from the new θ_g (``kd`` and ``corr`` once per round, after the last); in the first
+   ``sync_warmup`` epochs they average after every step (post-local SGD);
 4. evaluation of θ_g on the schedule of :func:`training.rounds.evaluates`, by default
    exact: the whole-graph outputs computed over the partitions
    (:class:`training.inference.Evaluator`; ``eval_mode="local"``: each rank's partition
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
 import re
 import sys
@@ -60,7 +62,7 @@ from training.comm import Comm
 from training.config import TrainConfig
 from training.data import LocalGraph, load_local_graph, prepare_features, rank_partitions
 from training.inference import Evaluator
-from training.local import batch_stream, steps_per_round, train_local
+from training.local import batch_stream, steps_per_round, sync_segments, train_local
 from training.models import build_model, flatten, num_parameters, unflatten_into
 from training.reconcile import Reconciler
 from training.rounds import all_ranks_ready, commit_round, evaluates, metrics_row, placement_columns, start_run, threads
@@ -237,6 +239,9 @@ def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generat
         expect_keys(g_path, g, ("reconcile",))
         loop.reconciler.load_state_dict(g["reconcile"], g_path)
     comm.bytes.load_state_dict(r["bytes"])
+    if loop.reconciler.drift is not None:
+        expect_keys(r_path, r, ("drift",))
+        loop.reconciler.drift.load_state_dict(r["drift"], r_path)
     loop.rows = list(g["metrics_rows"])
     loop.elapsed = float(g["elapsed"])
     loop.start_round = latest + 1
@@ -245,15 +250,16 @@ def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generat
                     loop.start_round + 1, generation, int(g["generation"]))
 
 
-def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm,
-                         gen: torch.Generator) -> tuple[float, float, dict[str, float]]:
+def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm, gen: torch.Generator,
+                         rnd: int) -> tuple[float, float, dict[str, float]]:
     """Steps 1–3 of a round: local training, then reconciliation (after every segment of
-    ``sync_every`` steps); returns (loss, weight, the last reconciliation's losses). The
+    ``sync_every`` steps, every step in the ``sync_warmup``); returns (loss, weight, the last reconciliation's losses). The
     loss is the last epoch's mean, or with ``sync_every`` the mean over the round's steps."""
     weight = float(loop.task.num_train)
     if config.sync_every:
         total = loop.steps_per_round
-        segments = [min(config.sync_every, total - done) for done in range(0, total, config.sync_every)]
+        warmup = math.ceil(config.sync_warmup * total / config.local_epochs)
+        segments = sync_segments(total, config.sync_every, rnd * total, warmup)
         stream = batch_stream(loop.task, gen)
     else:
         segments, stream = [None], None
@@ -265,8 +271,11 @@ def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm,
             unflatten_into(loop.global_model, loop.global_flat)
             unflatten_into(loop.previous_model, loop.previous_flat)
             con_models = {"global_model": loop.global_model, "previous_model": loop.previous_model}
+        drift = loop.reconciler.drift
+        if drift is not None:
+            drift.begin()
         loss = train_local(loop.model, loop.optimizer, loop.task, config, gen, steps=steps, stream=stream,
-                           **con_models)
+                           drift=drift, **con_models)
         if loss == loss:  # a rank without training data returns NaN
             loss_sum, loss_steps = loss_sum + loss * (steps or 1), loss_steps + (steps or 1)
         local_flat = flatten(loop.model)
@@ -282,7 +291,7 @@ def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: i
     sent_before = comm.bytes.state_dict()
     torch.manual_seed(round_seed(config.seed, rnd, comm.rank))
     gen = torch.Generator().manual_seed(round_seed(config.seed, rnd, comm.rank, 1))
-    loss, weight, losses = _local_and_reconcile(loop, config, comm, gen)
+    loss, weight, losses = _local_and_reconcile(loop, config, comm, gen, rnd)
     loop.elapsed += time.perf_counter() - t0
     if not evaluates(config, rnd):
         return None
@@ -323,8 +332,11 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
     for rnd in range(loop.start_round, config.rounds):
         failpoints.failpoint(f"round:{comm.rank}:{rnd}")
         row = _round(loop, config, comm, rnd, graph.generation)
-        commit_round(runs, rnd, comm, {"local": loop.previous_flat, "optimizer": loop.optimizer.state_dict(),
-                                       "bytes": comm.bytes.state_dict()},
+        rank_state = {"local": loop.previous_flat, "optimizer": loop.optimizer.state_dict(),
+                      "bytes": comm.bytes.state_dict()}
+        if loop.reconciler.drift is not None:
+            rank_state["drift"] = loop.reconciler.drift.state_dict()
+        commit_round(runs, rnd, comm, rank_state,
                      {"global": loop.global_flat, "generation": graph.generation, "elapsed": loop.elapsed,
                       "load_seconds": load_seconds, "reconcile": loop.reconciler.state_dict()}, loop.rows, row,
                      on_round)

@@ -21,7 +21,7 @@ import torch
 
 from training.reconcile.contrastive import contrastive_loss
 
-__all__ = ["batch_stream", "steps_per_round", "train_local"]
+__all__ = ["batch_stream", "steps_per_round", "sync_segments", "train_local"]
 
 
 def _forward(model, x, batch):
@@ -51,6 +51,19 @@ def steps_per_round(task, config, comm) -> int:
     return max(1, math.ceil(config.local_epochs * float(total[0]) / (comm.world_size * config.batch_size)))
 
 
+def sync_segments(total: int, sync_every: int, first_step: int = 0, warmup_steps: int = 0) -> list[int]:
+    """The steps between the reconciliations of a round of ``total`` steps that starts at
+    the run's step ``first_step``: one step each while the run is within its first
+    ``warmup_steps`` steps (post-local SGD's synchronous phase), then ``sync_every`` each;
+    the last segment ends with the round."""
+    segments, done = [], 0
+    while done < total:
+        step = 1 if first_step + done < warmup_steps else sync_every
+        segments.append(min(step, total - done))
+        done += segments[-1]
+    return segments
+
+
 def batch_stream(task, generator: torch.Generator) -> Iterator[object]:
     """``task``'s batches, epoch after epoch without end (none when it has nothing to train on)."""
     while True:
@@ -75,12 +88,15 @@ def _round_batches(task, config, generator: torch.Generator, steps: int | None,
 
 
 def train_local(model, optimizer, task, config, generator: torch.Generator, *, steps: int | None = None,
-                stream: Iterator[object] | None = None, global_model=None, previous_model=None) -> float:
+                stream: Iterator[object] | None = None, global_model=None, previous_model=None,
+                drift=None) -> float:
     """Train ``config.local_epochs`` epochs, or ``steps`` optimiser steps on the batches of
     ``stream`` (:func:`batch_stream`); return the mean task loss of the last epoch, or of
     the steps.
 
-    ``global_model`` and ``previous_model`` (both or neither) switch on the contrastive term.
+    ``global_model`` and ``previous_model`` (both or neither) switch on the contrastive
+    term; ``drift`` (:class:`training.reconcile.scaffold.ControlVariates`) corrects every
+    gradient before the optimiser step.
     """
     x = task.graph.x
     contrast = global_model is not None and previous_model is not None and config.uses_con
@@ -104,6 +120,8 @@ def train_local(model, optimizer, task, config, generator: torch.Generator, *, s
                 g_layers, p_layers = full_graph_frozen
             loss = loss + config.mu * contrastive_loss(layers, g_layers, p_layers, batch.anchors, config.tau)
         loss.backward()
+        if drift is not None:
+            drift.correct()
         optimizer.step()
     if not losses:
         return float("nan")

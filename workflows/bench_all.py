@@ -23,11 +23,11 @@ from storage.importers import import_dataset
 from training.config import TrainConfig
 from workflows.bench import bench_partition, machine_info, markdown_table
 from workflows.bench_ingest import QUICK, bench_ingest
-from workflows.bench_train import LATENCY_S, bench_train
+from workflows.bench_train import HEADLINE_COLUMNS, LATENCY_S, bench_train, headline
 from workflows.commands_train import EVAL_LABELS
 from workflows.demo import bundled_cora
 
-__all__ = ["DEFAULT_STRATEGY", "FULL", "HEADLINE_COLUMNS", "QUICK_SIZES", "bench_all", "headline"]
+__all__ = ["DEFAULT_STRATEGY", "FULL", "QUICK_SIZES", "bench_all"]
 
 #: The ASEPR strategy of the headline: ``asepr train``'s default ``--reconcile``.
 DEFAULT_STRATEGY = TrainConfig().reconcile
@@ -52,56 +52,6 @@ FULL: dict[str, Any] = {
     "ingest": {"nodes": 1_000_000, "base_edges": 10_000_000, "new_edges": 1_000_000, "dim": 16, "classes": 16,
                "k": 16},
 }
-
-
-HEADLINE_COLUMNS = ["dataset", "k", "asepr MiB/epoch", "fds MiB/epoch", "fds/asepr bytes", "asepr s to 95%",
-                    "fds s to 95%", "fds/asepr time", "asepr modelled s @10G", "fds modelled s @10G",
-                    "fds/asepr modelled @10G", "asepr test@best val", "fds test@best val", "centralized test@best val",
-                    "asepr final test", "fds final test", "avg s to 95%", "avg test@best val"]
-
-
-def _to_target(row: dict[str, Any], key: str = "seconds_to_target") -> Any:
-    """Seconds to the target, "not reached", or "-" when the strategy was not run."""
-    if not row:
-        return "-"
-    seconds = row.get(key)
-    return seconds if seconds is not None else "not reached"
-
-
-def _ratio(numerator: Any, denominator: Any) -> Any:
-    ok = all(isinstance(v, (int, float)) for v in (numerator, denominator)) and denominator
-    return numerator / denominator if ok else "-"
-
-
-def headline(train_rows: list[dict[str, Any]], strategy: str = DEFAULT_STRATEGY) -> list[dict[str, Any]]:
-    """ASEPR (``strategy``, on ASEP partitions) against fds per dataset and k: bytes,
-    time to target (measured, and modelled at 10 Gbit/s), test accuracy at the best
-    validation point and final. Plain ``avg`` rides along when it was run.
-    """
-    out = []
-    by_key = {(r["dataset"], r["k"], r["strategy"]): r for r in train_rows if r["partitioner"] in ("asep", "-")
-              or r["strategy"] == "fds"}
-    modelled = "modelled_s_to_target_10gbit"
-    for (dataset, k, name), r in by_key.items():
-        if name != strategy or (dataset, k, "fds") not in by_key:
-            continue
-        f = by_key[dataset, k, "fds"]
-        c = by_key.get((dataset, 1, "centralized"), {})
-        a = by_key.get((dataset, k, "avg"), {})
-        out.append({
-            "dataset": dataset, "k": k,
-            "asepr MiB/epoch": r["bytes_per_epoch"] / 2**20, "fds MiB/epoch": f["bytes_per_epoch"] / 2**20,
-            "fds/asepr bytes": _ratio(f["bytes_per_epoch"], r["bytes_per_epoch"]),
-            "asepr s to 95%": _to_target(r), "fds s to 95%": _to_target(f),
-            "fds/asepr time": _ratio(f.get("seconds_to_target"), r.get("seconds_to_target")),
-            "asepr modelled s @10G": _to_target(r, modelled), "fds modelled s @10G": _to_target(f, modelled),
-            "fds/asepr modelled @10G": _ratio(f.get(modelled), r.get(modelled)),
-            "asepr test@best val": r.get("test_at_best_val"), "fds test@best val": f.get("test_at_best_val"),
-            "centralized test@best val": c.get("test_at_best_val", "-"),
-            "asepr final test": r.get("final_test"), "fds final test": f.get("final_test"),
-            "avg s to 95%": _to_target(a), "avg test@best val": a.get("test_at_best_val", "-"),
-        })
-    return out
 
 
 def bench_all(out: Path, *, quick: bool = False, cache: Path | None = None, echo=print) -> dict[str, Any]:
@@ -137,7 +87,7 @@ def bench_all(out: Path, *, quick: bool = False, cache: Path | None = None, echo
         "",
         f"## ASEPR ({DEFAULT_STRATEGY}) against the fully-decentralized baseline (fds)",
         "",
-        markdown_table(headline(train_rows), HEADLINE_COLUMNS),
+        markdown_table(headline(train_rows, DEFAULT_STRATEGY), HEADLINE_COLUMNS),
         "",
         ("Bytes per epoch: training traffic sent per rank (mean over ranks), as counted by `training.comm`, "
          "evaluation apart. Seconds to 95 %: training seconds (evaluation excluded) until the first "

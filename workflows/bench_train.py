@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -57,8 +58,8 @@ from workflows.bench import machine_info, markdown_table, pyplot, save_figure
 from workflows.datasets import resolve_dataset
 from workflows.launch import launch_trainers
 
-__all__ = ["LATENCY_S", "NETWORK_GBITS", "PARTITIONERS", "TRAIN_STRATEGIES", "bench_train", "modelled_seconds",
-           "summarise_run"]
+__all__ = ["HEADLINE_COLUMNS", "LATENCY_S", "NETWORK_GBITS", "PARTITIONERS", "TRAIN_STRATEGIES", "bench_train",
+           "headline", "modelled_seconds", "over_seeds", "spread", "summarise_run"]
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +237,7 @@ class _Bench:
     echo: Any
     started: str
     machine: dict[str, Any]
+    seeds: list[int]
     results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     curves: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     plots: list[str] = dataclasses.field(default_factory=list)
@@ -266,36 +268,49 @@ class _Bench:
 
 
 def _centralized(bench: _Bench, name: str, input_dir: Path, base: dict[str, Any]) -> float | None:
-    """The centralized run of one dataset; returns the target (95 % of its best validation)."""
+    """The centralized runs of one dataset, one per seed; returns the target: 95 % of
+    their best validation metric, averaged over the seeds."""
     from training.centralized import run_centralized
 
-    bench.echo(f"bench train: {name}: centralized")
-    run_dir = bench.out / "runs" / name / "centralized"
-    rows = _finished(run_dir, centralized_config(bench.config))
-    if rows is None:
-        t0 = time.perf_counter()
-        rows = run_centralized(input_dir, run_dir, bench.config)
-        (run_dir / "bench.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
-    target = TARGET_FRACTION * max(float(r["val"]) for r in rows)
-    bench.record(_result(base, 1, "centralized", "-", run_dir, rows, target, None), rows)
+    runs = []
+    for seed in bench.seeds:
+        bench.echo(f"bench train: {name}: centralized" + (f", seed {seed}" if len(bench.seeds) > 1 else ""))
+        run_dir = bench.out / "runs" / name / f"centralized{_seed_suffix(bench, seed)}"
+        config = dataclasses.replace(bench.config, seed=seed)
+        rows = _finished(run_dir, centralized_config(config))
+        if rows is None:
+            t0 = time.perf_counter()
+            rows = run_centralized(input_dir, run_dir, config)
+            (run_dir / "bench.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
+        runs.append((seed, run_dir, rows))
+    target = TARGET_FRACTION * float(np.mean([max(float(r["val"]) for r in rows) for _, _, rows in runs]))
+    for seed, run_dir, rows in runs:
+        bench.record(_result({**base, "seed": seed}, 1, "centralized", "-", run_dir, rows, target, None), rows)
     return target
 
 
+def _seed_suffix(bench: _Bench, seed: int) -> str:
+    """Run directories carry the seed when the benchmark repeats seeds."""
+    return f"-s{seed}" if len(bench.seeds) > 1 else ""
+
+
 def _train_one(bench: _Bench, name: str, input_dir: Path, base: dict[str, Any], k: int, strategy: str,
-               partitioner: str, target: float | None) -> None:
-    """One strategy at one k on one partitioner's partitions (fds: on the input)."""
-    bench.echo(f"bench train: {name}: k={k}: {strategy}" + ("" if strategy == "fds" else f" on {partitioner}"))
+               partitioner: str, target: float | None, seed: int) -> None:
+    """One strategy at one k and seed on one partitioner's partitions (fds: on the input).
+    The partitions are those of the benchmark's base seed whatever the training seed."""
+    bench.echo(f"bench train: {name}: k={k}: {strategy}" + ("" if strategy == "fds" else f" on {partitioner}")
+               + (f", seed {seed}" if len(bench.seeds) > 1 else ""))
     suffix = "" if partitioner == "asep" or strategy == "fds" else f"-{partitioner}"
-    run_dir = bench.out / "runs" / name / f"k{k}-{strategy.replace('+', '-')}{suffix}"
-    config = dataclasses.replace(bench.config, reconcile="avg" if strategy == "fds" else strategy)
+    run_dir = bench.out / "runs" / name / f"k{k}-{strategy.replace('+', '-')}{suffix}{_seed_suffix(bench, seed)}"
+    config = dataclasses.replace(bench.config, reconcile="avg" if strategy == "fds" else strategy, seed=seed)
     if strategy == "fds":
         data, manifest = input_dir, None
     else:
         data = _partition(input_dir, bench.cache, name, k, bench.config.seed, partitioner)
         manifest = read_manifest(data)
     rows = _launch(data, run_dir, config, k, strategy, bench.keep_runs, bench.echo)
-    result = _result(base, k, strategy, None if strategy == "fds" else partitioner, run_dir, rows, target,
-                     manifest)
+    result = _result({**base, "seed": seed}, k, strategy, None if strategy == "fds" else partitioner, run_dir,
+                     rows, target, manifest)
     bench.record(result, rows)
     bench.echo(f"  final test {result.get('final_test', float('nan')):.4f} (at best val "
                f"{result.get('test_at_best_val', float('nan')):.4f}), epochs to target "
@@ -313,10 +328,15 @@ def bench_train(
     partitioners: list[str] | None = None,
     cache: Path | None = None,
     keep_runs: bool = False,
+    seeds: list[int] | None = None,
     echo=print,
 ) -> list[dict[str, Any]]:
-    """Run every dataset × k × strategy, and the default strategy on every partitioner;
-    write the report files into ``out``; return one summary row per run."""
+    """Run every dataset × k × strategy × seed, and the default strategy on every
+    partitioner (every seed); write the report files into ``out``; return one summary
+    row per run. ``seeds`` (default: ``config.seed`` alone) are the training seeds; with
+    more than one, ``train.md`` also gives the mean and the range over them
+    (:func:`over_seeds`) and the target is 95 % of the centralized runs' mean best
+    validation metric."""
     out.mkdir(parents=True, exist_ok=True)
     partitioners = list(partitioners or [])
     unknown = [p for p in partitioners if p not in PARTITIONERS]
@@ -324,7 +344,8 @@ def bench_train(
         raise ValueError(f"Unsupported partitioners {unknown}. Valid choices are {', '.join(PARTITIONERS)}.")
     bench = _Bench(out=out, cache=cache or out / "inputs", config=config, strategies=list(strategies),
                    partitioners=partitioners, keep_runs=keep_runs, echo=echo,
-                   started=time.strftime("%Y-%m-%d %H:%M"), machine=machine_info())
+                   started=time.strftime("%Y-%m-%d %H:%M"), machine=machine_info(),
+                   seeds=list(dict.fromkeys(seeds or [config.seed])))
     versions = _versions()
     for dataset in datasets:
         name = Path(dataset).name
@@ -336,11 +357,11 @@ def bench_train(
         target = _centralized(bench, name, input_dir, base) if "centralized" in strategies else None
         for k in ks:
             for strategy in strategies:
-                if strategy != "centralized":
-                    _train_one(bench, name, input_dir, base, k, strategy, "asep", target)
+                for seed in bench.seeds if strategy != "centralized" else ():
+                    _train_one(bench, name, input_dir, base, k, strategy, "asep", target, seed)
             for partitioner in partitioners:
-                if partitioner != "asep" or config.reconcile not in strategies:
-                    _train_one(bench, name, input_dir, base, k, config.reconcile, partitioner, target)
+                for seed in bench.seeds if partitioner != "asep" or config.reconcile not in strategies else ():
+                    _train_one(bench, name, input_dir, base, k, config.reconcile, partitioner, target, seed)
             bench.plot(name, k)
         if not keep_runs:
             shutil.rmtree(out / "runs" / name, ignore_errors=True)
@@ -372,6 +393,136 @@ def _table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+#: The summary fields :func:`over_seeds` averages.
+SEED_FIELDS = ("test_at_best_val", "final_test", "best_val", "seconds_to_target", "modelled_s_to_target_1gbit",
+               "modelled_s_to_target_10gbit", "modelled_s_to_target_100gbit", "epochs_to_target",
+               "train_seconds", "bytes_per_epoch", "bytes_per_epoch_max", "replication_factor")
+
+
+def over_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (dataset, k, strategy, partitioner): the mean of every
+    :data:`SEED_FIELDS` field over the seeds that have it, with its range
+    (``FIELD_seedmin``, ``FIELD_seedmax``), the number of seeds (``seeds``) and, for the target,
+    how many reached it (``reached``). A time to the target is averaged over the seeds
+    that reached it; ``reached < seeds`` says that some did not."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in results:
+        groups.setdefault((r["dataset"], r["k"], r["strategy"], r["partitioner"]), []).append(r)
+    out = []
+    for (dataset, k, strategy, partitioner), rows in groups.items():
+        row: dict[str, Any] = {"dataset": dataset, "k": k, "strategy": strategy, "partitioner": partitioner,
+                               "eval_mode": rows[0].get("eval_mode"), "seeds": len(rows),
+                               "reached": sum(r.get("seconds_to_target") is not None for r in rows)}
+        for name in SEED_FIELDS:
+            values = [float(r[name]) for r in rows if isinstance(r.get(name), (int, float))]
+            row[name] = float(np.mean(values)) if values else None
+            row[f"{name}_seedmin"] = min(values) if values else None
+            row[f"{name}_seedmax"] = max(values) if values else None
+        out.append(row)
+    return out
+
+
+def spread(row: dict[str, Any], name: str, digits: int = 4, scale: float = 1.0) -> str:
+    """``mean (min–max)`` of an :func:`over_seeds` field; "-" when no seed has it."""
+    if row.get(name) is None:
+        return "-"
+    mean, low, high = (row[key] / scale for key in (name, f"{name}_seedmin", f"{name}_seedmax"))
+    if row["seeds"] == 1 or low == high:
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} ({low:.{digits}f}–{high:.{digits}f})"
+
+
+HEADLINE_COLUMNS = ["dataset", "k", "seeds", "centralized test@best val", "asepr test@best val",
+                    "fds test@best val", "asepr − centralized (points)", "asepr − fds (points)", "asepr s to 95%",
+                    "fds s to 95%", "fds/asepr time", "asepr modelled s @10G", "fds modelled s @10G",
+                    "fds/asepr modelled @10G", "asepr MiB/epoch", "fds MiB/epoch", "fds/asepr bytes",
+                    "asepr final test", "fds final test"]
+
+
+def _to_target(row: dict[str, Any], key: str) -> str:
+    """Mean seconds to the target over the seeds that reached it, and how many did."""
+    if row.get(key) is None:
+        return "not reached"
+    return spread(row, key, 1) + ("" if row["reached"] == row["seeds"] else f" ({row['reached']}/{row['seeds']} seeds)")
+
+
+def _ratio(numerator: Any, denominator: Any) -> Any:
+    ok = all(isinstance(v, (int, float)) for v in (numerator, denominator)) and denominator
+    return f"{numerator / denominator:.2f}" if ok else "-"
+
+
+def _points(a: dict[str, Any], b: dict[str, Any], key: str = "test_at_best_val") -> str:
+    """``a − b`` of the seed means, in points (hundredths)."""
+    ok = a.get(key) is not None and b.get(key) is not None
+    return f"{100 * (a[key] - b[key]):+.2f}" if ok else "-"
+
+
+def headline(results: list[dict[str, Any]], strategy: str) -> list[dict[str, Any]]:
+    """ASEPR (``strategy`` on ASEP partitions) against fds and centralized per dataset
+    and k, over the seeds (:func:`over_seeds`): test metric at the best validation
+    point and final, their gaps in points, training seconds to 95 % of centralized
+    (measured, and modelled at 10 Gbit/s), and bytes per epoch of the mean rank."""
+    by_key = {(r["dataset"], r["k"], r["strategy"]): r for r in over_seeds(results)
+              if r["partitioner"] in ("asep", "-") or r["strategy"] == "fds"}
+    modelled = "modelled_s_to_target_10gbit"
+    out = []
+    for (dataset, k, name), r in by_key.items():
+        if name != strategy or (dataset, k, "fds") not in by_key:
+            continue
+        f = by_key[dataset, k, "fds"]
+        c = by_key.get((dataset, 1, "centralized"), {})
+        out.append({
+            "dataset": dataset, "k": k, "seeds": r["seeds"],
+            "centralized test@best val": spread(c, "test_at_best_val") if c else "-",
+            "asepr test@best val": spread(r, "test_at_best_val"), "fds test@best val": spread(f, "test_at_best_val"),
+            "asepr − centralized (points)": _points(r, c) if c else "-", "asepr − fds (points)": _points(r, f),
+            "asepr s to 95%": _to_target(r, "seconds_to_target"), "fds s to 95%": _to_target(f, "seconds_to_target"),
+            "fds/asepr time": _ratio(f.get("seconds_to_target"), r.get("seconds_to_target")),
+            "asepr modelled s @10G": _to_target(r, modelled), "fds modelled s @10G": _to_target(f, modelled),
+            "fds/asepr modelled @10G": _ratio(f.get(modelled), r.get(modelled)),
+            "asepr MiB/epoch": spread(r, "bytes_per_epoch", 3, 2**20),
+            "fds MiB/epoch": spread(f, "bytes_per_epoch", 3, 2**20),
+            "fds/asepr bytes": _ratio(f.get("bytes_per_epoch"), r.get("bytes_per_epoch")),
+            "asepr final test": spread(r, "final_test"), "fds final test": spread(f, "final_test"),
+        })
+    return out
+
+
+def _headline_section(bench: _Bench) -> list[str]:
+    """``train.md``'s headline: the default strategy against fds and centralized."""
+    rows = headline(bench.results, bench.config.reconcile)
+    if not rows:
+        return []
+    return [
+        f"## Headline: ASEPR ({bench.config.reconcile}) against centralized and fds",
+        "",
+        ("Means over the seeds (lowest–highest in brackets). Gaps in points of the test metric at the best "
+         "validation point. Times: training seconds to 95 % of the centralized best validation metric, "
+         "averaged over the seeds that reached it; modelled @10G as below. Bytes: training traffic per epoch "
+         "of the mean rank."),
+        "",
+        markdown_table(rows, HEADLINE_COLUMNS),
+        "",
+    ]
+
+
+def _seed_table(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of ``train.md``'s table over seeds."""
+    rows = []
+    for r in over_seeds(results):
+        reached = f"{r['reached']}/{r['seeds']}"
+        rows.append({
+            "dataset": r["dataset"], "k": r["k"], "strategy": r["strategy"], "partitioner": r["partitioner"],
+            "seeds": r["seeds"], "test at best val": spread(r, "test_at_best_val"),
+            "final test": spread(r, "final_test"), "best val": spread(r, "best_val"), "reached 95%": reached,
+            "s to 95%": spread(r, "seconds_to_target", 1), "modelled s to 95% @10G":
+                spread(r, "modelled_s_to_target_10gbit", 1),
+            "MiB/rank/epoch": spread(r, "bytes_per_epoch", 3, 2**20),
+            "max MiB/rank/epoch": spread(r, "bytes_per_epoch_max", 3, 2**20),
+        })
+    return rows
+
+
 STRATEGY_COLUMNS = ["dataset", "k", "strategy", "eval", "final_test", "test_at_best_val", "best_val",
                     "epochs to 95%", "s to 95%", "train_seconds", "eval_seconds", "wall_s"]
 NETWORK_COLUMNS = ["dataset", "k", "strategy", "MiB/rank/epoch", "max MiB/rank/epoch", "messages_per_epoch_max",
@@ -379,6 +530,23 @@ NETWORK_COLUMNS = ["dataset", "k", "strategy", "MiB/rank/epoch", "max MiB/rank/e
 PARTITIONER_COLUMNS = ["dataset", "k", "partitioner", "replication_factor", "final_test", "test_at_best_val",
                        "epochs to 95%", "s to 95%", "modelled s to 95% @10G", "placement MiB/rank",
                        "max placement MiB/rank", "MiB/rank/epoch"]
+
+
+def _seed_section(bench: _Bench) -> list[str]:
+    """``train.md``'s mean and range over the seeds (nothing with one seed)."""
+    if len(bench.seeds) < 2 or not bench.results:
+        return []
+    return [
+        f"## Over seeds {', '.join(map(str, bench.seeds))}",
+        "",
+        ("Each cell: the mean over the seeds, and the lowest–highest seed in brackets. The target is 95 % of the "
+         "centralized runs' best validation metric averaged over the seeds; `reached 95%`: the seeds that reached "
+         "it, over which `s to 95%` is averaged. The partitions are the same for every seed (the base seed's); "
+         "the seed sets the model's initialisation, dropout, sampling and the data order."),
+        "",
+        markdown_table(_seed_table(bench.results), list(_seed_table(bench.results[:1])[0])),
+        "",
+    ]
 
 
 def _write(bench: _Bench) -> None:
@@ -397,8 +565,8 @@ def _write(bench: _Bench) -> None:
         (f"Run {bench.started}; {bench.machine['cores']} cores, {bench.machine['memory_gib']} GiB; strategies "
          f"{', '.join(bench.strategies)}; model {config.model}, hidden {config.hidden}, {config.num_layers} layers, "
          f"{config.rounds} rounds × {config.local_epochs} local epochs ({config.rounds * config.local_epochs} "
-         f"epochs for every strategy); evaluation {config.eval_mode} every {config.eval_interval} epochs; seed "
-         f"{config.seed}; feature projection {config.feature_projection or 'off'}; feature norm "
+         f"epochs for every strategy); evaluation {config.eval_mode} every {config.eval_interval} epochs; seeds "
+         f"{', '.join(map(str, bench.seeds))}; feature projection {config.feature_projection or 'off'}; feature norm "
          f"{config.feature_norm}; defaults of TrainConfig otherwise."),
         "",
         ("Every strategy is evaluated on the same schedule, every "
@@ -410,8 +578,10 @@ def _write(bench: _Bench) -> None:
          "the training seconds until then (evaluation and process start-up excluded); `train_seconds` / "
          "`eval_seconds`: the whole run's training and evaluation seconds; `wall_s`: the whole launch."),
         "",
+        *_headline_section(bench),
         markdown_table(strategies, STRATEGY_COLUMNS),
         "",
+        *_seed_section(bench),
         "## Bytes and modelled network time",
         "",
         ("Bytes: training traffic sent per rank, as counted by `training.comm` (ring cost model for all_reduce / "

@@ -52,7 +52,7 @@ def _bench_train(args: argparse.Namespace) -> int:
 
     bench_train(args.datasets, args.k, args.strategies or TRAIN_STRATEGIES, Path(args.out),
                 config=config_from_args(args), partitioners=args.partitioners,
-                cache=Path(args.cache) if args.cache else None, keep_runs=args.keep_runs)
+                cache=Path(args.cache) if args.cache else None, keep_runs=args.keep_runs, seeds=args.seeds)
     print(f"wrote {args.out}/train.md, train.parquet and train_rounds.parquet")
     return 0
 
@@ -141,6 +141,8 @@ def register(sub, add_common) -> None:
                    choices=["asep", "2ps-hdrf", "hdrf", "hash", "metis"],
                    help="also train the default strategy (--reconcile) on partitions from each, at every k")
     q.add_argument("--keep-runs", action="store_true", help="keep every run directory under OUT/runs")
+    q.add_argument("--seeds", nargs="+", type=int, default=None,
+                   help="train every run once per seed and report the mean and range (default: --seed alone)")
     add_train_arguments(q)
     q.set_defaults(handler=_bench_train, command="bench")
 

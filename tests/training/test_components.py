@@ -225,3 +225,50 @@ def test_contrastive_training_on_the_full_graph_reuses_frozen_outputs_exactly():
     (cached, cached_calls), (recomputed, recomputed_calls) = results
     assert cached_calls == 1 and recomputed_calls == config.local_epochs
     assert torch.equal(cached, recomputed)
+
+
+@settings(deadline=None, max_examples=60)
+@given(st.integers(1, 50), st.integers(1, 12), st.integers(0, 80), st.integers(0, 60))
+def test_sync_segments_cover_the_round_one_step_at_a_time_in_the_warmup(total, every, first, warmup):
+    from training.local import sync_segments
+
+    segments = sync_segments(total, every, first, warmup)
+    assert sum(segments) == total and all(1 <= s <= max(every, 1) for s in segments)
+    start = first
+    for s in segments:
+        # Within the run's first `warmup` steps every step is reconciled; after it, segments
+        # are `every` long except the round's last.
+        assert s == 1 if start < warmup else s == min(every, first + total - start)
+        start += s
+
+
+def test_sync_warmup_is_validated():
+    with pytest.raises(ValueError, match="sync_warmup"):
+        TrainConfig(sync_warmup=-1)
+
+
+def test_control_variates_correct_each_gradient_by_the_global_minus_the_local_variate():
+    from training.reconcile import ControlVariates
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    cv = ControlVariates(model)
+    size = num_parameters(model)
+    c_local, c_global = torch.randn(size), torch.randn(size)
+    cv.update(c_local, c_global)
+    cv.begin()
+    grads = []
+    for _ in range(2):
+        model.zero_grad()
+        model(torch.randn(4, 3)).pow(2).sum().backward()
+        raw = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone()
+        cv.correct()
+        corrected = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        assert torch.allclose(corrected, raw + c_global - c_local)
+        grads.append(raw)
+    # The segment's new local variate: the mean raw gradient of its steps.
+    assert torch.allclose(cv.estimate(), (grads[0] + grads[1]) / 2)
+    state = cv.state_dict()
+    other = ControlVariates(model)
+    other.load_state_dict(state, "x.pt")
+    assert torch.equal(other.c_local, c_local) and torch.equal(other.c_global, c_global)

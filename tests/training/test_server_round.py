@@ -109,3 +109,24 @@ def test_sync_every_reconciles_within_rounds_of_equal_steps(cora_parts, tmp_path
     assert per_round == -(-2 * task.num_train // 128)  # two epochs of the (one-rank) training set
     assert len(calls) == config.rounds * -(-per_round // 4)
     assert [r["epoch"] for r in rows] == [2, 4, 6]
+
+
+@pytest.mark.slow  # ~40 s: three launches of 2 gloo ranks
+def test_scaffold_resume_equals_the_uninterrupted_run_and_its_variates_are_the_ranks_mean(cora_parts, tmp_path):
+    out = cora_parts(2)
+    config = dataclasses.replace(SMALL, reconcile="avg+scaffold", batch_size=256, fanouts=(5, 5), sync_every=3,
+                                 sync_warmup=1)
+    run_ranks(2, _args(out, tmp_path / "a", config))
+    run_ranks(2, _args(out, tmp_path / "b", dataclasses.replace(config, rounds=1)))
+    run_ranks(2, _args(out, tmp_path / "b", config, "--resume"))
+    assert torch.equal(global_weights(tmp_path / "a"), global_weights(tmp_path / "b"))
+    runs = RunDir(tmp_path / "a")
+    drift = [runs.load_rank(2, r)["drift"] for r in range(2)]
+    weights = [float(load_local_graph(out, [r]).train_mask.sum()) for r in range(2)]
+    mean = (weights[0] * drift[0]["c_local"] + weights[1] * drift[1]["c_local"]) / sum(weights)
+    assert torch.equal(drift[0]["c_global"], drift[1]["c_global"])
+    assert torch.allclose(drift[0]["c_global"], mean, atol=1e-6)
+    assert not torch.equal(drift[0]["c_local"], drift[1]["c_local"])
+    # The correction changed the trajectory.
+    run_ranks(2, _args(out, tmp_path / "c", dataclasses.replace(config, reconcile="avg")))
+    assert not torch.equal(global_weights(tmp_path / "a"), global_weights(tmp_path / "c"))

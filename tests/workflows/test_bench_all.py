@@ -16,7 +16,7 @@ def test_bench_all_quick_writes_every_part(tmp_path, capsys, monkeypatch):
     assert main(["bench", "all", "--quick", "--out", "report"]) == 0
     report = (out / "report.md").read_text()
     assert f"ASEPR ({DEFAULT_STRATEGY}) against the fully-decentralized baseline" in report
-    assert "| dataset | k | asepr MiB/epoch | fds MiB/epoch |" in report
+    assert "| dataset | k | seeds | centralized test@best val | asepr test@best val |" in report
     assert "asepr modelled s @10G" in report and "asepr test@best val" in report
     for name in ("train.md", "partition.md", "ingest/ingest.md"):
         assert (out / name).exists() and f"]({name})" in report

@@ -10,6 +10,8 @@
   added to local training (after MOON).
 * :mod:`~training.reconcile.correct`: ``corr``, correction steps of the global model on
   mini-batches with whole-graph neighbourhoods (after LLCG).
+* :mod:`~training.reconcile.scaffold`: ``scaffold``, control variates that correct
+  each local gradient towards the global objective (after SCAFFOLD).
 * :mod:`~training.reconcile.reconciler`: the order in which a round applies them.
 """
 
@@ -18,7 +20,8 @@ from training.reconcile.contrastive import contrastive_loss
 from training.reconcile.correct import GlobalCorrection
 from training.reconcile.distill import distill
 from training.reconcile.reconciler import Reconciler
+from training.reconcile.scaffold import ControlVariates
 from training.reconcile.server import SERVER_OPTIMIZERS, ServerOptimizer
 
-__all__ = ["SERVER_OPTIMIZERS", "GlobalCorrection", "Reconciler", "ServerOptimizer", "contrastive_loss", "distill",
+__all__ = ["SERVER_OPTIMIZERS", "ControlVariates", "GlobalCorrection", "Reconciler", "ServerOptimizer", "contrastive_loss", "distill",
            "weighted_average"]

@@ -3,6 +3,8 @@
 Every rank runs, on the same inputs, in this order:
 
 1. ``avg``: θ_avg, the weighted FedAvg of the local models (:func:`weighted_average`);
+   with ``scaffold`` the ranks' new control variates travel in the same buffer and
+   their weighted mean becomes the global one (:class:`ControlVariates`);
 2. the server optimiser (:class:`ServerOptimizer`): θ ← step(θ_global, θ_avg), which is
    θ_avg itself with the default ``fedavg`` at server learning rate 1;
 3. ``kd``: ensemble distillation of θ into the local models' mean output (:func:`distill`);
@@ -32,6 +34,7 @@ from training.models import num_parameters
 from training.reconcile.average import weighted_average
 from training.reconcile.correct import GlobalCorrection
 from training.reconcile.distill import distill
+from training.reconcile.scaffold import ControlVariates
 from training.reconcile.server import ServerOptimizer
 
 __all__ = ["Reconciler"]
@@ -47,7 +50,8 @@ class Reconciler:
     task
         The rank's task.
     model
-        A module of the run's architecture (copied as scratch space; never modified).
+        The rank's local model: copied as scratch space, and with ``scaffold`` the
+        model whose gradients :attr:`drift` corrects during local training.
     comm
         The process group.
     """
@@ -57,6 +61,7 @@ class Reconciler:
         self.server = ServerOptimizer(config.server_opt, config.server_lr, config.server_momentum,
                                       config.server_beta2, config.server_tau)
         self.correction = GlobalCorrection(task, config, model, comm) if config.uses_corr else None
+        self.drift = ControlVariates(model) if config.uses_scaffold else None
         self.scratch = copy.deepcopy(model)
 
     def __call__(self, global_flat: torch.Tensor, local_flat: torch.Tensor, weight: float,
@@ -78,7 +83,13 @@ class Reconciler:
             Whether this is the round's last synchronisation (``kd`` and ``corr`` run then only).
         """
         config = self.config
-        avg_flat = weighted_average(local_flat, weight, self.comm)
+        if self.drift is None:
+            avg_flat = weighted_average(local_flat, weight, self.comm)
+        else:
+            estimate = self.drift.estimate()
+            both = weighted_average(torch.cat([local_flat, estimate]), weight, self.comm)
+            avg_flat = both[: local_flat.numel()]
+            self.drift.update(estimate, both[local_flat.numel():])
         new_flat = self.server.step(global_flat, avg_flat)
         losses = {"kd_loss": float("nan"), "corr_loss": float("nan")}
         if config.uses_kd and end_of_round:
