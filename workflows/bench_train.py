@@ -64,7 +64,7 @@ __all__ = ["HEADLINE_COLUMNS", "LATENCY_S", "NETWORK_GBITS", "PARTITIONERS", "TR
 log = logging.getLogger(__name__)
 
 #: What `asepr bench train` compares by default ("fds" joins when requested).
-TRAIN_STRATEGIES = ["centralized", "avg", "avg+kd", "avg+con", "avg+kd+con"]
+TRAIN_STRATEGIES = ["centralized", "avg", "avg+kd", "avg+con", "avg+kd+con", "avg+corr", "avg+scaffold"]
 #: The partitioners `--partitioners` may name (the paper's comparison).
 PARTITIONERS = ["asep", "2ps-hdrf", "hdrf", "hash", "metis"]
 TARGET_FRACTION = 0.95

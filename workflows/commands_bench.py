@@ -134,7 +134,8 @@ def register(sub, add_common) -> None:
                    help="shared dataset names or input directories")
     q.add_argument("-k", nargs="+", type=int, default=[4, 8])
     q.add_argument("--strategies", nargs="+", default=None,
-                   help="centralized, avg, avg+kd, avg+con, avg+kd+con, fds (default: all but fds)")
+                   help="centralized, fds, or any --reconcile (default: centralized, avg, avg+kd, avg+con, "
+                        "avg+kd+con, avg+corr, avg+scaffold)")
     q.add_argument("--out", default="report")
     q.add_argument("--cache", help="where imported inputs and partitions are kept (default OUT/inputs)")
     q.add_argument("--partitioners", nargs="+", default=[],
