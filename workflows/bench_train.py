@@ -189,9 +189,11 @@ def _result(base: dict[str, Any], k: int, strategy: str, partitioner: str | None
             rows: list[dict[str, Any]], target: float | None, manifest: dict[str, Any] | None) -> dict[str, Any]:
     """One row of ``train.parquet``: the run's summary, data placement and partition quality."""
     info = RunDir(run_dir).read_run_info() or {}
-    rf = (manifest or {}).get("metrics", {}).get("replication_factor")
+    metrics = (manifest or {}).get("metrics", {})
+    rf = metrics.get("replication_factor")
     return {**base, "k": k, "strategy": strategy, "partitioner": partitioner or info.get("partition"),
             "wall_s": _wall(run_dir), "replication_factor": rf,
+            "label_entropy_mean": metrics.get("label_entropy_mean"),
             **{key: info.get(key) for key in PLACEMENT_KEYS}, **summarise_run(rows, target)}
 
 
@@ -527,9 +529,9 @@ STRATEGY_COLUMNS = ["dataset", "k", "strategy", "eval", "final_test", "test_at_b
                     "epochs to 95%", "s to 95%", "train_seconds", "eval_seconds", "wall_s"]
 NETWORK_COLUMNS = ["dataset", "k", "strategy", "MiB/rank/epoch", "max MiB/rank/epoch", "messages_per_epoch_max",
                    "eval MiB/rank/eval", "s to 95%", *(f"modelled s to 95% @{g}G" for g in NETWORK_GBITS)]
-PARTITIONER_COLUMNS = ["dataset", "k", "partitioner", "replication_factor", "final_test", "test_at_best_val",
-                       "epochs to 95%", "s to 95%", "modelled s to 95% @10G", "placement MiB/rank",
-                       "max placement MiB/rank", "MiB/rank/epoch"]
+PARTITIONER_COLUMNS = ["dataset", "k", "partitioner", "replication_factor", "label_entropy_mean", "final_test",
+                       "test_at_best_val", "epochs to 95%", "s to 95%", "modelled s to 95% @10G",
+                       "placement MiB/rank", "max placement MiB/rank", "MiB/rank/epoch"]
 
 
 def _seed_section(bench: _Bench) -> list[str]:
@@ -601,6 +603,8 @@ def _write(bench: _Bench) -> None:
             f"## Partitioners ({config.reconcile})",
             "",
             (f"The default strategy ({config.reconcile}) on partitions from each partitioner at the same k. "
+             "`label_entropy_mean`: the partitions' mean label entropy (bits; lower is more skewed, which is "
+             "what makes the local models heterogeneous). "
              "Data placement: the feature rows each rank loads once before training (its partitions' masters, "
              "replicas and halo copies) × the stored row bytes, mean and largest rank. `modelled s to 95% @10G`: "
              "modelled, as above."),
