@@ -4,12 +4,18 @@
 partition plus ``manifest.json`` (:func:`pipeline.store.write.partition_to_store`);
 ``inspect`` prints what an output holds; ``verify`` checks every invariant
 (:func:`pipeline.store.verify.verify_output`) and exits 1 on any violation.
+
+Before anything is written, ``partition`` prints its memory and disk plan
+(:mod:`pipeline.plan`) and refuses to start when the plan does not fit this machine,
+unless ``--ignore-plan``; ``--dry-run`` prints the plan and exits.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -17,9 +23,11 @@ from typing import Any
 
 from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
 from storage.errors import AseprError, InputError, format_problem
-from workflows.dask_client import add_dask_arguments, client_from_args
+from workflows.dask_client import add_dask_arguments, client_from_args, default_workers
 
 __all__ = ["config_from_args", "drift_text", "inspect_text", "metrics_table", "partition_table", "register"]
+
+log = logging.getLogger(__name__)
 
 # CLI flag (argparse dest) → PartitionConfig field.
 _CONFIG_FLAGS = {
@@ -61,6 +69,13 @@ def register(subparsers, add_common) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace a committed output (the old generation stays readable until the new commit)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the memory and disk plan (peak RSS per stage, bytes written) and exit")
+    p.add_argument("--ignore-plan", action="store_true",
+                   help="run even when the plan exceeds the available memory or the free disk")
+    p.add_argument("--plan-rf", type=float, default=None,
+                   help="plan with this replication factor (e.g. an earlier run's) instead of the "
+                        "upper bound of random hashing")
     add_dask_arguments(p)
     p.set_defaults(handler=_cmd_partition)
 
@@ -140,10 +155,33 @@ def progress_factory(args: argparse.Namespace):
     return bar
 
 
+def _plan(args: argparse.Namespace, config: PartitionConfig, halo: int):
+    """The run's memory and disk plan, for the Dask setup the flags ask for."""
+    from pipeline.plan import plan_partition
+
+    remote = bool(args.scheduler_address or args.scheduler_file or os.environ.get("DASK_SCHEDULER_ADDRESS"))
+    workers = default_workers() if args.workers is None else max(0, args.workers)
+    return plan_partition(args.input, args.out, config, halo=halo, workers=workers, remote=remote,
+                          replication_factor=args.plan_rf)
+
+
 def _cmd_partition(args: argparse.Namespace) -> int:
+    from pipeline.plan import check_plan, human_bytes
     from pipeline.store.write import partition_to_store
 
     config, halo = config_from_args(args)
+    # The plan comes first: nothing is written (no output or staging directory, no
+    # cluster started) before it is printed and checked.
+    plan = _plan(args, config, halo)
+    log.info("plan: peak memory %s (stage %s), disk %s; available memory %s, free disk %s",
+             human_bytes(plan.peak_bytes), plan.peak.name, human_bytes(plan.disk_bytes),
+             human_bytes(plan.free_memory), human_bytes(plan.free_disk))
+    if args.dry_run or not args.quiet:
+        print(plan.table(), flush=True)
+    if args.dry_run:
+        return 0
+    if not args.ignore_plan:
+        check_plan(plan)
     with client_from_args(args) as client:
         manifest = partition_to_store(
             args.input, args.out, config, halo=halo, client=client,

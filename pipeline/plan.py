@@ -1,0 +1,810 @@
+"""``pipeline.plan``: the memory and disk plan of an ``asepr partition`` run, before it starts.
+
+The plan is computed from |V| and |E| (``meta.json`` and the Parquet footers, never the
+edges themselves), k, the feature width d and the :class:`~pipeline.config.PartitionConfig`
+(algorithm, batch rows, k-means and projection settings), the halo and where the Dask
+tasks run. It gives, per stage, the peak resident memory of the driver process and of
+the local Dask workers, and the bytes the stage writes. ``asepr partition`` prints it
+and refuses to start when it does not fit (:func:`check_plan`) unless ``--ignore-plan``.
+
+The model
+---------
+A stage's peak is the arrays its code holds at its high-water mark (each stage's
+docstring below names them: ``itemsize × |V|`` per O(|V|) array, ``batch_rows`` times
+the bytes per row for per-batch buffers) plus the process baselines:
+
+* the driver's: its resident size when it plans (interpreter and imported modules) plus
+  the numba kernels a run loads, the scheduler and client of a local cluster, and one
+  edge stream (:func:`pipeline.stream.iter_edge_batches`: two batches queued, the
+  kernel's, the decoder's and the row group the Parquet reader holds);
+* each local worker process's, plus the arrays of the one task it runs
+  (``threads_per_worker=1``); with ``--workers 0`` the tasks run on threads of the
+  driver and their arrays add to the driver's. Pages of a memory-mapped spill file
+  that a task touched count as resident while it is mapped.
+
+The replication factor RF is unknown before the run. The plan takes random edge
+hashing's at the mean degree, ``k (1 - (1 - 1/k) ** (2|E|/|V|))``, which bounds
+hashing's own RF (the expression is concave in the degree) and lies above what the
+streaming algorithms reach, unless a known RF is given. RF sets the masters' counters,
+the node gather and the node rows of the stores.
+
+Disk: everything is staged under ``OUT/.asepr-staging/`` until the commit (edge
+partitions 2 B per edge, routed edges 16 B per edge row and halo copy, gathered node
+rows ``RF·|V|·(17 + 4d)``, the ``global_nid`` lists, the new stores, ``state.zarr``,
+the node map), so the output's filesystem needs their sum. The k-means spill
+``|V|·(4d' + 8)`` goes to the temporary directory and is removed before the staging
+grows. Store sizes use the compression ratios measured in :mod:`storage.partition_store`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from pipeline.assign.state import FIELDS
+from pipeline.config import PartitionConfig
+from pipeline.stages.kmeans import ASSIGN_ROWS
+from pipeline.store.route import EDGE_RECORD, node_record
+from storage.errors import AseprError, InputError, format_problem
+from storage.input import InputDir, open_input, open_parquet
+from storage.partition_store import CHUNK_BYTES
+from storage.schema import check_node_schema, feature_matrix
+
+__all__ = [
+    "InputSizes",
+    "RunPlan",
+    "StagePlan",
+    "check_plan",
+    "free_disk_bytes",
+    "free_memory_bytes",
+    "human_bytes",
+    "input_sizes",
+    "plan_partition",
+    "plan_run",
+    "planning_rf",
+    "process_baseline",
+]
+
+
+MIB = 1 << 20
+
+# --- process baselines (measured on the synthetic graphs: docs/results/plan) ----------------
+#: A fresh ``asepr partition`` driver before any O(|V|) array: the interpreter and every
+#: module the CLI imports, and the numba kernels a run loads. :func:`plan_partition`
+#: measures the running process instead (:func:`process_baseline`).
+DRIVER_BASE = 460 * MIB
+#: What a run adds to the planning process before its first O(|V|) array: the numba
+#: kernels it compiles or loads from the cache.
+KERNELS_BASE = 60 * MIB
+#: Added to the driver by a local cluster: the scheduler, the nannies and the client.
+SCHEDULER_BASE = 60 * MIB
+#: One local Dask worker process between tasks (interpreter, distributed, numpy, pyarrow, zarr).
+WORKER_BASE = 150 * MIB
+
+#: Edge batches resident in a stream: 2 queued (``prefetch``), the kernel's, the decoder's,
+#: and the row group the Parquet reader decoded.
+STREAM_BATCHES = 5
+#: Bytes of one decoded edge row: ``src`` and ``dst``, int64.
+EDGE_ROW = EDGE_RECORD.itemsize
+
+# As the stages read: k-means feature batches (pipeline.stages.attr_cluster), node batches
+# of the validator and the gather (storage.validate, pipeline.store.route), k-means rows
+# per statistics block, a finalizer's block of node rows (storage.partition_store).
+_KMEANS_BATCH_BYTES = 64 * MIB
+_KMEANS_BATCH_ROWS = 65_536
+_NODE_BATCH_BYTES = 16 * MIB
+_STATS_ROWS = 8 * ASSIGN_ROWS
+_STORE_BLOCK_BYTES = 64 * MIB
+#: ``sample_edges`` of the attribute lift (pipeline.stages.attr_lift).
+_LIFT_ROWS = 1 << 21
+
+# Compression ratios (raw / stored) of the store codecs, from storage.partition_store's
+# measurement; arrays it does not list take the ratio of the closest listed one.
+_RATIO = {"x": 1.08, "global_nid": 7.1, "indptr": 7.1, "indices": 1.53, "y": 19.6, "flags": 8.0,
+          "state": 2.0}
+#: ``node_map.parquet`` (zstd) per node: the sequential ids compress away, the part ids
+#: and part-local ids do not.
+_NODE_MAP_BYTES = 5.0
+
+
+def human_bytes(n: float) -> str:
+    """``n`` bytes as B, KiB, MiB (one decimal), GiB or TiB (two decimals)."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.{2 if unit == 'GiB' else 1}f} {unit}"
+        n /= 1024
+    return f"{n:.2f} TiB"
+
+
+# --- what the plan is computed from -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InputSizes:
+    """The sizes of an input, read from its ``meta.json`` and its Parquet footers.
+
+    Attributes
+    ----------
+    num_nodes, num_edges
+        |V| and |E| (edge rows).
+    feat_dim
+        d, the feature width.
+    edge_shards, node_shards
+        Shard counts.
+    max_edge_shard_rows, max_node_shard_rows
+        Rows of the largest shard of each kind (a task holds at most one shard).
+    undirected
+        ``meta.json``'s ``undirected``.
+    """
+
+    num_nodes: int
+    num_edges: int
+    feat_dim: int
+    edge_shards: int = 1
+    node_shards: int = 1
+    max_edge_shard_rows: int = 0
+    max_node_shard_rows: int = 0
+    undirected: bool = False
+
+    def __post_init__(self) -> None:
+        # Unknown shard sizes: one shard holds everything (the most a task can hold).
+        if self.max_edge_shard_rows <= 0:
+            object.__setattr__(self, "max_edge_shard_rows", self.num_edges)
+        if self.max_node_shard_rows <= 0:
+            object.__setattr__(self, "max_node_shard_rows", self.num_nodes)
+
+
+def _feat_dim_from_schema(source: InputDir) -> int:
+    """d from the first node shard whose schema (or first row, for ``list``) tells it."""
+    for shard in source.node_shards:
+        pf = open_parquet(shard)
+        layout, _, _ = check_node_schema(pf.schema_arrow, shard.url)
+        if layout.dim is not None:
+            return int(layout.dim)
+        for batch in pf.iter_batches(batch_size=1, columns=list(layout.columns)):
+            if batch.num_rows:
+                return int(feature_matrix(batch, layout).shape[1])
+    return 0
+
+
+def input_sizes(source: str | Path | InputDir, storage_options: dict | None = None) -> InputSizes:
+    """|V|, |E|, d and the shard sizes of an input, from metadata only.
+
+    The row counts come from the Parquet footers (one small read per shard), |V| from
+    ``meta.json`` when it records it, d from ``meta.json`` or the node schema. No edge
+    or feature row is read.
+
+    Parameters
+    ----------
+    source
+        The input directory, or one already opened (:func:`storage.input.open_input`).
+    storage_options
+        Passed to fsspec.
+
+    Returns
+    -------
+    InputSizes
+    """
+    source = open_input(source, storage_options)
+    edge_rows = [open_parquet(s).metadata.num_rows for s in source.edge_shards]
+    node_rows = [open_parquet(s).metadata.num_rows for s in source.node_shards]
+    num_nodes = source.num_nodes if source.num_nodes is not None else sum(node_rows)
+    feat_dim = source.meta.get("feat_dim") or _feat_dim_from_schema(source)
+    return InputSizes(
+        num_nodes=int(num_nodes), num_edges=int(sum(edge_rows)), feat_dim=int(feat_dim),
+        edge_shards=len(edge_rows), node_shards=len(node_rows),
+        max_edge_shard_rows=max(edge_rows, default=0), max_node_shard_rows=max(node_rows, default=0),
+        undirected=source.undirected,
+    )
+
+
+def planning_rf(num_nodes: int, num_edges: int, num_parts: int) -> float:
+    """The RF the plan assumes: random edge hashing's at the mean degree ``2|E|/|V|``.
+
+    ``k (1 - (1 - 1/k) ** mean_degree)``, at least 1. Hashing's expected RF is concave
+    in the degree, so this bounds its RF over any degree sequence of that mean; the
+    streaming algorithms replicate less than hashing.
+    """
+    if num_nodes <= 0 or num_parts <= 1:
+        return 1.0
+    mean_degree = 2.0 * num_edges / num_nodes
+    return max(1.0, num_parts * (1.0 - (1.0 - 1.0 / num_parts) ** mean_degree))
+
+
+# --- the plan ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One stage of the plan.
+
+    Attributes
+    ----------
+    name
+        The stage, as the run's timings name it.
+    driver
+        Peak resident bytes of the driver process during the stage (baseline included).
+    workers
+        Peak resident bytes of all local Dask worker processes together (0 without any).
+    written
+        Bytes the stage writes (spills, stores, the node map, the state).
+    """
+
+    name: str
+    driver: int
+    workers: int
+    written: int
+
+    @property
+    def peak(self) -> int:
+        """Driver and local workers together."""
+        return self.driver + self.workers
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """The plan of one run: its stages, its disk needs and the free resources.
+
+    Attributes
+    ----------
+    sizes
+        The input's sizes.
+    config
+        The effective configuration planned.
+    stages
+        One :class:`StagePlan` per stage, in run order.
+    replication_factor
+        The RF assumed; ``rf_source`` says where it came from.
+    workers, threads, remote
+        Local worker processes (0: tasks on ``threads`` driver threads), or tasks on a
+        remote cluster (not planned here).
+    spill_bytes
+        The k-means spill in the temporary directory ``spill_dir``.
+    staging_bytes
+        Everything staged under the output until the commit (its disk peak).
+    committed_bytes
+        What stays after the commit: the stores, ``state.zarr`` and the node map.
+    free_memory, free_disk, free_spill_disk
+        Available memory, free disk of the output's and of the temporary directory's
+        filesystems (None until :meth:`with_resources`).
+    """
+
+    sizes: InputSizes
+    config: PartitionConfig
+    stages: tuple[StagePlan, ...]
+    replication_factor: float
+    rf_source: str
+    workers: int
+    threads: int
+    remote: bool
+    halo: int
+    spill_bytes: int
+    staging_bytes: int
+    committed_bytes: int
+    out: str | None = None
+    spill_dir: str | None = None
+    free_memory: int | None = None
+    free_disk: int | None = None
+    free_spill_disk: int | None = None
+    same_filesystem: bool = True
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def peak(self) -> StagePlan:
+        """The stage with the largest resident total."""
+        return max(self.stages, key=lambda s: s.peak)
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.peak.peak
+
+    @property
+    def written_bytes(self) -> int:
+        return sum(s.written for s in self.stages)
+
+    @property
+    def disk_bytes(self) -> int:
+        """Disk the run needs on the output's filesystem (and the spill, when it shares it)."""
+        return max(self.staging_bytes, self.spill_bytes) if self.same_filesystem else self.staging_bytes
+
+    def with_resources(self, out: str | Path, spill_dir: str | None = None) -> RunPlan:
+        """This plan with the free memory and disk of this machine filled in."""
+        spill_dir = spill_dir or tempfile.gettempdir()
+        out_dev, spill_dev = _device(out), _device(spill_dir)
+        return replace(
+            self, out=str(out), spill_dir=spill_dir, free_memory=free_memory_bytes(),
+            free_disk=free_disk_bytes(out), free_spill_disk=free_disk_bytes(spill_dir),
+            same_filesystem=out_dev is not None and out_dev == spill_dev,
+        )
+
+    def shortfalls(self) -> list[str]:
+        """What does not fit: each need next to what is free (empty when it all fits)."""
+        found = []
+        if self.free_memory is not None and self.peak_bytes > self.free_memory:
+            found.append(f"a peak memory of {human_bytes(self.peak_bytes)} (stage {self.peak.name}) "
+                         f"with {human_bytes(self.free_memory)} available")
+        if self.free_disk is not None and self.disk_bytes > self.free_disk:
+            found.append(f"{human_bytes(self.disk_bytes)} of disk (spills, stores, state, node map) "
+                         f"with {human_bytes(self.free_disk)} free at {self.out}")
+        if (not self.same_filesystem and self.free_spill_disk is not None
+                and self.spill_bytes > self.free_spill_disk):
+            found.append(f"{human_bytes(self.spill_bytes)} of k-means spill with "
+                         f"{human_bytes(self.free_spill_disk)} free at {self.spill_dir}")
+        return found
+
+    def table(self) -> str:
+        """The plan as printed by ``asepr partition`` (and ``--dry-run``)."""
+        return _table(self)
+
+
+def _table(plan: RunPlan) -> str:
+    s, c = plan.sizes, plan.config
+    if plan.remote:
+        where = "tasks on a remote Dask cluster (not planned here)"
+    elif plan.workers:
+        where = f"{plan.workers} local worker process(es)"
+    else:
+        where = f"tasks on {plan.threads} thread(s) of this process"
+    lines = [
+        f"plan: {s.num_nodes:,} nodes, {s.num_edges:,} edges, d = {s.feat_dim} (float32), k = {c.num_parts}, "
+        f"{c.algo}, halo {plan.halo}, batch rows {c.batch_rows:,}; {where}",
+        f"  RF planned {plan.replication_factor:.2f} ({plan.rf_source})",
+        f"  {'stage':24s} {'driver':>10s} {'workers':>10s} {'peak RSS':>10s} {'written':>10s}",
+    ]
+    for st in plan.stages:
+        lines.append(f"  {st.name:24s} {human_bytes(st.driver):>10s} {human_bytes(st.workers):>10s} "
+                     f"{human_bytes(st.peak):>10s} {human_bytes(st.written):>10s}")
+    lines.append(f"  {'total':24s} {'':>10s} {'':>10s} {human_bytes(plan.peak_bytes):>10s} "
+                 f"{human_bytes(plan.written_bytes):>10s}")
+    lines.append(f"  peak memory {human_bytes(plan.peak_bytes)} (stage {plan.peak.name}); disk "
+                 f"{human_bytes(plan.staging_bytes)} staged under the output until the commit, "
+                 f"{human_bytes(plan.committed_bytes)} committed; k-means spill {human_bytes(plan.spill_bytes)}")
+    if plan.free_memory is not None:
+        spill = "" if plan.same_filesystem else (
+            f"; free disk {human_bytes(plan.free_spill_disk)} at {plan.spill_dir} (k-means spill)")
+        lines.append(f"  available memory {human_bytes(plan.free_memory)}; free disk "
+                     f"{human_bytes(plan.free_disk)} at {plan.out}{spill}")
+        short = plan.shortfalls()
+        lines.append("  does not fit: " + "; ".join(short) if short else "  fits this machine")
+    lines += [f"  note: {n}" for n in plan.notes]
+    return "\n".join(lines)
+
+
+# --- the stages -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Need:
+    """What a stage holds and writes.
+
+    ``driver``: the driver's arrays; ``task``: one task's arrays, for ``tasks`` tasks;
+    ``written``: bytes written, of which ``kept`` stay after the commit and
+    ``removed`` are deleted before the write stages; ``spill``: written to the
+    temporary directory instead of the staging directory.
+    """
+
+    driver: float = 0.0
+    task: float = 0.0
+    tasks: int = 0
+    written: float = 0.0
+    kept: float = 0.0
+    removed: float = 0.0
+    spill: bool = False
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """The quantities the stage formulas use (all counts, not bytes)."""
+
+    n: int          # |V|
+    e: int          # |E|
+    k: int
+    epsilon: float
+    d: int          # feature width
+    d_emb: int      # d' = k-means width (projected or not)
+    b: int          # edge batch rows (capped by the largest edge shard)
+    rf: float
+    halo_copies: float  # halo copies per edge, at most (0, 1, or 2 for undirected inputs)
+    n_s: int        # rows of the largest node shard
+    e_s: int        # rows of the largest edge shard
+    node_shards: int
+    edge_shards: int
+
+    @property
+    def words(self) -> int:
+        """W = ceil(k / 64) replica words per vertex."""
+        return (self.k + 63) // 64
+
+    @property
+    def n_p(self) -> float:
+        """Nodes of one partition: RF·|V|/k, at most |V|."""
+        return min(self.n, self.rf * self.n / self.k)
+
+    @property
+    def e_p(self) -> float:
+        """Edge rows of one partition: the cap ``(1 + eps)|E|/k`` plus its halo copies."""
+        return math.ceil((1.0 + self.epsilon) * self.e / self.k) * (1.0 + self.halo_copies)
+
+    @property
+    def stream(self) -> float:
+        """One edge stream's batches (:data:`STREAM_BATCHES` of ``b`` rows)."""
+        return STREAM_BATCHES * EDGE_ROW * self.b
+
+
+def _held(run: PartitionConfig, s: _Shape) -> float:
+    """O(|V|) arrays the driver keeps from ② on: ``degree`` int64 and ``attr_cluster_id``
+    int32; with communities (asep, 2ps-*) also ``community_id`` and ``volume`` int64 and
+    the mapping's ``community_part`` int32."""
+    return 12 * s.n + (20 * s.n if run.uses_communities else 0)
+
+
+def _validate(run: PartitionConfig, s: _Shape) -> _Need:
+    """storage.validate: node pass ``seen`` bool[N] + one node batch (16 MiB of features,
+    their ``isfinite`` mask, ids, labels); edge pass ``degree`` int64[N] + one
+    ``bincount`` int64[N] + the batch and its range masks (no prefetch)."""
+    node_rows = min(s.n_s, max(1024, min(run.batch_rows, _NODE_BATCH_BYTES // (4 * max(1, s.d)))))
+    node_pass = s.n + 2 * node_rows * (5 * s.d + 17)
+    edge_pass = 16 * s.n + 2 * EDGE_ROW * s.b + 4 * s.b
+    return _Need(driver=max(node_pass, edge_pass))
+
+
+def _degrees(s: _Shape) -> _Need:
+    """pipeline.stages.degrees: a shard task holds ``degree`` int64[N], a ``bincount``
+    int64[N] and a batch with its concatenated ids; a tree-sum task two vectors and their
+    sum; the driver receives the sum (and its deserialised copy)."""
+    return _Need(driver=16 * s.n, task=24 * s.n + 2 * EDGE_ROW * s.b, tasks=s.edge_shards)
+
+
+def _kmeans(run: PartitionConfig, s: _Shape) -> _Need:
+    """pipeline.stages.attr_cluster: an embed task maps its shard's spill (``float32
+    [n_s, d']`` + ``int64 [n_s]`` ids, dirty pages) and embeds a batch in float64; a pass
+    task maps the spill and sums one block; a labels task returns ``int64`` ids and
+    ``int32`` labels of its shard. The driver holds ``degree``, receives every shard's
+    ids and labels (12 B per node), and scatters them into ``attr_cluster_id`` int32[N]
+    with a ``seen`` bool[N]. A column's clusters: the same labels, no spill."""
+    rows = min(s.n_s, max(1, min(_KMEANS_BATCH_ROWS, _KMEANS_BATCH_BYTES // (8 + 4 * s.d))))
+    embed = s.n_s * (4 * s.d_emb + 8) + rows * (8 + 12 * s.d + 21 * s.d_emb)
+    stats = s.n_s * 4 * s.d_emb + _STATS_ROWS * (12 * s.d_emb + 24 * run.attr_clusters + 24)
+    labels = s.n_s * (4 * s.d_emb + 12)
+    driver = 8 * s.n + 12 * s.n + 5 * s.n + 8 * s.n_s
+    if run.attr_column:
+        return _Need(driver=driver, task=12 * s.n_s + 2 * 16 * min(s.n_s, run.batch_rows), tasks=s.node_shards)
+    return _Need(driver=driver, task=max(embed, stats, labels), tasks=s.node_shards,
+                 written=s.n * (4 * s.d_emb + 8), spill=True)
+
+
+def _clustering(run: PartitionConfig, s: _Shape) -> _Need:
+    """pipeline.stages.struct_cluster: ``ClusterState.rows`` int64[N, 4] (32 B per node),
+    then the ``community`` and ``volume`` copies int64[N] while the rows live; the
+    published 2PS-L rule starts from three more int64/int32 [N] arrays. ASEP first
+    measures the attribute lift on a 2M-edge prefix (one batch, no prefetch)."""
+    held = 12 * s.n
+    if run.algo == "metis":
+        # pipeline.stages.metis, in memory: src/dst lists and their concatenations, both
+        # directions, the unique sorted keys and the CSR: about 16 int64 per edge row,
+        # plus METIS's own copy of the graph.
+        return _Need(driver=held + 128 * s.e + 48 * s.e + 16 * s.n)
+    published = not run.uses_attributes
+    start = 20 * s.n if published else 8 * s.n
+    return _Need(driver=held + 32 * s.n + max(start, 16 * s.n) + s.stream)
+
+
+def _mapping(s: _Shape) -> _Need:
+    """pipeline.stages.mapping: ``group`` int64[N]; the lexsort over the live communities
+    (at most N: ``live``, three int64 keys, the order and its gather, 48 B each); then
+    ``part_of`` int32[N] and the homes' ``vertex_part`` int32, ``has`` bool and three
+    gathers (29 B per node); then the per-vertex steering: ``vertex_part`` int32,
+    ``vertex_volume`` int64, ``vertex_home`` int32."""
+    return _Need(driver=28 * s.n + 8 * s.n + max(48 * s.n, 8 * s.n + 29 * s.n))
+
+
+def _assignment(run: PartitionConfig, s: _Shape) -> _Need:
+    """pipeline.assign: ``AssignState.vstate`` int64[N, stride] (stride 8 words up to
+    k = 192: 64 B per node), the steering arrays (16 B per node) until it is built, and
+    at the end the contiguous ``replicas`` uint64[N, W]; the stream, the ``int16`` output
+    and its bytes. Two-phase baselines also write (and remove) a first-phase file."""
+    width = s.words + FIELDS
+    stride = 8 if width <= 8 else -(-width // 8) * 8
+    steering = 16 * s.n if run.uses_communities or run.algo == "metis" else 0
+    driver = _held(run, s) + 8 * stride * s.n + max(steering, 8 * s.words * s.n) + s.stream + 4 * s.b
+    first_phase = 2 * s.e if run.algo in ("2ps-l", "2ps-hdrf") else 0
+    return _Need(driver=driver, written=2 * s.e + first_phase, removed=first_phase)
+
+
+def _masters(run: PartitionConfig, s: _Shape) -> _Need:
+    """pipeline.stages.masters: ``replicas`` uint64[N, W], ``offsets`` int64[N+1], the
+    ``popcounts`` int64[N] and then one int64 counter per replica (8·RF·N) and
+    ``master`` int32[N]; the assigned stream adds each batch's ``int16`` partitions."""
+    held = _held(run, s) + 8 * s.words * s.n + 8 * s.n
+    return _Need(driver=held + max(8 * s.n, 8 * s.rf * s.n + 4 * s.n) + s.stream + 2 * s.b)
+
+
+def _metrics(run: PartitionConfig, s: _Shape) -> _Need:
+    """pipeline.stages.metrics: ``replicas``, ``master`` int32, ``labels`` int64[N] read
+    from the node shards, the ``attr`` int64 copy and the ``any`` masks."""
+    held = _held(run, s) + 8 * s.words * s.n + 4 * s.n
+    return _Need(driver=held + max(s.stream, 8 * s.n + 8 * s.n + (s.words + 1) * s.n))
+
+
+def _state(run: PartitionConfig, s: _Shape) -> _Need:
+    """pipeline.store.continuation: the finished assignment (``replicas``, ``master``,
+    ``labels``) written to ``state.zarr`` chunk by chunk, and ``master.npy``."""
+    arrays = _held(run, s) + 8 * s.words * s.n + 12 * s.n
+    state = arrays / _RATIO["state"]
+    return _Need(driver=arrays + 4 * CHUNK_BYTES, written=state + 4 * s.n, kept=state)
+
+
+def _route(s: _Shape) -> _Need:
+    """pipeline.store.route: a task maps its shard's ``int16`` partitions and holds a
+    batch as Arrow columns, ``EDGE_RECORD`` records, ``int64`` partitions, the argsort
+    and the grouped records (66 B per row); a halo also maps ``master`` int32[N] and
+    groups the copies. Each edge row is written once, plus its halo copies."""
+    task = 2 * s.e_s + 66 * s.b
+    if s.halo_copies:
+        task += 4 * s.n + 57 * s.b * s.halo_copies
+    return _Need(task=task, tasks=s.edge_shards, written=EDGE_ROW * s.e * (1 + s.halo_copies))
+
+
+def _finalize_edges(s: _Shape) -> _Need:
+    """pipeline.store.finalize.finalize_edges, per partition: its routed records, read
+    and concatenated (32 B per edge row), then ``src``/``dst`` and their part-local ids;
+    the mapped ``master`` int32[N] and its comparison, ``present`` bool[N],
+    ``local_of_global`` int64[N]; ``global_nid``, ``indptr``, the counts (24 B per node)."""
+    task = 32 * s.e_p + 14 * s.n + 24 * s.n_p
+    stores = s.k * (s.n_p * (8 / _RATIO["global_nid"] + 8 / _RATIO["indptr"] + 1 / _RATIO["flags"])
+                    + s.e_p * (4 / _RATIO["indices"] + (1 / _RATIO["flags"] if s.halo_copies else 0)))
+    return _Need(task=task, tasks=s.k, written=stores + s.k * 8 * s.n_p, kept=stores)
+
+
+def _gather_nodes(s: _Shape) -> _Need:
+    """pipeline.store.route.gather_node_shard: the k mapped ``global_nid`` lists (the
+    pages of the task's id range: 8·RF B per node row) and one node batch (16 MiB of
+    features) with one partition's records. Writes ``RF·|V|`` node records."""
+    record = node_record(s.d).itemsize
+    rows = min(s.n_s, max(1024, min(1 << 20, _NODE_BATCH_BYTES // max(1, 4 * s.d))))
+    task = 8 * s.rf * s.n_s + rows * (2 * record + 24)
+    return _Need(task=task, tasks=s.node_shards, written=s.rf * s.n * record)
+
+
+def _finalize_nodes(s: _Shape) -> _Need:
+    """pipeline.store.finalize.finalize_nodes, per partition: the row index (``files``
+    int32, ``records`` and ``local`` int64, concatenated from pieces: 40 B per row),
+    ``order`` int64, ``y`` int64 and ``split`` int8; one block of node records (64 MiB
+    of features), its contiguous ``x`` and the mapped spill pages it reads."""
+    record = node_record(s.d).itemsize
+    chunk_rows = max(1, CHUNK_BYTES // (4 * max(1, s.d)))
+    block_rows = chunk_rows * max(1, _STORE_BLOCK_BYTES // (chunk_rows * 4 * max(1, s.d)))
+    block = min(s.n_p, block_rows)
+    task = s.n_p * (40 + 8 + 9) + block * (2 * record + 4 * s.d)
+    stores = s.k * s.n_p * (4 * s.d / _RATIO["x"] + 8 / _RATIO["y"] + 1 / _RATIO["flags"])
+    return _Need(task=task, tasks=s.k, written=stores, kept=stores)
+
+
+def _node_map(s: _Shape) -> _Need:
+    """pipeline.store.commit.write_node_map: ``master_part`` and ``part_local`` int64[N],
+    one store's ``global_nid``/``is_master``/masters at a time, 1M-row Parquet tables."""
+    node_map = _NODE_MAP_BYTES * s.n
+    return _Need(driver=16 * s.n + 9 * s.n_p + 16 * s.n / s.k + 48 * MIB, written=node_map, kept=node_map)
+
+
+def _stage_needs(run: PartitionConfig, s: _Shape) -> list[tuple[str, _Need]]:
+    """The stages of a partition run, in order, with what each holds."""
+    clustering = run.uses_communities or run.algo == "metis"
+    needs = [("validate", _validate(run, s)), ("degrees", _degrees(s)),
+             ("attribute clustering", _kmeans(run, s))]
+    if clustering:
+        name = "metis" if run.algo == "metis" else "structural clustering"
+        needs.append((name, _clustering(run, s)))
+    if run.uses_communities:
+        needs.append(("mapping", _mapping(s)))
+    needs += [("assignment", _assignment(run, s)), ("masters", _masters(run, s)),
+              ("metrics", _metrics(run, s)), ("state", _state(run, s)), ("route", _route(s)),
+              ("finalize edges", _finalize_edges(s)), ("gather nodes", _gather_nodes(s)),
+              ("finalize nodes", _finalize_nodes(s)), ("node map", _node_map(s))]
+    return needs
+
+
+def _compose(name: str, need: _Need, *, base: int, workers: int, threads: int, remote: bool) -> StagePlan:
+    """Baselines plus arrays: where the tasks of a stage run decides who holds them."""
+    driver = base + (SCHEDULER_BASE if workers or remote else 0) + need.driver
+    pool = 0.0
+    if workers and not remote:
+        pool = workers * WORKER_BASE + min(workers, need.tasks) * need.task
+    elif not remote:
+        driver += min(threads, need.tasks) * need.task
+    return StagePlan(name=name, driver=int(driver), workers=int(pool), written=int(need.written))
+
+
+def plan_run(
+    sizes: InputSizes,
+    config: PartitionConfig,
+    *,
+    halo: int = 0,
+    workers: int = 0,
+    threads: int | None = None,
+    remote: bool = False,
+    replication_factor: float | None = None,
+    driver_base: int | None = None,
+) -> RunPlan:
+    """The plan of partitioning an input of ``sizes`` with ``config`` (no I/O).
+
+    Parameters
+    ----------
+    sizes
+        |V|, |E|, d and the shard sizes (:func:`input_sizes`).
+    config
+        The configuration; planned as the run resolves it (``effective()``).
+    halo
+        0 or 1 (``--halo``): 1 plans one halo copy per edge row (two for undirected
+        inputs), the most there can be.
+    workers
+        Local Dask worker processes; 0 runs the tasks on ``threads`` driver threads.
+    threads
+        Threads of the local scheduler with ``workers = 0`` (default: the CPU count).
+    remote
+        The tasks run on a remote cluster: only the driver is planned.
+    replication_factor
+        A known RF (from an earlier run); default :func:`planning_rf`.
+    driver_base
+        The driver process's resident bytes before the run (default
+        :data:`DRIVER_BASE`, a fresh ``asepr`` process).
+
+    Returns
+    -------
+    RunPlan
+    """
+    run = config.effective()
+    undirected = sizes.undirected if run.undirected is None else bool(run.undirected)
+    if replication_factor is None:
+        rf, rf_source = planning_rf(sizes.num_nodes, sizes.num_edges, run.num_parts), \
+            "random hashing at the mean degree, an upper bound for the streaming algorithms"
+    elif not 1.0 <= replication_factor <= max(1, run.num_parts):
+        raise InputError(format_problem("--plan-rf", f"a replication factor in [1, k = {run.num_parts}]",
+                                        repr(replication_factor)))
+    else:
+        rf, rf_source = float(replication_factor), "given"
+    d = max(1, sizes.feat_dim)
+    d_emb = run.projection_dim if d > run.projection_threshold else d
+    shape = _Shape(
+        n=sizes.num_nodes, e=sizes.num_edges, k=run.num_parts, epsilon=run.epsilon, d=d, d_emb=d_emb,
+        b=min(run.batch_rows, max(1, sizes.max_edge_shard_rows)), rf=rf,
+        halo_copies=(2.0 if undirected else 1.0) if halo else 0.0,
+        n_s=max(1, sizes.max_node_shard_rows), e_s=max(1, sizes.max_edge_shard_rows),
+        node_shards=max(1, sizes.node_shards), edge_shards=max(1, sizes.edge_shards),
+    )
+    threads = threads or os.cpu_count() or 1
+    needs = _stage_needs(run, shape)
+    base = DRIVER_BASE if driver_base is None else int(driver_base)
+    stages = tuple(_compose(name, need, base=base, workers=workers, threads=threads, remote=remote)
+                   for name, need in needs)
+    spill = sum(need.written for _, need in needs if need.spill)
+    # Everything staged coexists until the commit, but for what a stage removes itself.
+    staging = sum(need.written - need.removed for _, need in needs if not need.spill)
+    committed = sum(need.kept for _, need in needs)
+    notes = []
+    if run.algo == "metis":
+        notes.append("metis partitions in memory; its own working memory is estimated, not derived")
+    if remote:
+        notes.append("the Dask workers are remote: their memory is not part of this machine's plan")
+    return RunPlan(
+        sizes=sizes, config=run, stages=stages, replication_factor=rf, rf_source=rf_source,
+        workers=0 if remote else workers, threads=threads, remote=remote, halo=int(halo),
+        spill_bytes=int(spill), staging_bytes=int(staging), committed_bytes=int(committed), notes=tuple(notes),
+    )
+
+
+def plan_partition(
+    source: str | Path | InputDir,
+    out: str | Path,
+    config: PartitionConfig,
+    *,
+    halo: int = 0,
+    workers: int = 0,
+    remote: bool = False,
+    replication_factor: float | None = None,
+    spill_dir: str | None = None,
+    storage_options: dict | None = None,
+) -> RunPlan:
+    """The plan of ``asepr partition SOURCE OUT`` on this machine, with its free resources.
+
+    Reads only ``meta.json`` and the Parquet footers of ``source``, and writes nothing.
+
+    Parameters
+    ----------
+    source
+        The input directory (or an opened :class:`~storage.input.InputDir`).
+    out
+        The output directory (it need not exist): its filesystem's free disk is checked.
+    config, halo, workers, remote, replication_factor
+        As :func:`plan_run`; ``config`` is resolved against the input's ``meta.json``.
+    spill_dir
+        Where the k-means spill goes (default: the system temporary directory).
+
+    Returns
+    -------
+    RunPlan
+    """
+    source = open_input(source, storage_options)
+    sizes = input_sizes(source)
+    plan = plan_run(sizes, config.resolved(source), halo=halo, workers=workers, remote=remote,
+                    replication_factor=replication_factor, driver_base=process_baseline())
+    return plan.with_resources(out, spill_dir)
+
+
+# --- the resources and the check ----------------------------------------------------------------
+
+
+def _existing(path: str | Path) -> Path:
+    """``path`` or its nearest existing ancestor (an output directory may not exist yet)."""
+    p = Path(path).absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def _device(path: str | Path) -> int | None:
+    try:
+        return os.stat(_existing(path)).st_dev
+    except OSError:
+        return None
+
+
+def process_baseline() -> int:
+    """The driver's baseline if this process runs the partitioning: its resident bytes
+    now plus :data:`KERNELS_BASE`."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss) + KERNELS_BASE
+
+
+def free_disk_bytes(path: str | Path) -> int:
+    """Free bytes (for an unprivileged writer) on the filesystem that holds ``path``."""
+    return int(shutil.disk_usage(_existing(path)).free)
+
+
+def _cgroup_free() -> int | None:
+    """What the cgroup (v2) memory limit leaves, when one is set."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit == "max":
+            return None
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text().strip())
+        return max(0, int(limit) - used)
+    except (OSError, ValueError):
+        return None
+
+
+def free_memory_bytes() -> int:
+    """Memory available to a new run: the kernel's ``MemAvailable``, capped by a cgroup limit."""
+    import psutil
+
+    available = int(psutil.virtual_memory().available)
+    limit = _cgroup_free()
+    return available if limit is None else min(available, limit)
+
+
+def check_plan(plan: RunPlan) -> None:
+    """Refuse a run whose plan does not fit this machine (:meth:`RunPlan.shortfalls`).
+
+    Raises
+    ------
+    AseprError
+        The planned peak memory exceeds the available memory, or the planned disk
+        exceeds the free disk of the output's (or the spill's) filesystem. The message
+        names what is needed, what is free, and ``--ignore-plan``.
+    """
+    found = plan.shortfalls()
+    if found:
+        raise AseprError(
+            format_problem(
+                f"asepr partition {plan.out}: the memory and disk plan",
+                "a run that fits the available memory and the free disk",
+                "; ".join(found),
+                "free memory or disk, lower --workers or --batch-rows, write to a larger filesystem "
+                "(TMPDIR for the spill), or pass --ignore-plan to run anyway.",
+            )
+        )

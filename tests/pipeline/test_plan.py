@@ -1,0 +1,162 @@
+"""``pipeline.plan``: the memory and disk plan, and ``asepr partition``'s check of it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import pipeline.plan as plan_module
+from pipeline.config import PartitionConfig
+from pipeline.inputs.synth import SynthConfig, generate
+from pipeline.plan import InputSizes, RunPlan, human_bytes, input_sizes, plan_partition, plan_run
+from storage.errors import InputError
+from storage.manifest import read_manifest
+from tests.storage.helpers import write_input
+from workflows.cli import main
+
+
+def _sizes(num_nodes: int, num_edges: int, **kw) -> InputSizes:
+    # Fixed shard sizes, so only |V| and |E| change between plans.
+    kw = {"feat_dim": 32, "max_edge_shard_rows": 1_000_000, "max_node_shard_rows": 1_000_000,
+          "edge_shards": max(1, num_edges // 1_000_000), "node_shards": max(1, num_nodes // 1_000_000), **kw}
+    return InputSizes(num_nodes=num_nodes, num_edges=num_edges, **kw)
+
+
+def _stage(plan: RunPlan, name: str):
+    return next(s for s in plan.stages if s.name == name)
+
+
+def _plans(points, make):
+    return [make(x) for x in points]
+
+
+def _assert_linear(values, points, rel=1e-6):
+    slope_a = (values[1] - values[0]) / (points[1] - points[0])
+    slope_b = (values[2] - values[1]) / (points[2] - points[1])
+    assert slope_a > 0
+    assert slope_b == pytest.approx(slope_a, rel=rel, abs=4 / (points[1] - points[0]))
+    return slope_a
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_per_edge_parts_grow_linearly_with_edges(workers):
+    edges = [20_000_000, 40_000_000, 60_000_000]
+    config = PartitionConfig(num_parts=16)
+    plans = _plans(edges, lambda e: plan_run(_sizes(2_000_000, e), config, workers=workers, threads=2,
+                                             replication_factor=3.0))
+    # Routed edges are 16 bytes (src, dst int64) per edge row, the assignment 2 (int16).
+    assert _assert_linear([_stage(p, "route").written for p in plans], edges) == pytest.approx(16, abs=1e-6)
+    assert _assert_linear([_stage(p, "assignment").written for p in plans], edges) == pytest.approx(2, abs=1e-6)
+    # A partition's CSR task holds its edge rows: grows with |E|/k.
+    finalize = [_stage(p, "finalize edges") for p in plans]
+    _assert_linear([s.workers if workers else s.driver for s in finalize], edges)
+    # Everything staged until the commit grows linearly too (RF held fixed).
+    _assert_linear([p.staging_bytes for p in plans], edges)
+    # The O(|V|) state does not depend on |E|.
+    assert len({_stage(p, "assignment").driver for p in plans}) == 1
+
+
+def test_state_grows_linearly_with_nodes():
+    # Past the sizes where a stage's peak moves from its per-batch buffers to its
+    # O(|V|) arrays (metrics: the stream, then the labels), every peak is linear.
+    nodes = [10_000_000, 20_000_000, 30_000_000]
+    config = PartitionConfig(num_parts=16)
+    plans = _plans(nodes, lambda n: plan_run(_sizes(n, 50_000_000), config, workers=2, replication_factor=3.0))
+    for name in ("validate", "structural clustering", "mapping", "assignment", "masters", "metrics", "state",
+                 "node map"):
+        _assert_linear([_stage(p, name).driver for p in plans], nodes)
+    for name in ("degrees", "finalize edges", "finalize nodes"):
+        _assert_linear([_stage(p, name).workers for p in plans], nodes)
+    # The packed assignment row alone is 64 bytes per vertex up to k = 192.
+    assert _assert_linear([_stage(p, "assignment").driver for p in plans], nodes) >= 64
+    wide = _plans(nodes, lambda n: plan_run(_sizes(n, 50_000_000), PartitionConfig(num_parts=512), workers=2,
+                                            replication_factor=3.0))
+    assert (_assert_linear([_stage(p, "assignment").driver for p in wide], nodes)
+            > _assert_linear([_stage(p, "assignment").driver for p in plans], nodes))
+    # Gathered node rows: RF * (17 + 4d) bytes per node.
+    assert _assert_linear([_stage(p, "gather nodes").written for p in plans], nodes) == pytest.approx(
+        3.0 * (17 + 4 * 32), rel=1e-9)
+
+
+def test_threads_hold_the_tasks_in_the_driver():
+    sizes, config = _sizes(2_000_000, 20_000_000), PartitionConfig(num_parts=16)
+    threads = plan_run(sizes, config, workers=0, threads=2)
+    processes = plan_run(sizes, config, workers=2)
+    remote = plan_run(sizes, config, workers=2, remote=True)
+    name = "finalize nodes"
+    assert _stage(threads, name).workers == 0 and _stage(processes, name).workers > 0
+    assert _stage(threads, name).driver > _stage(processes, name).driver
+    assert _stage(remote, name).workers == 0 and remote.peak_bytes < processes.peak_bytes
+    halo = plan_run(sizes, config, workers=2, halo=1)
+    assert _stage(halo, "route").written > _stage(processes, "route").written
+    with pytest.raises(InputError, match="--plan-rf"):
+        plan_run(sizes, config, replication_factor=0.5)
+
+
+@pytest.fixture(scope="module")
+def synth_input(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("plan") / "in"
+    generate(root, SynthConfig(num_nodes=600, num_edges=4000, num_classes=3, dim=8), shard_rows=1500)
+    return root
+
+
+def test_input_sizes_from_metadata(synth_input, tmp_path):
+    sizes = input_sizes(synth_input)
+    assert (sizes.num_nodes, sizes.num_edges, sizes.feat_dim) == (600, 4000, 8)
+    assert (sizes.edge_shards, sizes.max_edge_shard_rows) == (3, 1500)
+    # Without meta.json: the footers and the node schema.
+    bare = tmp_path / "bare"
+    write_input(bare, num_nodes=50, num_edges=321, dim=7, edge_shards=2, node_shards=2)
+    (bare / "meta.json").unlink(missing_ok=True)
+    sizes = input_sizes(bare)
+    assert (sizes.num_nodes, sizes.num_edges, sizes.feat_dim) == (50, 321, 7)
+    plan = plan_partition(bare, tmp_path / "out", PartitionConfig(num_parts=2))
+    assert plan.free_memory > 0 and plan.free_disk > 0
+    assert not (tmp_path / "out").exists()
+
+
+def _partition(synth_input: Path, out: Path, *extra: str) -> int:
+    return main(["partition", str(synth_input), str(out), "-k", "2", "--workers", "0", "--no-progress", *extra])
+
+
+def test_dry_run_prints_the_plan_and_writes_nothing(synth_input, tmp_path, capsys):
+    out = tmp_path / "out"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert _partition(synth_input, out, "--dry-run") == 0
+    text = capsys.readouterr().out
+    for needle in ("plan: 600 nodes, 4,000 edges", "assignment", "finalize nodes", "node map", "peak RSS",
+                   "written", "available memory", "free disk", "fits this machine"):
+        assert needle in text, needle
+    assert "committed generation" not in text
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("short", ["memory", "disk"])
+def test_a_run_that_does_not_fit_is_refused_before_anything_is_written(synth_input, tmp_path, capsys,
+                                                                        monkeypatch, short):
+    out = tmp_path / "out"
+    if short == "memory":
+        monkeypatch.setattr(plan_module, "free_memory_bytes", lambda: 1 << 20)
+    else:
+        monkeypatch.setattr(plan_module, "free_disk_bytes", lambda path: 1000)
+    expected = plan_partition(synth_input, out, PartitionConfig(num_parts=2), workers=0)
+    assert _partition(synth_input, out) == 1
+    err = capsys.readouterr().err
+    assert "--ignore-plan" in err
+    if short == "memory":
+        # The driver's baseline is this process's size, measured again by the run.
+        needed = re.search(r"a peak memory of ([\d.]+) MiB \(stage [a-z ]+\) with 1\.0 MiB available", err)
+        assert needed and float(needed.group(1)) == pytest.approx(expected.peak_bytes / 2**20, rel=0.1)
+    else:
+        assert f"{human_bytes(expected.disk_bytes)} of disk" in err and "1000 B free" in err
+    assert not out.exists()
+
+    # --ignore-plan runs it anyway, and prints the plan first.
+    assert _partition(synth_input, out, "--ignore-plan") == 0
+    text = capsys.readouterr().out
+    assert text.index("plan: 600 nodes") < text.index("committed generation 1")
+    manifest = read_manifest(out)
+    assert manifest["num_edges"] == 4000 and manifest["num_parts"] == 2
