@@ -128,6 +128,9 @@ class TrainConfig:
         :func:`training.local.steps_per_round`) and the ranks reconcile after every N
         of them (full-batch, a step is an epoch). 0 (default for link prediction): they
         reconcile once per round, after ``local_epochs`` epochs each.
+    scaffold_clip
+        ``scaffold``: > 0 bounds each step's correction to this multiple of the raw
+        gradient's norm (:class:`training.reconcile.scaffold.ControlVariates`); 0: unbounded.
     sync_warmup
         Epochs at the start of the run in which the ranks reconcile after every
         optimiser step (with ``sync_every`` > 0), before local SGD takes over: post-local
@@ -199,6 +202,7 @@ class TrainConfig:
     fanouts: tuple[int, ...] = field(default=(10, 10))
     sync_every: int | None = None
     sync_warmup: float = 0.0
+    scaffold_clip: float = 0.0
     server_opt: str = "fedavg"
     server_lr: float | None = None
     server_momentum: float = 0.9
@@ -280,6 +284,8 @@ class TrainConfig:
         for name in ("lr", "kd_lr", "tau", "kd_temperature", "timeout_s", "server_lr", "server_tau", "corr_lr"):
             if not float(getattr(self, name)) > 0:
                 raise bad(name, "a number > 0")
+        if not float(self.scaffold_clip) >= 0:
+            raise bad("scaffold_clip", "a number >= 0")
         if not float(self.sync_warmup) >= 0:
             raise bad("sync_warmup", "a number of epochs >= 0")
         for name in ("mu", "weight_decay"):

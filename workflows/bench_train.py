@@ -59,7 +59,7 @@ from workflows.datasets import resolve_dataset
 from workflows.launch import launch_trainers
 
 __all__ = ["HEADLINE_COLUMNS", "LATENCY_S", "NETWORK_GBITS", "PARTITIONERS", "TRAIN_STRATEGIES", "bench_train",
-           "headline", "modelled_seconds", "over_seeds", "spread", "summarise_run"]
+           "headline", "modelled_seconds", "over_seeds", "plot_curves", "spread", "summarise_run"]
 
 log = logging.getLogger(__name__)
 
@@ -197,8 +197,20 @@ def _result(base: dict[str, Any], k: int, strategy: str, partitioner: str | None
             **{key: info.get(key) for key in PLACEMENT_KEYS}, **summarise_run(rows, target)}
 
 
-def _plots(curves: list[dict[str, Any]], out: Path, stem: str, title: str, metric: str) -> list[str]:
-    """Validation metric against training time and against cumulative bytes, one line per run."""
+def _runs(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """A label's metrics rows cut into runs (seeds): a new run starts where the round goes back."""
+    runs: list[list[dict[str, Any]]] = []
+    for r in rows:
+        if not runs or int(r["round"]) <= int(runs[-1][-1]["round"]):
+            runs.append([])
+        runs[-1].append(r)
+    return runs
+
+
+def plot_curves(curves: list[dict[str, Any]], out: Path, stem: str, title: str, metric: str) -> list[str]:
+    """Validation metric against training time and against cumulative bytes: one colour
+    per ``label``, one line per run of it (seeds); writes ``STEM-time.png`` and
+    ``STEM-bytes.png`` into ``out`` and returns their names (none without matplotlib)."""
     plt = pyplot()
     if plt is None:
         return []
@@ -210,8 +222,12 @@ def _plots(curves: list[dict[str, Any]], out: Path, stem: str, title: str, metri
             rows = [c for c in curves if c["label"] == label]
             if kind == "bytes" and not any(float(r["bytes_sent_cum"]) for r in rows):
                 continue  # nothing sent (centralized): no place on a log axis
-            xs = [float(r["elapsed_s"]) if kind == "time" else float(r["bytes_sent_cum"]) / 2**20 for r in rows]
-            ax.plot(xs, [float(r["val"]) for r in rows], marker="o", markersize=3, label=label)
+            color = None
+            for index, run in enumerate(_runs(rows)):
+                xs = [float(r["elapsed_s"]) if kind == "time" else float(r["bytes_sent_cum"]) / 2**20 for r in run]
+                (line,) = ax.plot(xs, [float(r["val"]) for r in run], marker="o", markersize=3, color=color,
+                                  alpha=0.8, label=label if index == 0 else None)
+                color = line.get_color()
         if kind == "bytes":
             # fds sends 10-200x more than the ASEPR strategies: a linear axis squashes them at 0.
             ax.set_xscale("log")
@@ -249,7 +265,7 @@ class _Bench:
         midway keeps what it measured."""
         self.results.append(result)
         self.curves += [{**r, "dataset": result["dataset"], "k": result["k"], "strategy": result["strategy"],
-                         "partitioner": result["partitioner"]} for r in rows]
+                         "partitioner": result["partitioner"], "seed": result.get("seed")} for r in rows]
         _write(self)
 
     def plot(self, name: str, k: int) -> None:
@@ -263,9 +279,9 @@ class _Bench:
                           if c["strategy"] == self.config.reconcile and c["partitioner"] in self.partitioners]
         metric = next((c["metric"] for c in curves), "metric")
         if by_strategy:
-            self.plots += _plots(central + by_strategy, self.out, f"train-{name}-k{k}", f"{name}, k={k}", metric)
+            self.plots += plot_curves(central + by_strategy, self.out, f"train-{name}-k{k}", f"{name}, k={k}", metric)
         if by_partitioner:
-            self.plots += _plots(central + by_partitioner, self.out, f"train-{name}-k{k}-partitioners",
+            self.plots += plot_curves(central + by_partitioner, self.out, f"train-{name}-k{k}-partitioners",
                                  f"{name}, k={k}: {self.config.reconcile} by partitioner", metric)
 
 

@@ -36,21 +36,28 @@ class ControlVariates:
     ----------
     model
         The rank's local model: the gradients of its parameters are corrected.
+    clip
+        > 0: the correction's norm is at most ``clip`` times the raw gradient's (the
+        whole parameter vector's), so a stale or noisy ``c − c_r`` cannot outweigh the
+        step's own gradient once the gradients get small; 0: unbounded.
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, clip: float = 0.0):
+        self.clip = float(clip)
         self.params = [p for p in model.parameters()]
         size = sum(p.numel() for p in self.params)
         self.c_local = torch.zeros(size)
         self.c_global = torch.zeros(size)
         self._sum = torch.zeros(size)
         self._steps = 0
+        self._delta_sq = 0.0
         self._delta: list[torch.Tensor] = []
         self._slices: list[torch.Tensor] = []
 
     def begin(self) -> None:
         """Start a segment of local steps: the correction is ``c − c_r`` until the next sync."""
         delta = self.c_global - self.c_local
+        self._delta_sq = float(delta.pow(2).sum())
         self._sum.zero_()
         self._steps = 0
         offsets = 0
@@ -62,11 +69,18 @@ class ControlVariates:
             offsets += n
 
     def correct(self) -> None:
-        """After ``backward()``: record the raw gradients, then add ``c − c_r`` to them."""
+        """After ``backward()``: record the raw gradients, then add ``c − c_r`` to them
+        (scaled down to ``clip`` times the gradient's norm when it is larger)."""
+        scale = 1.0
+        if self.clip > 0:
+            grad_sq = sum(float(p.grad.pow(2).sum()) for p in self.params if p.grad is not None)
+            delta_sq = self._delta_sq
+            if delta_sq > 0 and delta_sq > self.clip ** 2 * grad_sq:
+                scale = self.clip * (grad_sq / delta_sq) ** 0.5
         for p, delta, acc in zip(self.params, self._delta, self._slices):
             if p.grad is not None:
                 acc.add_(p.grad)
-                p.grad.add_(delta)
+                p.grad.add_(delta, alpha=scale)
         self._steps += 1
 
     def estimate(self) -> torch.Tensor:
