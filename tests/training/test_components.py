@@ -272,3 +272,22 @@ def test_control_variates_correct_each_gradient_by_the_global_minus_the_local_va
     other = ControlVariates(model)
     other.load_state_dict(state, "x.pt")
     assert torch.equal(other.c_local, c_local) and torch.equal(other.c_global, c_global)
+
+
+def test_a_clipped_correction_is_at_most_clip_times_the_gradient_norm():
+    from training.reconcile import ControlVariates
+
+    torch.manual_seed(1)
+    model = torch.nn.Linear(3, 2)
+    cv = ControlVariates(model, clip=0.5)
+    size = num_parameters(model)
+    cv.update(torch.zeros(size), 1000 * torch.randn(size))  # a correction far larger than any gradient
+    cv.begin()
+    model(torch.randn(4, 3)).pow(2).sum().backward()
+    raw = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone()
+    cv.correct()
+    added = torch.cat([p.grad.reshape(-1) for p in model.parameters()]) - raw
+    assert torch.isclose(added.norm(), 0.5 * raw.norm(), rtol=1e-4)
+    # Same direction as the unclipped correction, and the estimate is the raw gradient.
+    assert torch.allclose(added / added.norm(), cv.c_global / cv.c_global.norm(), atol=1e-5)
+    assert torch.allclose(cv.estimate(), raw)
