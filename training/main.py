@@ -78,7 +78,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="epochs at the start reconciled after every step before local SGD (post-local SGD); "
                         f"default {d.sync_warmup:g}")
     p.add_argument("--scaffold-clip", type=float, default=d.scaffold_clip,
-                   help="scaffold: bound each correction to this multiple of the gradient's norm (0: unbounded)")
+                   help=f"scaffold: bound each correction to this multiple of the gradient's norm (default "
+                        f"{d.scaffold_clip:g}; 0: unbounded)")
     p.add_argument("--server-opt", choices=SERVER_OPTIMIZERS, default=d.server_opt,
                    help="server optimiser of the averaged update (default fedavg: the average itself)")
     p.add_argument("--server-lr", type=float, default=None, help="default 1 (fedavg, fedavgm), 0.01 (fedadam)")
