@@ -155,7 +155,10 @@ def _finished(run_dir: Path, config: TrainConfig) -> list[dict[str, Any]] | None
         return None
     saved = dict(info.get("config", {}))
     mine = config.to_dict()
-    return rows if all(saved.get(k) == v for k, v in mine.items() if k not in ("timeout_s", "threads")) else None
+    # Settings that cannot change this run's result: how it ran, and scaffold's bound
+    # without scaffold (a run from before the field existed is still the same run).
+    ignored = {"timeout_s", "threads"} | (set() if config.uses_scaffold else {"scaffold_clip"})
+    return rows if all(saved.get(k) == v for k, v in mine.items() if k not in ignored) else None
 
 
 def _wall(run_dir: Path) -> float:
