@@ -39,11 +39,13 @@ def test_asepr_train_two_ranks_beats_the_majority_class(cora_parts, tmp_path, ca
     assert [r["round"] for r in rows] == [1, 2, 3, 4]
     assert rows[-1]["test"] >= 0.70 and rows[-1]["val"] >= 0.70  # majority class is 0.30 on Cora
     assert all(r["bytes_sent_round"] > 0 and r["generation"] == 1 for r in rows)
-    # The default (avg, every --sync-every steps) moves [n_r θ_r, n_r, 1] once per synchronisation:
-    # 2 (W-1)/W = 1 times its bytes on 2 ranks.
+    # The default (avg+scaffold, every --sync-every steps) moves [n_r θ_r, n_r c_r, n_r, 1] once per
+    # synchronisation: 2 (W-1)/W = 1 times its bytes on 2 ranks.
     info = RunDir(run_dir).read_run_info()
+    assert info["config"]["reconcile"] == "avg+scaffold"
     syncs = -(-info["steps_per_round"] // info["config"]["sync_every"])
-    assert 4 * (info["num_parameters"] + 2) * syncs <= rows[-1]["bytes_sent_round"] < 4 * (info["num_parameters"] + 2) * syncs + 64
+    wire = 4 * (2 * info["num_parameters"] + 2) * syncs
+    assert wire <= rows[-1]["bytes_sent_round"] < wire + 64
 
 
 @pytest.mark.slow  # ~110 s; the link loss is guarded by tests/training/test_link.py
