@@ -22,6 +22,11 @@ the bytes per row for per-batch buffers) plus the process baselines:
   driver and their arrays add to the driver's. Pages of a memory-mapped spill file
   that a task touched count as resident while it is mapped.
 
+Three terms come from the allocators rather than from the arrays, and their constants
+were fitted on measured runs (``docs/results/plan``): the memory a process keeps after
+freeing it (:data:`RETAINED`; :func:`_compose` says how later stages reuse it), the
+worker baselines, and what reading a node shard costs (:data:`NODE_READ_FACTOR`).
+
 The replication factor RF is unknown before the run. The plan takes random edge
 hashing's at the mean degree, ``k (1 - (1 - 1/k) ** (2|E|/|V|))``, which bounds
 hashing's own RF (the expression is concave in the degree) and lies above what the
@@ -73,17 +78,26 @@ __all__ = [
 MIB = 1 << 20
 
 # --- process baselines (measured on the synthetic graphs: docs/results/plan) ----------------
-#: A fresh ``asepr partition`` driver before any O(|V|) array: the interpreter and every
-#: module the CLI imports, and the numba kernels a run loads. :func:`plan_partition`
-#: measures the running process instead (:func:`process_baseline`).
-DRIVER_BASE = 460 * MIB
 #: What a run adds to the planning process before its first O(|V|) array: the numba
 #: kernels it compiles or loads from the cache.
 KERNELS_BASE = 60 * MIB
+#: A fresh ``asepr partition`` driver before any O(|V|) array: the interpreter and every
+#: module the CLI imports (460 MiB), and the kernels. :func:`plan_partition` measures
+#: the running process instead (:func:`process_baseline`).
+DRIVER_BASE = 460 * MIB + KERNELS_BASE
 #: Added to the driver by a local cluster: the scheduler, the nannies and the client.
 SCHEDULER_BASE = 60 * MIB
-#: One local Dask worker process between tasks (interpreter, distributed, numpy, pyarrow, zarr).
-WORKER_BASE = 150 * MIB
+#: A local Dask worker process before its first task, and after it: its first task
+#: imports the pipeline (numba, the cached kernels, pyarrow, zarr).
+WORKER_FRESH = 110 * MIB
+WORKER_BASE = 300 * MIB
+#: Share of its peak arrays a process keeps resident after freeing them: arrays below
+#: glibc's largest mmap threshold (32 MiB) come from the heap, and Arrow's pool keeps
+#: its buffers for reuse; a later stage reuses that memory before it grows.
+RETAINED = 0.6
+#: Reading a node shard with its features through its fsspec file object peaks at
+#: about twice the file's bytes (the column chunks as Python bytes, then decoded).
+NODE_READ_FACTOR = 2.0
 
 #: Edge batches resident in a stream: 2 queued (``prefetch``), the kernel's, the decoder's,
 #: and the row group the Parquet reader decoded.
@@ -99,8 +113,6 @@ _KMEANS_BATCH_ROWS = 65_536
 _NODE_BATCH_BYTES = 16 * MIB
 _STATS_ROWS = 8 * ASSIGN_ROWS
 _STORE_BLOCK_BYTES = 64 * MIB
-#: ``sample_edges`` of the attribute lift (pipeline.stages.attr_lift).
-_LIFT_ROWS = 1 << 21
 
 # Compression ratios (raw / stored) of the store codecs, from storage.partition_store's
 # measurement; arrays it does not list take the ratio of the closest listed one.
@@ -137,6 +149,8 @@ class InputSizes:
         Shard counts.
     max_edge_shard_rows, max_node_shard_rows
         Rows of the largest shard of each kind (a task holds at most one shard).
+    max_node_shard_bytes
+        File bytes of the largest node shard (default: its rows at 4d + 17 bytes).
     undirected
         ``meta.json``'s ``undirected``.
     """
@@ -148,6 +162,7 @@ class InputSizes:
     node_shards: int = 1
     max_edge_shard_rows: int = 0
     max_node_shard_rows: int = 0
+    max_node_shard_bytes: int = 0
     undirected: bool = False
 
     def __post_init__(self) -> None:
@@ -156,6 +171,8 @@ class InputSizes:
             object.__setattr__(self, "max_edge_shard_rows", self.num_edges)
         if self.max_node_shard_rows <= 0:
             object.__setattr__(self, "max_node_shard_rows", self.num_nodes)
+        if self.max_node_shard_bytes <= 0:
+            object.__setattr__(self, "max_node_shard_bytes", self.max_node_shard_rows * (4 * self.feat_dim + 17))
 
 
 def _feat_dim_from_schema(source: InputDir) -> int:
@@ -198,7 +215,7 @@ def input_sizes(source: str | Path | InputDir, storage_options: dict | None = No
         num_nodes=int(num_nodes), num_edges=int(sum(edge_rows)), feat_dim=int(feat_dim),
         edge_shards=len(edge_rows), node_shards=len(node_rows),
         max_edge_shard_rows=max(edge_rows, default=0), max_node_shard_rows=max(node_rows, default=0),
-        undirected=source.undirected,
+        max_node_shard_bytes=max((s.size for s in source.node_shards), default=0), undirected=source.undirected,
     )
 
 
@@ -413,6 +430,7 @@ class _Shape:
     e_s: int        # rows of the largest edge shard
     node_shards: int
     edge_shards: int
+    node_read: float  # peak bytes of reading the largest node shard with its features
 
     @property
     def words(self) -> int:
@@ -443,20 +461,21 @@ def _held(run: PartitionConfig, s: _Shape) -> float:
 
 
 def _validate(run: PartitionConfig, s: _Shape) -> _Need:
-    """storage.validate: node pass ``seen`` bool[N] + one node batch (16 MiB of features,
-    their ``isfinite`` mask, ids, labels); edge pass ``degree`` int64[N] + one
-    ``bincount`` int64[N] + the batch and its range masks (no prefetch)."""
+    """storage.validate: node pass ``seen`` bool[N] + reading a node shard, or one node
+    batch (16 MiB of features, their ``isfinite`` mask, ids, labels); edge pass
+    ``degree`` int64[N] + one ``bincount`` int64[N] + the batch and its range masks."""
     node_rows = min(s.n_s, max(1024, min(run.batch_rows, _NODE_BATCH_BYTES // (4 * max(1, s.d)))))
-    node_pass = s.n + 2 * node_rows * (5 * s.d + 17)
+    node_pass = s.n + max(s.node_read, 2 * node_rows * (5 * s.d + 17))
     edge_pass = 16 * s.n + 2 * EDGE_ROW * s.b + 4 * s.b
     return _Need(driver=max(node_pass, edge_pass))
 
 
 def _degrees(s: _Shape) -> _Need:
     """pipeline.stages.degrees: a shard task holds ``degree`` int64[N], a ``bincount``
-    int64[N] and a batch with its concatenated ids; a tree-sum task two vectors and their
-    sum; the driver receives the sum (and its deserialised copy)."""
-    return _Need(driver=16 * s.n, task=24 * s.n + 2 * EDGE_ROW * s.b, tasks=s.edge_shards)
+    int64[N] and a batch with its concatenated ids, and its worker the finished vectors
+    that wait for their pair (two; a tree-sum task holds two vectors and their sum); the
+    driver receives the sum (and its deserialised copy)."""
+    return _Need(driver=16 * s.n, task=32 * s.n + 2 * EDGE_ROW * s.b, tasks=s.edge_shards)
 
 
 def _kmeans(run: PartitionConfig, s: _Shape) -> _Need:
@@ -473,7 +492,7 @@ def _kmeans(run: PartitionConfig, s: _Shape) -> _Need:
     driver = 8 * s.n + 12 * s.n + 5 * s.n + 8 * s.n_s
     if run.attr_column:
         return _Need(driver=driver, task=12 * s.n_s + 2 * 16 * min(s.n_s, run.batch_rows), tasks=s.node_shards)
-    return _Need(driver=driver, task=max(embed, stats, labels), tasks=s.node_shards,
+    return _Need(driver=driver, task=max(embed, stats, labels, s.node_read), tasks=s.node_shards,
                  written=s.n * (4 * s.d_emb + 8), spill=True)
 
 
@@ -561,12 +580,13 @@ def _finalize_edges(s: _Shape) -> _Need:
 
 
 def _gather_nodes(s: _Shape) -> _Need:
-    """pipeline.store.route.gather_node_shard: the k mapped ``global_nid`` lists (the
-    pages of the task's id range: 8·RF B per node row) and one node batch (16 MiB of
-    features) with one partition's records. Writes ``RF·|V|`` node records."""
+    """pipeline.store.route.gather_node_shard: reading its node shard, or the k mapped
+    ``global_nid`` lists (the pages of the task's id range: 8·RF B per node row) and one
+    node batch (16 MiB of features) with one partition's records. Writes ``RF·|V|``
+    node records."""
     record = node_record(s.d).itemsize
     rows = min(s.n_s, max(1024, min(1 << 20, _NODE_BATCH_BYTES // max(1, 4 * s.d))))
-    task = 8 * s.rf * s.n_s + rows * (2 * record + 24)
+    task = max(s.node_read, 8 * s.rf * s.n_s + rows * (2 * record + 24))
     return _Need(task=task, tasks=s.node_shards, written=s.rf * s.n * record)
 
 
@@ -608,15 +628,31 @@ def _stage_needs(run: PartitionConfig, s: _Shape) -> list[tuple[str, _Need]]:
     return needs
 
 
-def _compose(name: str, need: _Need, *, base: int, workers: int, threads: int, remote: bool) -> StagePlan:
-    """Baselines plus arrays: where the tasks of a stage run decides who holds them."""
-    driver = base + (SCHEDULER_BASE if workers or remote else 0) + need.driver
-    pool = 0.0
-    if workers and not remote:
-        pool = workers * WORKER_BASE + min(workers, need.tasks) * need.task
-    elif not remote:
-        driver += min(threads, need.tasks) * need.task
-    return StagePlan(name=name, driver=int(driver), workers=int(pool), written=int(need.written))
+def _compose(needs: list[tuple[str, _Need]], *, base: int, workers: int, threads: int,
+             remote: bool) -> tuple[StagePlan, ...]:
+    """Baselines plus arrays, stage by stage; where the tasks run decides who holds them.
+
+    The driver keeps :data:`RETAINED` of its largest arrays so far. With worker processes
+    its later arrays reuse that memory first (the big arrays are fresh mappings); with
+    the tasks on its own threads, their buffers land in per-thread malloc arenas and
+    each stage adds to what the earlier ones left.
+    """
+    stages = []
+    largest = 0.0
+    for i, (name, need) in enumerate(needs):
+        arrays = need.driver
+        pool = 0.0
+        if workers and not remote:
+            pool = workers * (WORKER_BASE if i else WORKER_FRESH) + min(workers, need.tasks) * need.task
+        elif not remote:
+            arrays += min(threads, need.tasks) * need.task
+        if workers or remote:
+            driver = base + SCHEDULER_BASE + max(arrays, RETAINED * largest)
+        else:
+            driver = base + RETAINED * largest + arrays
+        largest = max(largest, arrays)
+        stages.append(StagePlan(name=name, driver=int(driver), workers=int(pool), written=int(need.written)))
+    return tuple(stages)
 
 
 def plan_run(
@@ -675,12 +711,12 @@ def plan_run(
         halo_copies=(2.0 if undirected else 1.0) if halo else 0.0,
         n_s=max(1, sizes.max_node_shard_rows), e_s=max(1, sizes.max_edge_shard_rows),
         node_shards=max(1, sizes.node_shards), edge_shards=max(1, sizes.edge_shards),
+        node_read=NODE_READ_FACTOR * sizes.max_node_shard_bytes,
     )
     threads = threads or os.cpu_count() or 1
     needs = _stage_needs(run, shape)
     base = DRIVER_BASE if driver_base is None else int(driver_base)
-    stages = tuple(_compose(name, need, base=base, workers=workers, threads=threads, remote=remote)
-                   for name, need in needs)
+    stages = _compose(needs, base=base, workers=workers, threads=threads, remote=remote)
     spill = sum(need.written for _, need in needs if need.spill)
     # Everything staged coexists until the commit, but for what a stage removes itself.
     staging = sum(need.written - need.removed for _, need in needs if not need.spill)
@@ -804,7 +840,8 @@ def check_plan(plan: RunPlan) -> None:
                 f"asepr partition {plan.out}: the memory and disk plan",
                 "a run that fits the available memory and the free disk",
                 "; ".join(found),
-                "free memory or disk, lower --workers or --batch-rows, write to a larger filesystem "
-                "(TMPDIR for the spill), or pass --ignore-plan to run anyway.",
+                f"free memory or disk, lower --workers or --batch-rows, write to a larger filesystem "
+                f"(TMPDIR for the spill), give a known replication factor with --plan-rf (the plan "
+                f"assumed {plan.replication_factor:.2f}), or pass --ignore-plan to run anyway.",
             )
         )

