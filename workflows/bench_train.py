@@ -557,6 +557,7 @@ def _seed_section(bench: _Bench) -> list[str]:
     """``train.md``'s mean and range over the seeds (nothing with one seed)."""
     if len(bench.seeds) < 2 or not bench.results:
         return []
+    rows = _seed_table(bench.results)
     return [
         f"## Over seeds {', '.join(map(str, bench.seeds))}",
         "",
@@ -565,7 +566,7 @@ def _seed_section(bench: _Bench) -> list[str]:
          "it, over which `s to 95%` is averaged. The partitions are the same for every seed (the base seed's); "
          "the seed sets the model's initialisation, dropout, sampling and the data order."),
         "",
-        markdown_table(_seed_table(bench.results), list(_seed_table(bench.results[:1])[0])),
+        markdown_table(rows, list(rows[0])),
         "",
     ]
 

@@ -1,16 +1,18 @@
-"""Redraw this directory's plots from train_rounds.parquet with the current plotting code
-(one line per seed): python docs/results/train-headline/replot.py (from the repository root).
+"""Redraw a bench-train directory's plots from its train_rounds.parquet with the current
+plotting code (one line per seed): python docs/results/train-headline/replot.py [DIR]
+(from the repository root; DIR defaults to this script's directory).
 
-The benchmark's own plots (``command.sh``) joined the three seeds of a strategy into one
-line; the curves themselves are the benchmark's, unchanged."""
+The benchmark's own plots joined the seeds of a strategy into one line; the curves
+themselves are the benchmark's, unchanged."""
 
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from workflows.bench_train import plot_curves
 
-here = Path(__file__).parent
+here = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
 curves = pq.read_table(here / "train_rounds.parquet").to_pylist()
 for dataset in dict.fromkeys(c["dataset"] for c in curves):
     mine = [c for c in curves if c["dataset"] == dataset]
