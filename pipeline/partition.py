@@ -316,6 +316,9 @@ def partition(
     clock.tick("validate")
     num_nodes = _num_nodes(source, report)
     run = config.effective()
+    if degrees is None and report is not None and report.degree is not None:
+        # The validator's edge pass counted them already (the same rule as compute_degrees).
+        degrees = Degrees(degree=report.degree, num_nodes=num_nodes, num_edges=report.num_edges)
     if degrees is None:
         degrees = compute_degrees(source.edge_shards, num_nodes, client=client, batch_rows=run.batch_rows)
     clock.tick("degrees")

@@ -7,7 +7,7 @@ return it; ``asepr validate`` prints :meth:`ValidationReport.summary` (or the JS
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 __all__ = ["ShardInfo", "ValidationReport"]
@@ -45,9 +45,16 @@ class ValidationReport:
     edge_shards: list[ShardInfo] = field(default_factory=list)
     node_shards: list[ShardInfo] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: ``int64[N]`` vertex degrees (src rows + dst rows, a self-loop counts 2), counted by
+    #: the validator's edge pass; kept so that partitioning need not count them again.
+    #: Not part of :meth:`to_dict`. None on reports that did not count them.
+    degree: Any = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The JSON-ready fields (without the O(N) ``degree`` vector)."""
+        out = asdict(replace(self, degree=None))
+        del out["degree"]
+        return out
 
     def summary(self) -> str:
         """A human-readable multi-line summary."""

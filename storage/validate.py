@@ -517,6 +517,7 @@ def _validate_impl(
         edge_shards=edge_infos,
         node_shards=node_infos,
         warnings=warnings,
+        degree=degree,
     )
 
 

@@ -70,6 +70,15 @@ def _bench_read(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_scale(args: argparse.Namespace) -> int:
+    from workflows.bench_scale import bench_scale
+
+    bench_scale(Path(args.out), args.sizes, k=args.k, dim=args.dim, classes=args.classes, seed=args.seed,
+                workdir=Path(args.workdir) if args.workdir else None, keep=args.keep, verify=args.verify)
+    print(f"wrote {args.out}/scale.md, scale.parquet and scale.png")
+    return 0
+
+
 def _bench_all(args: argparse.Namespace) -> int:
     from workflows.bench_all import bench_all
 
@@ -146,6 +155,20 @@ def register(sub, add_common) -> None:
                    help="train every run once per seed and report the mean and range (default: --seed alone)")
     add_train_arguments(q)
     q.set_defaults(handler=_bench_train, command="bench")
+
+    q = bench_sub.add_parser("scale", help="end-to-end `asepr partition` edges/s and peak RSS against |E|")
+    add_common(q)
+    q.add_argument("--sizes", nargs="+", type=int, default=None,
+                   help="edge counts (default 5M 20M 50M 100M); |V| = |E| / 10")
+    q.add_argument("-k", type=int, default=16)
+    q.add_argument("--dim", type=int, default=32)
+    q.add_argument("--classes", type=int, default=8)
+    q.add_argument("--seed", type=int, default=1)
+    q.add_argument("--out", default="report")
+    q.add_argument("--workdir", help="where the synthetic inputs (kept, reused) and outputs go (default OUT/work)")
+    q.add_argument("--keep", action="store_true", help="keep every partition output")
+    q.add_argument("--verify", action="store_true", help="also time `asepr verify` on every output")
+    q.set_defaults(handler=_bench_scale, command="bench")
 
     q = bench_sub.add_parser("all", help="partition + train (with fds) + ingest, one report")
     add_common(q)

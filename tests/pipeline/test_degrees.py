@@ -120,3 +120,18 @@ def test_degrees_property(num_nodes, data):
         result = compute_degrees(shards, num_nodes, batch_rows=batch_rows)
     np.testing.assert_array_equal(result.degree, _reference(src, dst, num_nodes))
     assert result.num_edges == num_edges
+
+
+def test_the_validators_degrees_are_the_stages_and_stay_out_of_the_json(tmp_path):
+    """partition() reuses the validator's count instead of a second pass: same rule, same vector."""
+    import json
+
+    from storage.validate import validate_input
+
+    write_input(tmp_path, num_nodes=90, num_edges=700, edge_shards=3)
+    report = validate_input(tmp_path, check_duplicates=False)
+    stage = compute_degrees(discover_shards(tmp_path / "edges"), 90)
+    assert report.degree is not None and report.degree.dtype == np.int64
+    np.testing.assert_array_equal(report.degree, stage.degree)
+    assert "degree" not in report.to_dict()
+    json.dumps(report.to_dict())
