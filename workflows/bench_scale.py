@@ -57,10 +57,11 @@ def _tree_rss(proc) -> int:
     return total
 
 
-def run_measured(cmd: list[str], log_path: Path) -> tuple[float, int]:
+def run_measured(cmd: list[str], log_path: Path, samples: list | None = None) -> tuple[float, int]:
     """Run ``cmd``; return ``(wall seconds, peak summed RSS of its process tree)``.
 
     Output goes to ``log_path``; a non-zero exit raises ``RuntimeError`` naming the log.
+    ``samples``, when given, receives every ``(unix time, summed RSS bytes)`` sample.
     """
     import psutil
 
@@ -75,9 +76,12 @@ def run_measured(cmd: list[str], log_path: Path) -> tuple[float, int]:
             nonlocal peak
             while not done.is_set():
                 try:
-                    peak = max(peak, _tree_rss(proc))
+                    rss = _tree_rss(proc)
                 except psutil.NoSuchProcess:
                     return
+                peak = max(peak, rss)
+                if samples is not None:
+                    samples.append((time.time(), rss))
                 time.sleep(_POLL_S)
 
         poller = threading.Thread(target=poll, daemon=True)
@@ -87,7 +91,7 @@ def run_measured(cmd: list[str], log_path: Path) -> tuple[float, int]:
         done.set()
         poller.join()
     if code != 0:
-        raise RuntimeError(f"{' '.join(cmd[2:4])} exited with {code}; see {log_path}")
+        raise RuntimeError(f"{' '.join(cmd[:4])} ... exited with {code}; see {log_path}")
     return wall, peak
 
 
