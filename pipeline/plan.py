@@ -36,9 +36,9 @@ the node gather and the node rows of the stores.
 Disk: everything is staged under ``OUT/.asepr-staging/`` until the commit (edge
 partitions 2 B per edge, routed edges 16 B per edge row and halo copy, gathered node
 rows ``RF·|V|·(17 + 4d)``, the ``global_nid`` lists, the new stores, ``state.zarr``,
-the node map), so the output's filesystem needs their sum. The k-means spill
-``|V|·(4d' + 8)`` goes to the temporary directory and is removed before the staging
-grows. Store sizes use the compression ratios measured in :mod:`storage.partition_store`.
+the node map), so the output's filesystem needs their sum; attribute clustering writes
+nothing (it fits on an in-memory sample, then labels the shards in one pass). Store
+sizes use the compression ratios measured in :mod:`storage.partition_store`.
 """
 
 from __future__ import annotations
@@ -46,13 +46,12 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipeline.assign.state import FIELDS
 from pipeline.config import PartitionConfig
-from pipeline.stages.kmeans import ASSIGN_ROWS
+from pipeline.stages.attr_cluster import RESTARTS, sample_rows
 from pipeline.store.route import EDGE_RECORD, node_record
 from storage.errors import AseprError, InputError, format_problem
 from storage.input import InputDir, open_input, open_parquet
@@ -106,12 +105,11 @@ STREAM_BATCHES = 5
 EDGE_ROW = EDGE_RECORD.itemsize
 
 # As the stages read: k-means feature batches (pipeline.stages.attr_cluster), node batches
-# of the validator and the gather (storage.validate, pipeline.store.route), k-means rows
-# per statistics block, a finalizer's block of node rows (storage.partition_store).
+# of the validator and the gather (storage.validate, pipeline.store.route), a finalizer's
+# block of node rows (storage.partition_store).
 _KMEANS_BATCH_BYTES = 64 * MIB
 _KMEANS_BATCH_ROWS = 65_536
 _NODE_BATCH_BYTES = 16 * MIB
-_STATS_ROWS = 8 * ASSIGN_ROWS
 _STORE_BLOCK_BYTES = 64 * MIB
 
 # Compression ratios (raw / stored) of the store codecs, from storage.partition_store's
@@ -279,15 +277,13 @@ class RunPlan:
     workers, threads, remote
         Local worker processes (0: tasks on ``threads`` driver threads), or tasks on a
         remote cluster (not planned here).
-    spill_bytes
-        The k-means spill in the temporary directory ``spill_dir``.
     staging_bytes
         Everything staged under the output until the commit (its disk peak).
     committed_bytes
         What stays after the commit: the stores, ``state.zarr`` and the node map.
-    free_memory, free_disk, free_spill_disk
-        Available memory, free disk of the output's and of the temporary directory's
-        filesystems (None until :meth:`with_resources`).
+    free_memory, free_disk
+        Available memory and free disk of the output's filesystem (None until
+        :meth:`with_resources`).
     """
 
     sizes: InputSizes
@@ -299,15 +295,11 @@ class RunPlan:
     threads: int
     remote: bool
     halo: int
-    spill_bytes: int
     staging_bytes: int
     committed_bytes: int
     out: str | None = None
-    spill_dir: str | None = None
     free_memory: int | None = None
     free_disk: int | None = None
-    free_spill_disk: int | None = None
-    same_filesystem: bool = True
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -325,18 +317,13 @@ class RunPlan:
 
     @property
     def disk_bytes(self) -> int:
-        """Disk the run needs on the output's filesystem (and the spill, when it shares it)."""
-        return max(self.staging_bytes, self.spill_bytes) if self.same_filesystem else self.staging_bytes
+        """Disk the run needs on the output's filesystem."""
+        return self.staging_bytes
 
-    def with_resources(self, out: str | Path, spill_dir: str | None = None) -> RunPlan:
+    def with_resources(self, out: str | Path) -> RunPlan:
         """This plan with the free memory and disk of this machine filled in."""
-        spill_dir = spill_dir or tempfile.gettempdir()
-        out_dev, spill_dev = _device(out), _device(spill_dir)
-        return replace(
-            self, out=str(out), spill_dir=spill_dir, free_memory=free_memory_bytes(),
-            free_disk=free_disk_bytes(out), free_spill_disk=free_disk_bytes(spill_dir),
-            same_filesystem=out_dev is not None and out_dev == spill_dev,
-        )
+        return replace(self, out=str(out), free_memory=free_memory_bytes(),
+                       free_disk=free_disk_bytes(out))
 
     def shortfalls(self) -> list[str]:
         """What does not fit: each need next to what is free (empty when it all fits)."""
@@ -347,10 +334,6 @@ class RunPlan:
         if self.free_disk is not None and self.disk_bytes > self.free_disk:
             found.append(f"{human_bytes(self.disk_bytes)} of disk (spills, stores, state, node map) "
                          f"with {human_bytes(self.free_disk)} free at {self.out}")
-        if (not self.same_filesystem and self.free_spill_disk is not None
-                and self.spill_bytes > self.free_spill_disk):
-            found.append(f"{human_bytes(self.spill_bytes)} of k-means spill with "
-                         f"{human_bytes(self.free_spill_disk)} free at {self.spill_dir}")
         return found
 
     def table(self) -> str:
@@ -379,12 +362,10 @@ def _table(plan: RunPlan) -> str:
                  f"{human_bytes(plan.written_bytes):>10s}")
     lines.append(f"  peak memory {human_bytes(plan.peak_bytes)} (stage {plan.peak.name}); disk "
                  f"{human_bytes(plan.staging_bytes)} staged under the output until the commit, "
-                 f"{human_bytes(plan.committed_bytes)} committed; k-means spill {human_bytes(plan.spill_bytes)}")
+                 f"{human_bytes(plan.committed_bytes)} committed")
     if plan.free_memory is not None:
-        spill = "" if plan.same_filesystem else (
-            f"; free disk {human_bytes(plan.free_spill_disk)} at {plan.spill_dir} (k-means spill)")
         lines.append(f"  available memory {human_bytes(plan.free_memory)}; free disk "
-                     f"{human_bytes(plan.free_disk)} at {plan.out}{spill}")
+                     f"{human_bytes(plan.free_disk)} at {plan.out}")
         short = plan.shortfalls()
         lines.append("  does not fit: " + "; ".join(short) if short else "  fits this machine")
     lines += [f"  note: {n}" for n in plan.notes]
@@ -400,8 +381,7 @@ class _Need:
 
     ``driver``: the driver's arrays; ``task``: one task's arrays, for ``tasks`` tasks;
     ``written``: bytes written, of which ``kept`` stay after the commit and
-    ``removed`` are deleted before the write stages; ``spill``: written to the
-    temporary directory instead of the staging directory.
+    ``removed`` are deleted before the write stages.
     """
 
     driver: float = 0.0
@@ -410,7 +390,6 @@ class _Need:
     written: float = 0.0
     kept: float = 0.0
     removed: float = 0.0
-    spill: bool = False
 
 
 @dataclass(frozen=True)
@@ -479,21 +458,30 @@ def _degrees(s: _Shape) -> _Need:
 
 
 def _kmeans(run: PartitionConfig, s: _Shape) -> _Need:
-    """pipeline.stages.attr_cluster: an embed task maps its shard's spill (``float32
-    [n_s, d']`` + ``int64 [n_s]`` ids, dirty pages) and embeds a batch in float64; a pass
-    task maps the spill and sums one block; a labels task returns ``int64`` ids and
-    ``int32`` labels of its shard. The driver holds ``degree``, receives every shard's
-    ids and labels (12 B per node), and scatters them into ``attr_cluster_id`` int32[N]
-    with a ``seen`` bool[N]. A column's clusters: the same labels, no spill."""
-    rows = min(s.n_s, max(1, min(_KMEANS_BATCH_ROWS, _KMEANS_BATCH_BYTES // (8 + 4 * s.d))))
-    embed = s.n_s * (4 * s.d_emb + 8) + rows * (8 + 12 * s.d + 21 * s.d_emb)
-    stats = s.n_s * 4 * s.d_emb + _STATS_ROWS * (12 * s.d_emb + 24 * run.attr_clusters + 24)
-    labels = s.n_s * (4 * s.d_emb + 12)
-    driver = 8 * s.n + 12 * s.n + 5 * s.n + 8 * s.n_s
+    """pipeline.stages.attr_cluster, nothing written: the sample tasks read a shard's
+    feature column and return their ``float32 [m_s, d']`` share of the sample; the driver
+    fits on the ``m``-row sample (a copy of its non-zero rows, the 20 B per row of an
+    assignment, and k-means++'s ``2 + ln C`` float64 distance rows, three at a time); a
+    label task reads a shard again and embeds a batch in float64 (as before), holds its
+    shard's ``int64`` ids, ``int32`` labels and ``float64`` distances, and returns the
+    first two. The driver holds ``degree``, receives every shard's ids and labels (12 B
+    per node) and scatters them into ``attr_cluster_id`` int32[N] with a ``seen``
+    bool[N]; when the sample is every row (``m = N``) it also holds every embedded row
+    and its id. A column's clusters: the same labels, no sample."""
+    labels_driver = 8 * s.n + 12 * s.n + 5 * s.n + 8 * s.n_s
     if run.attr_column:
-        return _Need(driver=driver, task=12 * s.n_s + 2 * 16 * min(s.n_s, run.batch_rows), tasks=s.node_shards)
-    return _Need(driver=driver, task=max(embed, stats, labels, s.node_read), tasks=s.node_shards,
-                 written=s.n * (4 * s.d_emb + 8), spill=True)
+        return _Need(driver=labels_driver, task=12 * s.n_s + 2 * 16 * min(s.n_s, run.batch_rows),
+                     tasks=s.node_shards)
+    rows = min(s.n_s, max(1, min(_KMEANS_BATCH_ROWS, _KMEANS_BATCH_BYTES // (8 + 4 * s.d))))
+    m = sample_rows(s.n, run.attr_clusters, s.d, s.d_emb, run.kmeans_sample, run.kmeans_max_passes,
+                    RESTARTS)
+    every = m >= s.n
+    fit = 8 * s.n + 2 * 4 * m * s.d_emb + m * (20 + 24 * (2 + math.log(run.attr_clusters)))
+    kept = s.n * (8 + 4 * s.d_emb) if every else 0
+    sample_task = 4 * min(m, s.n_s) * s.d_emb + (s.n_s * (8 + 4 * s.d_emb) if every else 0)
+    label_task = 20 * s.n_s + rows * (8 + 12 * s.d + 21 * s.d_emb + 20)
+    return _Need(driver=max(fit, labels_driver + kept),
+                 task=max(sample_task, label_task, s.node_read), tasks=s.node_shards)
 
 
 def _clustering(run: PartitionConfig, s: _Shape) -> _Need:
@@ -717,9 +705,8 @@ def plan_run(
     needs = _stage_needs(run, shape)
     base = DRIVER_BASE if driver_base is None else int(driver_base)
     stages = _compose(needs, base=base, workers=workers, threads=threads, remote=remote)
-    spill = sum(need.written for _, need in needs if need.spill)
     # Everything staged coexists until the commit, but for what a stage removes itself.
-    staging = sum(need.written - need.removed for _, need in needs if not need.spill)
+    staging = sum(need.written - need.removed for _, need in needs)
     committed = sum(need.kept for _, need in needs)
     notes = []
     if run.algo == "metis":
@@ -729,7 +716,7 @@ def plan_run(
     return RunPlan(
         sizes=sizes, config=run, stages=stages, replication_factor=rf, rf_source=rf_source,
         workers=0 if remote else workers, threads=threads, remote=remote, halo=int(halo),
-        spill_bytes=int(spill), staging_bytes=int(staging), committed_bytes=int(committed), notes=tuple(notes),
+        staging_bytes=int(staging), committed_bytes=int(committed), notes=tuple(notes),
     )
 
 
@@ -742,7 +729,6 @@ def plan_partition(
     workers: int = 0,
     remote: bool = False,
     replication_factor: float | None = None,
-    spill_dir: str | None = None,
     storage_options: dict | None = None,
 ) -> RunPlan:
     """The plan of ``asepr partition SOURCE OUT`` on this machine, with its free resources.
@@ -757,8 +743,6 @@ def plan_partition(
         The output directory (it need not exist): its filesystem's free disk is checked.
     config, halo, workers, remote, replication_factor
         As :func:`plan_run`; ``config`` is resolved against the input's ``meta.json``.
-    spill_dir
-        Where the k-means spill goes (default: the system temporary directory).
 
     Returns
     -------
@@ -768,7 +752,7 @@ def plan_partition(
     sizes = input_sizes(source)
     plan = plan_run(sizes, config.resolved(source), halo=halo, workers=workers, remote=remote,
                     replication_factor=replication_factor, driver_base=process_baseline())
-    return plan.with_resources(out, spill_dir)
+    return plan.with_resources(out)
 
 
 # --- the resources and the check ----------------------------------------------------------------
@@ -780,13 +764,6 @@ def _existing(path: str | Path) -> Path:
     while not p.exists() and p != p.parent:
         p = p.parent
     return p
-
-
-def _device(path: str | Path) -> int | None:
-    try:
-        return os.stat(_existing(path)).st_dev
-    except OSError:
-        return None
 
 
 def process_baseline() -> int:
@@ -830,7 +807,7 @@ def check_plan(plan: RunPlan) -> None:
     ------
     AseprError
         The planned peak memory exceeds the available memory, or the planned disk
-        exceeds the free disk of the output's (or the spill's) filesystem. The message
+        exceeds the free disk of the output's filesystem. The message
         names what is needed, what is free, and ``--ignore-plan``.
     """
     found = plan.shortfalls()
@@ -840,8 +817,8 @@ def check_plan(plan: RunPlan) -> None:
                 f"asepr partition {plan.out}: the memory and disk plan",
                 "a run that fits the available memory and the free disk",
                 "; ".join(found),
-                f"free memory or disk, lower --workers or --batch-rows, write to a larger filesystem "
-                f"(TMPDIR for the spill), give a known replication factor with --plan-rf (the plan "
+                f"free memory or disk, lower --workers or --batch-rows, write to a larger filesystem, "
+                f"give a known replication factor with --plan-rf (the plan "
                 f"assumed {plan.replication_factor:.2f}), or pass --ignore-plan to run anyway.",
             )
         )

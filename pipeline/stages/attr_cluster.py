@@ -1,4 +1,4 @@
-"""Stage ③: attribute clustering, out of core, as Dask map-reduce passes (DESIGN.md §4.2).
+"""Stage ③: attribute clustering, a sampled fit then one labelling pass (DESIGN.md §4.2).
 
 Every node gets an ``attr_cluster_id`` in ``0..C-1``, either from spherical k-means
 over its feature vector (:func:`attribute_clusters`, here) or from a categorical node
@@ -6,66 +6,64 @@ column (:func:`pipeline.stages.attr_column.column_clusters`).
 
 k-means, step by step
 ---------------------
+The cost follows a sample, not passes over the feature table: the node shards are read
+at most twice, once for the sample (the feature column of the row groups that hold a
+sampled row) and once to label every row, and nothing is spilled.
+
 0. **Scan** (one task per node shard): row count and feature width from the Parquet
    footer (``list`` features: from the first row).
-1. **Embed and spill** (one task per shard): features are projected when
+1. **Sample** (one task per shard): the client draws ``m`` global row numbers
+   (:func:`sample_rows`) uniformly without replacement from one seeded generator and
+   hands each shard its own. A task reads the feature column of the row groups that
+   hold one of its rows and embeds only those rows: features are projected when
    ``d > projection_threshold`` (a seeded Gaussian ``[d, d']`` matrix scaled by
-   ``1/sqrt(d')``), then L2-normalised (zero rows stay zero). Each task writes its
-   embedded rows and their ids to a private spill directory, so later passes neither
-   redo the projection nor hold ``N·d'`` floats in the client, and returns its share of a
-   uniform sample: the client draws ``sample_size`` global row numbers without
-   replacement from one seeded generator and hands each shard its own.
-2. **k-means++** on the sample, in the client (greedy D² sampling with
-   ``2 + ln C`` candidates per step and incremental min-distance updates).
-3. **Passes** (one task per shard, tree-summed): assign each embedded row to the centroid
-   of largest cosine (``argmax X·Cᵀ`` in row blocks), return per-cluster vector sums,
-   counts and the squared-distance inertia. A centroid becomes its normalised sum
-   (spherical k-means); an empty one is re-seeded from the sample point farthest from
-   its nearest centroid. Stop when no centroid moves by ``tol`` or more (Euclidean), or
-   after ``max_passes``. The inertia never increases from one pass to the next.
-4. **Labels** (one task per shard): the final assignment, scattered by ``global_nid``
-   into ``attr_cluster_id[N]`` by the client.
+   ``1/sqrt(d')``), then L2-normalised (zero rows stay zero). The sample is uniform
+   over rows whatever the file's order: every row is drawn with the same probability,
+   and a row group is decoded only to reach the rows drawn in it. Reading a random
+   subset of whole row groups would cost less, but it samples runs of neighbouring
+   rows, which follows the file's order (an input sorted by class would lose whole
+   clusters).
+2. **Fit** on the sample, in the client (:func:`pipeline.stages.kmeans.fit_sample`):
+   ``restarts`` runs of greedy k-means++ seeding (D² sampling, ``2 + ln C`` candidates
+   per step), each followed by spherical Lloyd iterations: a centroid becomes its
+   cluster's normalised sum, and an empty one is re-seeded from the sample point
+   farthest from its nearest centroid. A run stops when no centroid moves by ``tol`` or
+   more, or after ``max_passes`` updates. The run of lowest sample inertia wins.
+3. **Labels** (one task per shard): every row is read, validated, embedded and given
+   the centroid of largest cosine; the task returns the ids, the labels and the exactly
+   rounded (``math.fsum``) sum of the rows' squared distances to their centroids. The
+   client scatters the labels by ``global_nid`` into ``attr_cluster_id[N]``.
 
-Everything random comes from ``np.random.SeedSequence(seed)``, and every sum has a
-fixed tree shape, so a seed and a shard list give the same clusters under any scheduler
-and any number of workers. Embeddings and scores are computed in float64 and rounded
-once, so a row gets the same bits whatever batch it is read in (BLAS sums in an order
-that depends on the matrix shape and thread count). Mostly-zero rows (bag-of-words
-features) are projected by a numba kernel from their non-zeros only.
+When the sample is every row (``m = N``: few rows, or wide rows whose second read would
+cost more than fitting on all of them), step 1 keeps the embedded rows and their ids,
+and step 3 labels them in the client: one read in all.
 
-Spill layout (a private directory under ``spill_dir``, removed at the end, on error
-too; it must be visible to every Dask worker, which a ``LocalCluster`` guarantees)::
-
-    asepr-attr-XXXXXXXX/
-      shard-00000.emb.npy   float32 [n_shard, d']   embedded features, in file order
-      shard-00000.ids.npy   int64   [n_shard]       global_nid of each row
-      ...
+Everything random comes from ``np.random.SeedSequence(seed)``, and the fit runs in the
+client on a sample that does not depend on how the shards are read. So a seed and a
+shard list give the same clusters under any scheduler, any number of workers and any
+``batch_rows``. Embeddings are computed in float64 and rounded once, so a row gets the
+same bits whatever batch it is read in (BLAS sums in an order that depends on the matrix
+shape and thread count). Each row is then scored against the centroids on its own
+(:func:`pipeline.stages.kmeans.nearest`). Mostly-zero rows (bag-of-words features) are
+projected by a numba kernel from their non-zeros only.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
-import shutil
-import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import dask
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from pipeline.dask_ops import (
-    captured,
-    compute,
-    first_error,
-    share,
-    task_prefix,
-    tree_reduce,
-)
+from pipeline.dask_ops import captured, compute, first_error, share, task_prefix
 from pipeline.stages.checks import check_float, check_int
-from pipeline.stages.kmeans import ASSIGN_ROWS, assign_nearest, embed, kmeans_pp, update_centroids
+from pipeline.stages.kmeans import assign_nearest, embed, fit_sample, nearest
 from storage.errors import InputError, format_problem
 from storage.fs import Shard
 from storage.resources import StageClock, stage
@@ -75,14 +73,50 @@ from storage.input import open_parquet
 if TYPE_CHECKING:
     import distributed
 
-__all__ = ["AttrClusters", "AttrModel", "attribute_clusters", "scatter_labels"]
+__all__ = [
+    "READ_COST",
+    "RESTARTS",
+    "SAMPLE_BYTES",
+    "SAMPLE_PER_CLUSTER",
+    "AttrClusters",
+    "AttrModel",
+    "attribute_clusters",
+    "sample_rows",
+    "scatter_labels",
+]
 
 log = logging.getLogger(__name__)
 
-#: Rows of a spilled shard read at once by a pass (a multiple of ``ASSIGN_ROWS``).
-_STATS_ROWS = 8 * ASSIGN_ROWS
 #: Target uncompressed bytes per record batch when reading features.
 _BATCH_BYTES = 64 << 20
+#: The sample holds at least this many rows per cluster (``docs/results/kmeans``).
+SAMPLE_PER_CLUSTER = 1024
+#: At most this many bytes of embedded sample rows (``float32 [m, d']``).
+SAMPLE_BYTES = 128 << 20
+#: k-means++ seedings per fit (each followed by Lloyd on the sample).
+RESTARTS = 3
+#: Decoding one feature value from Parquet costs about as much CPU as this many float64
+#: multiply-adds of the assignment kernel (9.4 ns and 0.22 ns per row-feature on the
+#: development machine, ``docs/results/kmeans``).
+READ_COST = 40
+
+
+def sample_rows(num_nodes: int, num_clusters: int, feat_dim: int, width: int, sample_size: int,
+                max_passes: int, restarts: int) -> int:
+    """``m``, the rows the fit holds: every row, or a uniform sample (module docstring).
+
+    Every row when ``N`` rows of ``float32 [N, d']`` fit in :data:`SAMPLE_BYTES` and a
+    second read of a row (``READ_COST·d``) costs more than fitting on it
+    (``d'·C`` per update, ``(max_passes + 1)·restarts`` updates): wide features read
+    once. Otherwise ``max(sample_size, SAMPLE_PER_CLUSTER·C)`` rows, within those
+    bytes, at least C and at most N.
+    """
+    budget = SAMPLE_BYTES // (4 * max(1, width))
+    updates = (max_passes + 1) * restarts
+    if num_nodes <= budget and READ_COST * feat_dim >= width * num_clusters * updates:
+        return num_nodes
+    wanted = max(sample_size, SAMPLE_PER_CLUSTER * num_clusters)
+    return min(num_nodes, max(num_clusters, min(wanted, budget)))
 
 
 # --- the model ---------------------------------------------------------------------
@@ -146,16 +180,21 @@ class AttrClusters:
         C actually used (k-means may clamp the requested C to N or to the number of
         distinct embedded points).
     passes
-        k-means update passes run (0 for a column).
+        Lloyd updates run on the sample by the chosen restart (0 for a column); no
+        update pass reads the shards.
     inertia
-        Sum of squared distances between embedded rows and their centroids, under
-        the final assignment (0.0 for a column).
+        The full-data inertia: the sum, over every node, of the squared Euclidean
+        distance between its embedded row and its centroid under the final labels
+        (0.0 for a column).
     converged
-        Whether the centroids stopped moving (shift < ``tol``) within ``max_passes``.
+        Whether the chosen restart's centroids stopped moving (shift < ``tol``) within
+        ``max_passes`` updates on the sample.
     source
         ``"kmeans"`` or ``"column:<name>"``.
     inertia_history
-        The inertia of every pass, then that of the final assignment.
+        The chosen restart's sample inertia before each update, scaled by ``N / m`` to
+        estimate the full-data figure (non-increasing; exact when the sample is every
+        row), then :attr:`inertia`.
     """
 
     attr_cluster_id: np.ndarray
@@ -208,136 +247,153 @@ def _features(batch: pa.RecordBatch, layout: FeatureLayout, shard: Shard, row0: 
         ) from exc
 
 
-def _spill_paths(spill: str, index: int) -> tuple[str, str]:
-    base = os.path.join(spill, f"shard-{index:05d}")
-    return f"{base}.emb.npy", f"{base}.ids.npy"
+def _where(shard: Shard, first: int, last: int) -> str:
+    return f"file {shard.url}, rows {first}..{last}"
 
 
-def _embed_shard(
-    shard: Shard,
-    index: int,
-    feat_dim: int,
-    projection: np.ndarray | None,
-    spill: str,
-    sample_rows: np.ndarray,
-    batch_rows: int,
-) -> tuple[int, np.ndarray]:
-    """Embed one node shard into the spill directory; return ``(rows, sample rows)``."""
-    pf = open_parquet(shard)
+def _checked_features(batch: pa.RecordBatch, layout: FeatureLayout, shard: Shard, feat_dim: int,
+                      rows: tuple[int, int]) -> np.ndarray:
+    """The batch's ``[b, d]`` features, or InputError naming the file rows ``rows``."""
+    feat = _features(batch, layout, shard, rows[0])
+    if feat.shape[1] != feat_dim:
+        raise InputError(
+            format_problem(
+                f"{_where(shard, *rows)}, column '{layout.columns[0]}'",
+                f"feature width {feat_dim} (as in the other node shards)",
+                f"width {feat.shape[1]}",
+                "every node shard must store vectors of the same width d.",
+            )
+        )
+    return feat
+
+
+def _checked_embed(feat: np.ndarray, projection: np.ndarray | None, layout: FeatureLayout,
+                   shard: Shard, rows: tuple[int, int]) -> np.ndarray:
+    """:func:`embed`, or InputError when a row is not finite."""
+    x = embed(feat, projection)
+    if not np.isfinite(x).all():
+        raise InputError(
+            format_problem(
+                f"{_where(shard, *rows)}, column '{layout.columns[0]}'",
+                "finite features",
+                "NaN or inf values",
+                "run `asepr validate` on the input and fix what it reports.",
+            )
+        )
+    return x
+
+
+def _all_rows(pf: pq.ParquetFile, shard: Shard, feat_dim: int, projection: np.ndarray | None,
+              batch_rows: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
+    """``(first row, global_nid, embedded rows)`` of every row of a node shard, batch by
+    batch, checked (at most the footer's row count, which the caller may allocate)."""
     layout, _, _ = check_node_schema(pf.schema_arrow, shard.url)
     n = pf.metadata.num_rows
-    width = projection.shape[1] if projection is not None else feat_dim
-    emb_path, ids_path = _spill_paths(spill, index)
-    if n == 0:
-        np.save(emb_path, np.zeros((0, width), dtype=np.float32))
-        np.save(ids_path, np.zeros(0, dtype=np.int64))
-        return 0, np.zeros((0, width), dtype=np.float32)
-    emb = np.lib.format.open_memmap(emb_path, mode="w+", dtype=np.float32, shape=(n, width))
-    ids = np.lib.format.open_memmap(ids_path, mode="w+", dtype=np.int64, shape=(n,))
     row0 = 0
-    columns = ["id", *layout.columns]
-    try:
-        for batch in pf.iter_batches(
-            batch_size=_rows_per_batch(feat_dim, batch_rows), columns=columns
-        ):
-            b = batch.num_rows
-            where = f"file {shard.url}, rows {row0}..{row0 + b - 1}"
-            if row0 + b > n:
-                raise InputError(
-                    format_problem(where, f"{n} rows (the footer's count)", "more rows")
-                )
-            id_col = batch.column("id")
-            if id_col.null_count:
-                raise InputError(
-                    format_problem(
-                        f"{where}, column 'id'", "no null ids", f"{id_col.null_count} null(s)"
-                    )
-                )
-            feat = _features(batch, layout, shard, row0)
-            if feat.shape[1] != feat_dim:
-                raise InputError(
-                    format_problem(
-                        f"{where}, column '{layout.columns[0]}'",
-                        f"feature width {feat_dim} (as in the other node shards)",
-                        f"width {feat.shape[1]}",
-                        "every node shard must store vectors of the same width d.",
-                    )
-                )
-            x = embed(feat, projection)
-            if not np.isfinite(x).all():
-                raise InputError(
-                    format_problem(
-                        f"{where}, column '{layout.columns[0]}'",
-                        "finite features",
-                        "NaN or inf values",
-                        "run `asepr validate` on the input and fix what it reports.",
-                    )
-                )
-            emb[row0 : row0 + b] = x
-            ids[row0 : row0 + b] = id_col.to_numpy()
-            row0 += b
-        if row0 != n:
+    for batch in pf.iter_batches(batch_size=_rows_per_batch(feat_dim, batch_rows),
+                                 columns=["id", *layout.columns]):
+        b = batch.num_rows
+        rows = (row0, row0 + b - 1)
+        if row0 + b > n:
             raise InputError(
-                format_problem(f"file {shard.url}", f"{n} rows (the footer's count)", f"{row0}")
+                format_problem(_where(shard, *rows), f"{n} rows (the footer's count)", "more rows")
             )
-        emb.flush()
-        ids.flush()
-        sample = np.array(emb[sample_rows], dtype=np.float32)
-    finally:
-        del emb, ids
-    return n, sample
+        id_col = batch.column("id")
+        if id_col.null_count:
+            raise InputError(
+                format_problem(f"{_where(shard, *rows)}, column 'id'", "no null ids",
+                               f"{id_col.null_count} null(s)")
+            )
+        feat = _checked_features(batch, layout, shard, feat_dim, rows)
+        ids = id_col.to_numpy().astype(np.int64, copy=False)
+        yield row0, ids, _checked_embed(feat, projection, layout, shard, rows)
+        row0 += b
+    if row0 != n:
+        raise InputError(
+            format_problem(f"file {shard.url}", f"{n} rows (the footer's count)", f"{row0}")
+        )
 
 
-def _load_emb(spill: str, index: int) -> np.ndarray:
-    return np.load(_spill_paths(spill, index)[0], mmap_mode="r", allow_pickle=False)
+def _picked_rows(shard: Shard, feat_dim: int, projection: np.ndarray | None, picks: np.ndarray,
+                 batch_rows: int) -> np.ndarray:
+    """The embedded rows ``picks`` (sorted file row numbers) of a node shard, in order.
+
+    Only the feature column of the row groups that hold a pick is decoded, one row group
+    at a time; only the picked rows are embedded and checked.
+    """
+    pf = open_parquet(shard)
+    layout, _, _ = check_node_schema(pf.schema_arrow, shard.url)
+    width = projection.shape[1] if projection is not None else feat_dim
+    out = np.empty((len(picks), width), dtype=np.float32)
+    starts = _row_group_starts(pf.metadata)
+    group_of = np.searchsorted(starts, picks, side="right") - 1
+    if len(picks) and (picks[-1] >= starts[-1] or picks[0] < 0):
+        raise InputError(format_problem(f"file {shard.url}", f"{starts[-1]} rows (the footer's "
+                                        "count)", f"a row {int(picks[-1])} to sample"))
+    done = 0
+    for g in np.unique(group_of):
+        row0 = int(starts[g])
+        for batch in pf.iter_batches(batch_size=_rows_per_batch(feat_dim, batch_rows),
+                                     row_groups=[int(g)], columns=list(layout.columns)):
+            b = batch.num_rows
+            hi = done + int(np.searchsorted(picks[done:], row0 + b))
+            if hi > done:
+                rows = (int(picks[done]), int(picks[hi - 1]))
+                feat = _checked_features(batch, layout, shard, feat_dim, (row0, row0 + b - 1))
+                out[done:hi] = _checked_embed(feat[picks[done:hi] - row0], projection, layout,
+                                              shard, rows)
+                done = hi
+            row0 += b
+    if done != len(picks):
+        raise InputError(format_problem(f"file {shard.url}", f"{starts[-1]} rows (the footer's "
+                                        "count)", f"fewer rows in its row groups (no row "
+                                        f"{int(picks[done])})"))
+    return out
 
 
-def _shard_stats(
-    spill: str, index: int, centroids: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """Per-cluster float64 vector sums, counts and inertia of one spilled shard."""
-    num_clusters, width = centroids.shape
-    sums = np.zeros((num_clusters, width), dtype=np.float64)
-    counts = np.zeros(num_clusters, dtype=np.int64)
-    inertia = 0.0
-    c_sq = np.einsum("ij,ij->i", centroids, centroids, dtype=np.float64)
-    emb = _load_emb(spill, index)
-    for a in range(0, len(emb), _STATS_ROWS):
-        x = np.asarray(emb[a : a + _STATS_ROWS])
-        labels, best = assign_nearest(x, centroids)
-        order = np.argsort(labels, kind="stable")
-        sorted_labels = labels[order]
-        starts = np.flatnonzero(np.r_[True, sorted_labels[1:] != sorted_labels[:-1]])
-        sums[sorted_labels[starts]] += np.add.reduceat(x[order].astype(np.float64), starts, axis=0)
-        counts += np.bincount(labels, minlength=num_clusters)
-        inertia += _inertia(x, labels, best, c_sq)
-    return sums, counts, inertia
+def _row_group_starts(meta: pq.FileMetaData) -> np.ndarray:
+    """``int64 [groups + 1]``: the first file row of each row group, then the row count."""
+    sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+    return np.r_[0, np.cumsum(sizes, dtype=np.int64)].astype(np.int64)
 
 
-def _inertia(x: np.ndarray, labels: np.ndarray, best: np.ndarray, c_sq: np.ndarray) -> float:
-    x_sq = np.einsum("ij,ij->i", x, x, dtype=np.float64)
-    return float(np.sum(x_sq + c_sq[labels] - 2.0 * best))
+def _sample_shard(shard: Shard, feat_dim: int, projection: np.ndarray | None,
+                  picks: np.ndarray | None,
+                  batch_rows: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """Step 1 for one shard: ``(None, picked rows)``, or ``(global_nid, every row)`` when
+    ``picks`` is None (the sample is every row)."""
+    if picks is not None:
+        return None, _picked_rows(shard, feat_dim, projection, picks, batch_rows)
+    pf = open_parquet(shard)
+    n = pf.metadata.num_rows
+    ids = np.empty(n, dtype=np.int64)
+    width = projection.shape[1] if projection is not None else feat_dim
+    emb = np.empty((n, width), dtype=np.float32)
+    for row0, batch_ids, x in _all_rows(pf, shard, feat_dim, projection, batch_rows):
+        ids[row0 : row0 + len(x)] = batch_ids
+        emb[row0 : row0 + len(x)] = x
+    return ids, emb
 
 
-def _shard_labels(
-    spill: str, index: int, centroids: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """``(global_nid, attr_cluster_id, inertia)`` of one spilled shard."""
-    emb = _load_emb(spill, index)
-    ids = np.load(_spill_paths(spill, index)[1], allow_pickle=False)
-    labels = np.empty(len(emb), dtype=np.int32)
-    inertia = 0.0
-    c_sq = np.einsum("ij,ij->i", centroids, centroids, dtype=np.float64)
-    for a in range(0, len(emb), _STATS_ROWS):
-        x = np.asarray(emb[a : a + _STATS_ROWS])
-        lab, best = assign_nearest(x, centroids)
-        labels[a : a + len(x)] = lab
-        inertia += _inertia(x, lab, best, c_sq)
-    return ids, labels, inertia
+def _label_rows(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(int32 labels, float64 squared distances)`` of embedded rows: nearest centroid."""
+    labels, _, dist = nearest(x, centroids)
+    return labels, dist
 
 
-def _add_stats(a, b):
-    return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+def _label_shard(shard: Shard, feat_dim: int, projection: np.ndarray | None, centroids: np.ndarray,
+                 batch_rows: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """Step 3 for one shard: ``(global_nid, attr_cluster_id, inertia)``; the inertia is the
+    exactly rounded sum of the rows' squared distances, whatever the batches."""
+    pf = open_parquet(shard)
+    n = pf.metadata.num_rows
+    ids = np.empty(n, dtype=np.int64)
+    labels = np.empty(n, dtype=np.int32)
+    dist = np.empty(n, dtype=np.float64)
+    for row0, batch_ids, x in _all_rows(pf, shard, feat_dim, projection, batch_rows):
+        ids[row0 : row0 + len(x)] = batch_ids
+        labels[row0 : row0 + len(x)], dist[row0 : row0 + len(x)] = _label_rows(x, centroids)
+    return ids, labels, math.fsum(dist)
 
 
 def scatter_labels(
@@ -386,11 +442,10 @@ def scatter_labels(
 
 @dataclass(frozen=True)
 class _Job:
-    """The fixed context of one k-means run: the shards, where tasks run, where they spill."""
+    """The fixed context of one k-means run: the shards, where tasks run, how they read."""
 
     shards: list[Shard]
     client: distributed.Client | None
-    spill: str
     prefix: str
     batch_rows: int
 
@@ -404,13 +459,17 @@ def attribute_clusters(
     max_passes: int = 10,
     tol: float = 1e-4,
     sample_size: int = 20_000,
+    restarts: int = RESTARTS,
     projection_dim: int = 256,
     projection_threshold: int = 256,
     client: distributed.Client | None = None,
     batch_rows: int = 65_536,
-    spill_dir: str | None = None,
 ) -> AttrClusters:
-    """Spherical k-means over the node features, out of core (see the module docstring).
+    """Spherical k-means over the node features: fitted on a sample, then one labelling pass.
+
+    See the module docstring for the steps. Peak memory: the sample (at most
+    :data:`SAMPLE_BYTES`) in the client, plus ``attr_cluster_id`` and one shard's ids and
+    labels; each task holds one batch and its shard's ids, labels and distances.
 
     Parameters
     ----------
@@ -424,20 +483,21 @@ def attribute_clusters(
     seed
         Seeds the projection, the sample and k-means++.
     max_passes
-        Maximum k-means update passes (0: k-means++ centroids only).
+        Maximum Lloyd updates on the sample per restart (0: k-means++ centroids only).
     tol
         Stop when no centroid moves by ``tol`` or more (Euclidean, on the unit sphere).
     sample_size
-        Rows drawn uniformly (without replacement) for k-means++ and re-seeding.
+        Rows drawn uniformly (without replacement) for the fit; raised to
+        ``SAMPLE_PER_CLUSTER·C`` and capped at ``SAMPLE_BYTES`` (:func:`sample_rows`).
+    restarts
+        Independent k-means++ seedings, each followed by Lloyd; the lowest sample
+        inertia wins.
     projection_dim, projection_threshold
         Features wider than ``projection_threshold`` are projected to ``projection_dim``.
     client
         A ``distributed.Client``; None runs on the local thread pool.
     batch_rows
         Maximum rows per record batch (also capped at about 64 MiB per batch).
-    spill_dir
-        Where the private spill directory goes (default: the system temp dir). It must
-        be visible to every worker.
 
     Returns
     -------
@@ -455,6 +515,7 @@ def attribute_clusters(
     seed = check_int("seed", seed, 0)
     max_passes = check_int("max_passes", max_passes, 0)
     sample_size = check_int("sample_size", sample_size, 1)
+    restarts = check_int("restarts", restarts, 1)
     projection_dim = check_int("projection_dim", projection_dim, 1)
     projection_threshold = check_int("projection_threshold", projection_threshold, 0)
     batch_rows = check_int("batch_rows", batch_rows, 1)
@@ -464,13 +525,9 @@ def attribute_clusters(
             format_problem("attribute_clusters(node_shards=...)", "at least one node shard", "none")
         )
     with stage("attr_cluster", log) as info:
-        spill = tempfile.mkdtemp(prefix="asepr-attr-", dir=spill_dir)
-        try:
-            job = _Job(node_shards, client, spill, task_prefix("attr"), batch_rows)
-            result = _kmeans_impl(job, num_nodes, num_clusters, seed, max_passes, tol, sample_size,
-                                  projection_dim, projection_threshold)
-        finally:
-            shutil.rmtree(spill, ignore_errors=True)
+        job = _Job(node_shards, client, task_prefix("attr"), batch_rows)
+        result = _kmeans_impl(job, num_nodes, num_clusters, seed, max_passes, tol, sample_size,
+                              restarts, projection_dim, projection_threshold)
         info.update(
             nodes=num_nodes,
             clusters=result.num_clusters,
@@ -533,87 +590,79 @@ def _random_projection(feat_dim: int, projection_dim: int, projection_threshold:
     return (rng.standard_normal((feat_dim, projection_dim)) / math.sqrt(projection_dim)).astype(np.float32)
 
 
-def _embed_all(job: _Job, rows: np.ndarray, feat_dim: int, projection: np.ndarray | None,
-               n_sample: int, seq: np.random.SeedSequence) -> np.ndarray:
-    """Step 1: embed and spill every shard; returns the non-zero rows of a uniform sample."""
+def _shared(value: np.ndarray | None, job: _Job, name: str):
+    """``value`` as one graph node or scattered future (:func:`share`); None stays None."""
+    return None if value is None else share(value, job.client, f"{job.prefix}-{name}")
+
+
+def _draw_sample(job: _Job, rows: np.ndarray, feat_dim: int, projection: np.ndarray | None,
+                 n_sample: int, seq: np.random.SeedSequence) -> tuple[np.ndarray, list | None]:
+    """Step 1: ``(sample, per-shard (ids, rows))``; the second is None unless the sample is
+    every row, when it holds each shard's embedded rows for step 3."""
     total = int(rows.sum())
-    picks = np.sort(np.random.default_rng(seq).choice(total, size=n_sample, replace=False))
+    every = n_sample == total
+    rng = np.random.default_rng(seq)
+    picks = None if every else np.sort(rng.choice(total, size=n_sample, replace=False))
     offsets = np.r_[0, np.cumsum(rows)]
-    proj_node = share(projection, job.client, f"{job.prefix}-projection") if projection is not None else None
+    proj_node = _shared(projection, job, "projection")
     tasks = []
     for i, shard in enumerate(job.shards):
-        local = picks[(picks >= offsets[i]) & (picks < offsets[i + 1])] - offsets[i]
+        local = None
+        if not every:
+            local = picks[(picks >= offsets[i]) & (picks < offsets[i + 1])] - offsets[i]
         tasks.append(
-            dask.delayed(_embed_shard)(
-                shard, i, feat_dim, proj_node, job.spill, local, job.batch_rows,
-                dask_key_name=f"{job.prefix}-embed-{i}",
+            dask.delayed(_sample_shard)(
+                shard, feat_dim, proj_node, local, job.batch_rows,
+                dask_key_name=f"{job.prefix}-sample-{i}",
             )
         )
-    embedded = compute(tasks, job.client)
-    sample = np.concatenate([s for _, s in embedded])
-    return sample[np.einsum("ij,ij->i", sample, sample) > 0]  # zero rows cannot be centroids
+    pieces = compute(tasks, job.client)
+    sample = np.concatenate([x for _, x in pieces])
+    return sample, (pieces if every else None)
 
 
-def _initial_centroids(sample: np.ndarray, num_clusters: int, width: int,
-                       seq: np.random.SeedSequence) -> np.ndarray:
-    """Step 2: k-means++ on the sample (any unit centroids when every feature vector is zero)."""
-    if len(sample):
-        return kmeans_pp(sample, num_clusters, np.random.default_rng(seq))
-    centroids = np.zeros((num_clusters, width), dtype=np.float32)
-    centroids[np.arange(num_clusters), np.arange(num_clusters) % width] = 1.0
-    return centroids
-
-
-def _passes(job: _Job, centroids: np.ndarray, sample: np.ndarray, max_passes: int,
-            tol: float) -> tuple[np.ndarray, int, bool, list[float]]:
-    """Step 3: update passes; returns ``(centroids, passes, converged, inertia per pass)``."""
-    history: list[float] = []
-    converged = False
-    passes = 0
-    for passes in range(1, max_passes + 1):
-        cent_node = share(centroids, job.client, f"{job.prefix}-centroids-{passes}")
-        parts = [
-            dask.delayed(_shard_stats)(
-                job.spill, i, cent_node, dask_key_name=f"{job.prefix}-stats-{passes}-{i}"
-            )
-            for i in range(len(job.shards))
-        ]
-        sums, counts, inertia = compute(
-            tree_reduce(parts, _add_stats, f"{job.prefix}-stats-{passes}"), job.client
+def _label_all(job: _Job, projection: np.ndarray | None, centroids: np.ndarray, feat_dim: int,
+               num_nodes: int, kept: list | None) -> tuple[np.ndarray, float]:
+    """Step 3: ``(attr_cluster_id, full-data inertia)``; in the client when ``kept`` holds
+    every shard's embedded rows, else one Dask task per shard."""
+    if kept is not None:
+        labelled = []
+        for ids, x in kept:
+            labels, dist = _label_rows(x, centroids)
+            labelled.append((ids, labels, math.fsum(dist)))
+    else:
+        proj_node = _shared(projection, job, "projection-labels")
+        cent_node = share(centroids, job.client, f"{job.prefix}-centroids")
+        labelled = compute(
+            [
+                dask.delayed(_label_shard)(shard, feat_dim, proj_node, cent_node, job.batch_rows,
+                                           dask_key_name=f"{job.prefix}-labels-{i}")
+                for i, shard in enumerate(job.shards)
+            ],
+            job.client,
         )
-        history.append(float(inertia))
-        new, reseeded = update_centroids(sums, counts, centroids, sample)
-        shift = float(np.sqrt(np.einsum("ij,ij->i", new - centroids, new - centroids)).max())
-        log.debug(
-            "attribute clusters: pass %d, inertia %.6g, shift %.3g, %d re-seeded",
-            passes, inertia, shift, reseeded,
-        )
-        centroids = new
-        if shift < tol:
-            converged = True
-            break
-    return centroids, passes, converged, history
+    attr_cluster_id = scatter_labels([(ids, lab) for ids, lab, _ in labelled], job.shards,
+                                     num_nodes, "k-means")
+    return attr_cluster_id, math.fsum(x for _, _, x in labelled)
 
 
-def _final_labels(job: _Job, centroids: np.ndarray, num_nodes: int) -> tuple[np.ndarray, float]:
-    """Step 4: ``(attr_cluster_id, inertia)`` of the final assignment."""
-    cent_node = share(centroids, job.client, f"{job.prefix}-centroids-final")
-    labelled = compute(
-        [
-            dask.delayed(_shard_labels)(job.spill, i, cent_node, dask_key_name=f"{job.prefix}-labels-{i}")
-            for i in range(len(job.shards))
-        ],
-        job.client,
-    )
-    attr_cluster_id = scatter_labels(
-        [(ids, lab) for ids, lab, _ in labelled], job.shards, num_nodes, "k-means"
-    )
-    return attr_cluster_id, float(sum(x for _, _, x in labelled))
+def _distinct_rows(x: np.ndarray, enough: int) -> int:
+    """The number of distinct rows of ``x``, or any number >= ``enough`` when there are that many.
+
+    Equal rows have equal dot products with any vector (computed row by row, so the same
+    way for every row), so the distinct dot products with a fixed vector are a lower
+    bound; the exact count runs only when the bound is short.
+    """
+    direction = np.random.default_rng(0).standard_normal(x.shape[1])
+    keys = np.einsum("ij,j->i", x, direction, dtype=np.float64)
+    bound = len(np.unique(keys))
+    return bound if bound >= enough else len(np.unique(x, axis=0))
 
 
-def _kmeans_impl(job: _Job, num_nodes: int, num_clusters: int, seed: int, max_passes: int, tol: float,
-                 sample_size: int, projection_dim: int, projection_threshold: int) -> AttrClusters:
-    """Steps 0-4 of the module docstring."""
+def _kmeans_impl(job: _Job, num_nodes: int, num_clusters: int, seed: int, max_passes: int,
+                 tol: float, sample_size: int, restarts: int, projection_dim: int,
+                 projection_threshold: int) -> AttrClusters:
+    """Steps 0-3 of the module docstring."""
     seq_projection, seq_sample, seq_init = np.random.SeedSequence(seed).spawn(3)
     clock = StageClock()
     rows, feat_dim = _scan(job, num_nodes)
@@ -622,33 +671,34 @@ def _kmeans_impl(job: _Job, num_nodes: int, num_clusters: int, seed: int, max_pa
         log.info("attribute clusters: C = %d clamped to N = %d", num_clusters, num_nodes)
         num_clusters = num_nodes
     projection = _random_projection(feat_dim, projection_dim, projection_threshold, seq_projection)
+    width = projection_dim if projection is not None else feat_dim
     clock.tick("scan")
 
-    n_sample = min(total, max(sample_size, num_clusters))
-    sample = _embed_all(job, rows, feat_dim, projection, n_sample, seq_sample)
-    if n_sample == total:
-        distinct = len(np.unique(sample, axis=0))
+    n_sample = sample_rows(total, num_clusters, feat_dim, width, sample_size, max_passes, restarts)
+    sample, kept = _draw_sample(job, rows, feat_dim, projection, n_sample, seq_sample)
+    if kept is not None:
+        distinct = _distinct_rows(sample[np.einsum("ij,ij->i", sample, sample) > 0], num_clusters)
         if 0 < distinct < num_clusters:
-            log.info("attribute clusters: C = %d clamped to %d distinct embedded points", num_clusters, distinct)
+            log.info("attribute clusters: C = %d clamped to %d distinct embedded points",
+                     num_clusters, distinct)
             num_clusters = distinct
-    clock.tick("embed+spill")
+    clock.tick(f"sample ({n_sample:,} rows)")
 
-    width = projection_dim if projection is not None else feat_dim
-    centroids = _initial_centroids(sample, num_clusters, width, seq_init)
-    clock.tick("k-means++")
-    centroids, passes, converged, history = _passes(job, centroids, sample, max_passes, tol)
-    clock.tick(f"{passes} pass(es)")
-    attr_cluster_id, final_inertia = _final_labels(job, centroids, num_nodes)
+    fit = fit_sample(sample, num_clusters, restarts=restarts, max_iter=max_passes, tol=tol,
+                     seq=seq_init)
+    clock.tick(f"fit ({restarts} restart(s), {fit.iterations} update(s))")
+    attr_cluster_id, inertia = _label_all(job, projection, fit.centroids, feat_dim, num_nodes, kept)
     clock.tick("labels")
-    log.debug("attribute clusters: %s", ", ".join(f"{step} {s:.2f} s" for step, s in clock.timings.items()))
-    history.append(final_inertia)
+    log.debug("attribute clusters: %s",
+              ", ".join(f"{step} {s:.2f} s" for step, s in clock.timings.items()))
+    scale = total / max(1, len(sample))
     return AttrClusters(
         attr_cluster_id=attr_cluster_id,
-        model=AttrModel(centroids=centroids, projection=projection, feat_dim=feat_dim),
+        model=AttrModel(centroids=fit.centroids, projection=projection, feat_dim=feat_dim),
         num_clusters=num_clusters,
-        passes=passes,
-        inertia=final_inertia,
-        converged=converged,
+        passes=fit.iterations,
+        inertia=inertia,
+        converged=fit.converged,
         source="kmeans",
-        inertia_history=tuple(history),
+        inertia_history=tuple(x * scale for x in fit.history) + (inertia,),
     )

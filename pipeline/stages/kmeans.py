@@ -1,24 +1,36 @@
-"""Spherical k-means, the in-memory math: embedding, nearest centroids, seeding, updates.
+"""Spherical k-means, the in-memory math: embedding, nearest centroids, seeding, fitting.
 
-:mod:`pipeline.stages.attr_cluster` runs k-means out of core as Dask passes over spilled
-shards; every step that touches numbers is here: :func:`embed` (the seeded projection,
-then L2 normalisation), :func:`assign_nearest` (largest cosine), :func:`kmeans_pp`
-(the seeding, on a sample) and :func:`update_centroids` (normalised sums, empty
-clusters re-seeded). Everything is float64 inside and rounded once, so a row gets the
-same bits whatever batch it is read in.
+:mod:`pipeline.stages.attr_cluster` fits the centroids on an in-memory sample and labels
+the shards in one Dask pass; every step that touches numbers is here: :func:`embed` (the
+seeded projection, then L2 normalisation), :func:`assign_nearest` (largest cosine),
+:func:`row_inertia` (each row's squared distance to its centroid), :func:`kmeans_pp`
+(the seeding), :func:`cluster_stats` and :func:`update_centroids` (one Lloyd step:
+normalised sums, empty clusters re-seeded) and :func:`fit_sample` (restarts of k-means++
+then Lloyd to convergence, on the sample). Everything is float64 inside and rounded
+once, so a row gets the same bits whatever batch it is read in.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numba
 import numpy as np
 
-__all__ = ["ASSIGN_ROWS", "assign_nearest", "embed", "kmeans_pp", "sq_dist", "update_centroids"]
+__all__ = [
+    "SampleFit",
+    "assign_nearest",
+    "cluster_stats",
+    "embed",
+    "fit_sample",
+    "kmeans_pp",
+    "lloyd",
+    "nearest",
+    "sq_dist",
+    "update_centroids",
+]
 
-#: Rows per ``X @ C.T`` block: bounds the ``[rows, C]`` score matrix.
-ASSIGN_ROWS = 8192
 #: Rows with at most this share of non-zero features are projected sparsely.
 _SPARSE_DENSITY = 0.05
 
@@ -79,21 +91,65 @@ def _project(feat: np.ndarray, projection: np.ndarray) -> np.ndarray:
     return out
 
 
-def assign_nearest(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest centroid (largest dot product) of each row, in row blocks.
+#: Rows scored together by the assignment kernel: independent sums keep the FPU busy.
+_ROW_BLOCK = 8
 
-    Returns ``(labels int32, best dot float64)``; ties go to the lower cluster id. The
-    scores are float64 for the same reason as in :func:`embed`.
+
+@numba.njit(cache=True, nogil=True)
+def _nearest_rows(x, c_t, labels, best, dist):  # pragma: no cover - numba
+    """Per row: the largest ``x·c`` (float64, summed in feature order; ties to the lower
+    id), that score and the squared distance ``|x - c|²``, written to the outputs.
+
+    Rows go :data:`_ROW_BLOCK` at a time only for speed: each row's sums are the same
+    whatever block it is in.
+    """
+    n, width = x.shape
+    num_clusters = c_t.shape[1]
+    scores = np.zeros((_ROW_BLOCK, num_clusters))
+    for i0 in range(0, n, _ROW_BLOCK):
+        rows = min(_ROW_BLOCK, n - i0)
+        scores[:] = 0.0
+        for t in range(width):
+            for r in range(rows):
+                v = np.float64(x[i0 + r, t])
+                for j in range(num_clusters):
+                    scores[r, j] += v * c_t[t, j]
+        for r in range(rows):
+            top = 0
+            for j in range(1, num_clusters):
+                if scores[r, j] > scores[r, top]:
+                    top = j
+            d2 = 0.0
+            for t in range(width):
+                diff = np.float64(x[i0 + r, t]) - c_t[t, top]
+                d2 += diff * diff
+            labels[i0 + r] = top
+            best[i0 + r] = scores[r, top]
+            dist[i0 + r] = d2
+
+
+def nearest(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(labels int32, best dot float64, squared distance float64)`` of each row.
+
+    The nearest centroid is the one of largest dot product (largest cosine for unit
+    rows); ties go to the lower cluster id. Each row is scored on its own, in float64
+    and in feature order, so its label and distance do not depend on the rows read with
+    it, the batch size or the thread count (a BLAS product would: its summation order
+    follows the matrix shape); with a few dozen clusters it is also faster than BLAS.
     """
     n = len(x)
     labels = np.empty(n, dtype=np.int32)
     best = np.empty(n, dtype=np.float64)
-    c_t = np.ascontiguousarray(centroids.T, dtype=np.float64)
-    for a in range(0, n, ASSIGN_ROWS):
-        scores = np.asarray(x[a : a + ASSIGN_ROWS], dtype=np.float64) @ c_t
-        lab = scores.argmax(axis=1)
-        labels[a : a + ASSIGN_ROWS] = lab
-        best[a : a + ASSIGN_ROWS] = scores[np.arange(len(lab)), lab]
+    dist = np.empty(n, dtype=np.float64)
+    if n:
+        c_t = np.ascontiguousarray(np.asarray(centroids, dtype=np.float64).T)
+        _nearest_rows(np.ascontiguousarray(x, dtype=np.float32), c_t, labels, best, dist)
+    return labels, best, dist
+
+
+def assign_nearest(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(labels int32, best dot float64)``: the nearest centroid of each row (:func:`nearest`)."""
+    labels, best, _ = nearest(x, centroids)
     return labels, best
 
 
@@ -152,3 +208,101 @@ def update_centroids(
             closest = np.minimum(closest, sq_dist(sample, p_sq, new[j : j + 1])[0])
             reseeded += 1
     return new, reseeded
+
+
+@numba.njit(cache=True, nogil=True)
+def _add_rows(x, labels, sums):  # pragma: no cover - numba
+    """``sums[labels[i]] += x[i]`` in float64, in row order."""
+    for i in range(x.shape[0]):
+        j = labels[i]
+        for t in range(x.shape[1]):
+            sums[j, t] += np.float64(x[i, t])
+
+
+def cluster_stats(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """One Lloyd assignment of ``x``: ``(float64 [C, d'] sums, int64 [C] counts, inertia)``.
+
+    Sums are taken in row order and the inertia with :func:`math.fsum`, so the result
+    depends on the rows only, never on threads.
+    """
+    num_clusters, width = centroids.shape
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    labels, _, dist = nearest(x, centroids)
+    sums = np.zeros((num_clusters, width), dtype=np.float64)
+    _add_rows(x, labels, sums)
+    counts = np.bincount(labels, minlength=num_clusters).astype(np.int64)
+    return sums, counts, math.fsum(dist)
+
+
+@dataclass(frozen=True, eq=False)
+class SampleFit:
+    """Centroids fitted on a sample by :func:`lloyd` (or :func:`fit_sample`).
+
+    Attributes
+    ----------
+    centroids
+        ``float32 [C, d']``.
+    iterations
+        Lloyd updates run.
+    converged
+        Whether the last update moved no centroid by ``tol`` or more.
+    history
+        The sample inertia of the assignment before each update.
+    inertia
+        The sample inertia of the final centroids (at most ``history[-1]``).
+    """
+
+    centroids: np.ndarray
+    iterations: int
+    converged: bool
+    history: tuple[float, ...]
+    inertia: float
+
+
+def lloyd(points: np.ndarray, centroids: np.ndarray, *, max_iter: int, tol: float,
+          reseed_from: np.ndarray) -> SampleFit:
+    """Spherical Lloyd iterations on in-memory ``points`` from ``centroids``.
+
+    Each step assigns every point to its nearest centroid, then moves each centroid to
+    its cluster's normalised sum (an empty cluster is re-seeded from the point of
+    ``reseed_from`` farthest from its nearest centroid). Stops when no centroid moves by
+    ``tol`` or more (Euclidean), or after ``max_iter`` steps. The sample inertia never
+    increases from one step to the next.
+    """
+    history: list[float] = []
+    converged = False
+    for _ in range(max_iter):
+        sums, counts, inertia = cluster_stats(points, centroids)
+        history.append(inertia)
+        new, _ = update_centroids(sums, counts, centroids, reseed_from)
+        shift = float(np.sqrt(np.einsum("ij,ij->i", new - centroids, new - centroids)).max())
+        centroids = new
+        if shift < tol:
+            converged = True
+            break
+    final = cluster_stats(points, centroids)[2]
+    return SampleFit(centroids=centroids, iterations=len(history), converged=converged,
+                     history=tuple(history), inertia=float(final))
+
+
+def fit_sample(points: np.ndarray, num_clusters: int, *, restarts: int, max_iter: int, tol: float,
+               seq: np.random.SeedSequence) -> SampleFit:
+    """The best of ``restarts`` runs of k-means++ then :func:`lloyd` on ``points``.
+
+    Zero rows take part in the sample inertia but are never chosen as centroids. Each
+    restart has its own child of ``seq``; the lowest final sample inertia wins (the
+    first on a tie). With no non-zero point, any ``C`` unit centroids are returned.
+    """
+    nonzero = points[np.einsum("ij,ij->i", points, points) > 0]
+    width = points.shape[1]
+    if not len(nonzero):
+        centroids = np.zeros((num_clusters, width), dtype=np.float32)
+        centroids[np.arange(num_clusters), np.arange(num_clusters) % width] = 1.0
+        return SampleFit(centroids, 0, True, (), float(len(points)))
+    best: SampleFit | None = None
+    for child in seq.spawn(restarts):
+        start = kmeans_pp(nonzero, num_clusters, np.random.default_rng(child))
+        fit = lloyd(points, start, max_iter=max_iter, tol=tol, reseed_from=nonzero)
+        if best is None or fit.inertia < best.inertia:
+            best = fit
+    return best

@@ -13,8 +13,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.stages.attr_cluster import AttrClusters, AttrModel, attribute_clusters
-from pipeline.stages.kmeans import kmeans_pp
+from pipeline.stages.attr_cluster import (
+    RESTARTS,
+    SAMPLE_BYTES,
+    SAMPLE_PER_CLUSTER,
+    AttrClusters,
+    AttrModel,
+    attribute_clusters,
+    sample_rows,
+)
+from pipeline.stages.kmeans import fit_sample, kmeans_pp
 from pipeline.stages.attr_column import column_clusters
 from storage.errors import InputError, SchemaError
 from storage.fs import discover_shards
@@ -53,6 +61,12 @@ def write_nodes(
     return discover_shards(root / "nodes")
 
 
+def full_inertia(model: AttrModel, feat: np.ndarray, labels: np.ndarray) -> float:
+    """The squared distances of every embedded row to its labelled centroid, summed."""
+    diff = model.embed(feat).astype(np.float64) - model.centroids.astype(np.float64)[labels]
+    return float(np.einsum("ij,ij->", diff, diff))
+
+
 def purity(pred: np.ndarray, truth: np.ndarray) -> float:
     """min(cluster purity, blob purity): 1.0 only for a one-to-one match."""
     table = np.zeros((pred.max() + 1, truth.max() + 1), dtype=np.int64)
@@ -73,7 +87,7 @@ def blob_inputs(tmp_path_factory):
 @pytest.mark.parametrize("dim", [16, 300])
 def test_recovers_blobs(blob_inputs, dim, tmp_path):
     shards, feat, blob = blob_inputs[dim]
-    result = attribute_clusters(shards, len(feat), NUM_BLOBS, seed=3, spill_dir=str(tmp_path))
+    result = attribute_clusters(shards, len(feat), NUM_BLOBS, seed=3)
     assert isinstance(result, AttrClusters)
     assert result.source == "kmeans" and result.num_clusters == NUM_BLOBS
     assert result.attr_cluster_id.dtype == np.int32 and result.attr_cluster_id.shape == (len(feat),)
@@ -89,13 +103,14 @@ def test_recovers_blobs(blob_inputs, dim, tmp_path):
         assert model.projection is None and model.centroids.shape[1] == dim
     # the final assignment is reproducible from the model alone (incremental ingest)
     np.testing.assert_array_equal(model.predict(feat), result.attr_cluster_id)
-    # inertia never increases, and the final figure is the last one
+    # the sample is every row here: the history is exact and never increases, and the
+    # final figure is the full-data inertia of the labels
     history = np.array(result.inertia_history)
     assert len(history) == result.passes + 1
     assert np.all(np.diff(history) <= 1e-6 * history[0])
     assert result.inertia == history[-1]
+    assert result.inertia == pytest.approx(full_inertia(model, feat, result.attr_cluster_id), rel=1e-9)
     assert result.converged and result.passes <= 10
-    assert list(tmp_path.iterdir()) == []  # spill directory removed
 
 
 def test_deterministic_for_a_seed(blob_inputs):
@@ -182,29 +197,25 @@ def test_zero_feature_rows_and_empty_shard(tmp_path):
     assert (result.model.embed(feat[:1] * 0) == 0).all()
 
 
-def test_errors_and_spill_cleanup_on_failure(tmp_path, blob_inputs):
+def test_errors(tmp_path, blob_inputs):
     shards, feat, _ = blob_inputs[16]
     with pytest.raises(InputError, match="num_clusters"):
         attribute_clusters(shards, len(feat), 0)
     with pytest.raises(InputError, match="rows"):
         attribute_clusters(shards, len(feat) + 1, 3)
-    # mismatched feature widths between shards fail, and leave no spill behind
+    # mismatched feature widths between shards fail
     (tmp_path / "nodes").mkdir()
     pq.write_table(node_table([0, 1], np.ones((2, 3))), tmp_path / "nodes" / "part-0.parquet")
     pq.write_table(
         node_table([2, 3], np.ones((2, 4)), layout="list"), tmp_path / "nodes" / "part-1.parquet"
     )
-    spill = tmp_path / "spill"
-    spill.mkdir()
     with pytest.raises(InputError, match="width"):
-        attribute_clusters(discover_shards(tmp_path / "nodes"), 4, 2, spill_dir=str(spill))
-    assert list(spill.iterdir()) == []
-    # a missing id fails after the passes, also without leftovers
+        attribute_clusters(discover_shards(tmp_path / "nodes"), 4, 2)
+    # a missing id fails when the labels are scattered
     (tmp_path / "gap").mkdir()
     pq.write_table(node_table([0, 1, 5], np.eye(3)), tmp_path / "gap" / "part-0.parquet")
     with pytest.raises(InputError, match=r"\[0, 3\)"):
-        attribute_clusters(discover_shards(tmp_path / "gap"), 3, 2, spill_dir=str(spill))
-    assert list(spill.iterdir()) == []
+        attribute_clusters(discover_shards(tmp_path / "gap"), 3, 2)
     model = AttrModel(np.eye(2, dtype=np.float32), None, 2)
     with pytest.raises(InputError, match=r"\[n, 2\]"):
         model.predict(np.ones((3, 5)))
@@ -296,3 +307,107 @@ def test_cora_if_the_importer_is_available(tmp_path, datasets_dir):
     np.testing.assert_array_equal(result.model.predict(feat), result.attr_cluster_id[ids])
     by_label = column_clusters(shards, n, "label")
     assert by_label.num_clusters == 7
+
+
+# --- the sampled fit (more rows than the sample) ------------------------------------
+
+
+def sorted_blobs(root: Path, n: int, dim: int, num_blobs: int, *, num_shards: int = 4,
+                 row_group_size: int = 97, seed: int = 0) -> tuple[list, np.ndarray]:
+    """Overlapping blobs written sorted by blob, in small row groups: a sample that
+    follows the file's order (its first row groups, say) misses whole blobs."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(num_blobs, dim)) * 1.5
+    blob = np.sort(rng.integers(0, num_blobs, n))
+    feat = (centers[blob] + rng.normal(size=(n, dim))).astype(np.float32)
+    (root / "nodes").mkdir(parents=True)
+    for i, idx in enumerate(np.array_split(np.arange(n), num_shards)):
+        pq.write_table(node_table(idx, feat[idx]), root / "nodes" / f"part-{i:05d}.parquet",
+                       row_group_size=row_group_size)
+    return discover_shards(root / "nodes"), feat
+
+
+@pytest.fixture(scope="module")
+def sorted_input(tmp_path_factory):
+    return sorted_blobs(tmp_path_factory.mktemp("sorted"), 30_000, 24, 12)
+
+
+def test_sampled_fit_within_one_percent_of_full_lloyd(sorted_input):
+    shards, feat = sorted_input
+    n, clusters = len(feat), 8
+    m = sample_rows(n, clusters, 24, 24, 2000, 10, RESTARTS)
+    assert m < n  # the sampled path: labels come from a second read
+    result = attribute_clusters(shards, n, clusters, seed=4, sample_size=2000)
+    labels = result.attr_cluster_id
+    assert labels.min() >= 0 and labels.max() < clusters and len(np.unique(labels)) == clusters
+    np.testing.assert_array_equal(result.model.predict(feat), labels)
+    # the reported inertia is the full-data inertia of the final labels
+    assert result.inertia == pytest.approx(full_inertia(result.model, feat, labels), rel=1e-9)
+    history = np.array(result.inertia_history)
+    assert len(history) == result.passes + 1 and history[-1] == result.inertia
+    assert np.all(np.diff(history[:-1]) <= 1e-9 * history[0])
+    # a full Lloyd on every row, to convergence, is better by less than 1 %
+    x = result.model.embed(feat)
+    full = fit_sample(x, clusters, restarts=3, max_iter=300, tol=1e-7, seq=np.random.SeedSequence(1))
+    assert full.converged
+    assert result.inertia <= 1.01 * full.inertia
+    # the seeds are sampled rows from all over the sorted file
+    seeds = attribute_clusters(shards, n, clusters, seed=4, sample_size=2000, max_passes=0, restarts=1)
+    assert seeds.passes == 0 and seeds.inertia_history == (seeds.inertia,)
+    rows = {tuple(r) for r in x}
+    assert all(tuple(c) in rows for c in seeds.model.centroids)
+
+
+def test_sampled_path_independent_of_batches_and_workers(sorted_input, client):
+    shards, feat = sorted_input
+    kwargs = dict(seed=2, sample_size=500, max_passes=5)
+    a = attribute_clusters(shards, len(feat), 3, **kwargs)
+    b = attribute_clusters(shards, len(feat), 3, batch_rows=61, **kwargs)
+    c = attribute_clusters(shards, len(feat), 3, client=client, **kwargs)
+    for other in (b, c):
+        np.testing.assert_array_equal(other.attr_cluster_id, a.attr_cluster_id)
+        np.testing.assert_array_equal(other.model.centroids, a.model.centroids)
+        assert other.inertia_history == a.inertia_history
+    assert a.inertia == pytest.approx(full_inertia(a.model, feat, a.attr_cluster_id), rel=1e-9)
+
+
+def test_sampled_path_zero_rows_and_bad_rows(tmp_path):
+    shards, feat = sorted_blobs(tmp_path / "ok", 6000, 8, 4, num_shards=3)
+    feat_zero = feat.copy()
+    feat_zero[::7] = 0.0
+    (tmp_path / "zero" / "nodes").mkdir(parents=True)
+    for i, idx in enumerate(np.array_split(np.arange(len(feat)), 3)):
+        pq.write_table(node_table(idx, feat_zero[idx]), tmp_path / "zero" / "nodes" / f"part-{i}.parquet",
+                       row_group_size=50)
+    zero_shards = discover_shards(tmp_path / "zero" / "nodes")
+    assert sample_rows(len(feat), 4, 8, 8, 100, 10, RESTARTS) < len(feat)
+    result = attribute_clusters(zero_shards, len(feat), 4, seed=0, sample_size=100)
+    assert np.isfinite(result.model.centroids).all()
+    np.testing.assert_allclose(np.linalg.norm(result.model.centroids, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(result.model.predict(feat_zero), result.attr_cluster_id)
+    assert result.inertia == pytest.approx(full_inertia(result.model, feat_zero, result.attr_cluster_id),
+                                           rel=1e-9)
+    # a NaN anywhere fails, sampled or not (the labelling pass reads every row)
+    for row in (0, 2500, 5999):
+        bad = feat.copy()
+        bad[row, 3] = np.nan
+        root = tmp_path / f"nan{row}" / "nodes"
+        root.mkdir(parents=True)
+        pq.write_table(node_table(np.arange(len(bad)), bad), root / "part-0.parquet", row_group_size=50)
+        with pytest.raises(InputError, match="finite"):
+            attribute_clusters(discover_shards(root), len(bad), 4, seed=0, sample_size=100)
+
+
+def test_sample_rows():
+    # few rows: all of them
+    assert sample_rows(5_000, 16, 32, 32, 20_000, 10, 3) == 5_000
+    # narrow rows: a sample (a second read is cheap), at least SAMPLE_PER_CLUSTER per cluster
+    assert sample_rows(5_000_000, 16, 32, 32, 20_000, 10, 3) == 20_000
+    assert sample_rows(5_000_000, 64, 32, 32, 20_000, 10, 3) == SAMPLE_PER_CLUSTER * 64
+    # wide rows that fit the byte budget once embedded: every row, read once
+    assert sample_rows(34_493, 16, 8415, 256, 20_000, 10, 3) == 34_493
+    # ... but not when there are too many of them
+    assert sample_rows(10_000_000, 16, 8415, 256, 20_000, 10, 3) == 20_000
+    # the byte budget caps the sample; C rows at least
+    assert sample_rows(10**9, 4, 32, 256, 10**8, 10, 3) == SAMPLE_BYTES // (4 * 256)
+    assert sample_rows(10**9, 200_000, 32, 256, 10, 10, 3) == 200_000
