@@ -1,0 +1,41 @@
+"""asepr bench scale: the measuring harness and one tiny end-to-end row."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from workflows.bench_scale import COLUMNS, bench_scale, run_measured
+
+
+def test_run_measured_sees_the_memory_of_a_child_process(tmp_path):
+    """The peak is the process tree's: a grandchild's 300 MB allocation is counted."""
+    code = ("import subprocess, sys; subprocess.run([sys.executable, '-c', "
+            "'b = bytearray(300_000_000); b[::4096] = b\"x\" * len(b[::4096]); import time; time.sleep(1.0)'], check=True)")
+    samples: list = []
+    wall, peak = run_measured([sys.executable, "-c", code], tmp_path / "log.txt", samples)
+    assert peak >= 300_000_000
+    assert wall > 0 and samples and max(rss for _, rss in samples) == peak
+
+
+def test_run_measured_names_the_log_of_a_failed_command(tmp_path):
+    with pytest.raises(RuntimeError, match="log.txt"):
+        run_measured([sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"], tmp_path / "log.txt")
+    assert "boom" in (tmp_path / "log.txt").read_text()
+
+
+@pytest.mark.slow
+def test_bench_scale_writes_a_consistent_row(tmp_path):
+    rows = bench_scale(tmp_path / "out", [20_000], k=4, dim=8, classes=4, verify=True, echo=lambda *_: None)
+    (row,) = rows
+    assert set(COLUMNS) <= set(row)
+    assert row["edges"] == 20_000 and row["nodes"] == 2_000
+    assert row["edges_per_s"] * row["wall_s"] == pytest.approx(20_000)
+    assert row["kernel_edges_per_s"] > row["edges_per_s"]  # the kernel is part of the command
+    assert 1.0 <= row["rf"] <= 4.0 and row["peak_gib"] > 0 and row["plan_gib"] > 0
+    assert "assignment kernel" in json.loads(row["stage_seconds"])
+    for name in ("scale.md", "scale.parquet"):
+        assert (tmp_path / "out" / name).exists()
+    assert not (tmp_path / "out" / "work" / "out-e20000-k4").exists()  # removed without --keep
