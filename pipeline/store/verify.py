@@ -14,13 +14,18 @@ Checks (each problem names the partition, what was expected and what was found):
 4. **exactly one master** per node over all partitions, and ``node_map.parquet``
    agrees (master ``part_id`` and ``part_local_nid``).
 5. **edges**: the multiset union of every partition's (non-halo) edges, in
-   ``global_nid`` space, equals the input's edge rows; exact, out of core: both sides
-   are hashed into the same buckets on disk, and each bucket is sorted and compared.
-   With ``halo`` 1, each master also holds every input edge into it (for an
-   undirected input, every edge touching it).
+   ``global_nid`` space, equals the input's edge rows: per-bucket counts and
+   polynomial fingerprints at points drawn at random for each run (a difference
+   escapes with probability below ``2**-60``, argued in
+   :mod:`pipeline.store.verify_edges`), then an exact out-of-core sort and compare
+   of the buckets that differ, which names each differing edge
+   (``edge_check="exact"`` compares every bucket so). With ``halo`` 1, each master
+   also holds every input edge into it (for an undirected input, every edge
+   touching it).
 6. **nodes**: ``x``, ``y`` and ``split`` equal the input's rows, through
-   ``global_nid`` (bit for bit); partitions are loaded in groups that fit a memory
-   budget, each group costing one pass over the node shards.
+   ``global_nid`` (bit for bit): against a table of the input's rows by id when it
+   fits the memory budget, else partitions are loaded in groups that fit it, each
+   group costing one pass over the node shards (:mod:`pipeline.store.verify_nodes`).
 7. **input identity**: the input's shard hashes match the manifest's fingerprints;
    the shards of every ingested increment (``manifest["increments"]``, read from the
    URLs recorded there) count as input too.
@@ -30,47 +35,66 @@ Checks (each problem names the partition, what was expected and what was found):
    nodes that touch an (assigned) edge of each partition, and the masters are the
    node map's.
 
-Memory: O(N) counters, one partition (or one group of partitions) at a time, and one
-edge bucket at a time.
+How it runs: each array of each store is read once, through the checked reader, and
+that one read serves the checksums, the CSR checks, the edge fingerprints and the
+node comparison (:mod:`pipeline.store.verify_store`). The partitions, the input's
+edge shards (in ``workers`` contiguous runs), the input node table, the shard
+hashes and the state are independent tasks on ``workers`` threads (numpy, hashlib,
+pyarrow, zarr's codecs and the numba kernels release the GIL); each task keeps its
+problems apart and they are reported in the order above, so the report does not
+depend on ``workers``. Each kind of task logs its time.
+
+Memory: O(N) counters and bitsets, the input node table (O(N * d), within
+``memory_budget``), a few partitions (one per worker) and edge batches at a time;
+nothing grows with the number of edges. Disk: only for the buckets that differ.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import math
-import shutil
-import tempfile
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from pipeline.stream import iter_edge_batches
-from storage.errors import AseprError, StoreError
-from storage.fs import discover_shards, fingerprint, join, resolve, url_of
-from storage.manifest import NODE_MAP_NAME, OLD_DIR, STAGING_NAME, read_manifest
-from storage.partition_store import (
-    EDGE_ARRAYS,
-    NODE_ARRAYS,
-    PartitionStore,
-    checksum_problems,
-    open_store,
-    resolve_store_url,
+from pipeline.store.verify_edges import (
+    EDGE_CHECKS,
+    EdgeFingerprint,
+    InputEdges,
+    draw_points,
+    exact_edge_problems,
+    fingerprint_applies,
+    fold_partition,
+    scan_input_edges,
 )
+from pipeline.store.verify_nodes import (
+    NodeTable,
+    RowMismatch,
+    build_node_table,
+    compare_nodes_streaming,
+    compare_rows,
+    mismatch_problems,
+    node_table_bytes,
+)
+from pipeline.store.verify_state import ReplicaBits, load_state, state_masters_problems, state_partition_problems
+from pipeline.store.verify_store import PartitionScan, owned_edge_keys, scan_partition
+from storage.errors import AseprError, InputError, format_problem
+from storage.fs import discover_shards, fingerprint, join, resolve, url_of
+from storage.input import open_input
+from storage.manifest import NODE_MAP_NAME, OLD_DIR, STAGING_NAME, read_manifest
 from storage.resources import stage
-from storage.schema import check_node_schema, feature_matrix
-from storage.state import resolve_state_url, state_problems
-from storage.input import open_input, open_parquet
 
 __all__ = ["Problem", "VerifyReport", "verify_output"]
 
 log = logging.getLogger(__name__)
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_BUCKET_EDGES = 4 << 20
-_PART_RECORD = np.dtype([("key", "<i8"), ("part", "<i4")])
 
 
 @dataclass
@@ -86,13 +110,18 @@ class Problem:
 
 @dataclass
 class VerifyReport:
-    """The outcome of :func:`verify_output`; ``ok`` when ``problems`` is empty."""
+    """The outcome of :func:`verify_output`; ``ok`` when ``problems`` is empty.
+
+    ``timings`` holds the seconds spent per kind of task (summed over the tasks, which
+    ran concurrently) and per step after them.
+    """
 
     out: str
     generation: int | None = None
     num_parts: int | None = None
     checks: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -117,6 +146,15 @@ class _Collector:
         else:
             self.dropped += 1
 
+    def extend(self, found: list[tuple[str, str]]) -> None:
+        for where, message in found:
+            self.add(where, message)
+
+
+def default_verify_workers() -> int:
+    """Threads when nothing else is said: the cores, at most 4 (each holds one partition)."""
+    return max(1, min(4, os.cpu_count() or 1))
+
 
 def verify_output(
     out: str | Path,
@@ -127,6 +165,8 @@ def verify_output(
     memory_budget: int = 1 << 30,
     spill_dir: str | None = None,
     max_problems: int = 50,
+    workers: int | None = None,
+    edge_check: str = "fingerprint",
 ) -> VerifyReport:
     """Check a committed output against its manifest and its input.
 
@@ -137,162 +177,350 @@ def verify_output(
     input_url
         The input directory; default: the one recorded in the manifest.
     memory_budget
-        Bytes of partition node data held at once during the node comparison.
+        Bytes of node rows held at once for the node comparison: the input's node table
+        when it fits, else groups of partitions.
     spill_dir
-        Where the edge buckets go (a temporary directory by default).
+        Where the edge buckets of the exact comparison go (a temporary directory by default).
     max_problems
         Stop recording problems after this many (the count is still reported).
+    workers
+        Threads that run the checks (default :func:`default_verify_workers`); the report
+        is the same for any number.
+    edge_check
+        ``"fingerprint"`` (default): per-bucket fingerprints, then an exact comparison of
+        the buckets that differ; ``"exact"``: the exact comparison of every bucket.
 
     Returns
     -------
     VerifyReport
         ``report.ok`` is False when any invariant is violated; the problems say where.
     """
+    if edge_check not in EDGE_CHECKS:
+        raise InputError(format_problem("verify_output, edge_check", " or ".join(map(repr, EDGE_CHECKS)),
+                                        repr(edge_check), 'use edge_check="fingerprint" (the default).'))
     report = VerifyReport(out=str(out))
     problems = _Collector(report, max_problems)
+    options = _Options(input_url, storage_options, batch_rows, memory_budget, spill_dir,
+                       workers or default_verify_workers(), edge_check)
     with stage("verify", log) as info:
         try:
-            _verify_impl(out, input_url, storage_options, batch_rows, memory_budget, spill_dir, report, problems)
+            _verify_impl(out, options, report, problems)
         except (AseprError, OSError) as exc:
             problems.add("output", str(exc))
         if problems.dropped:
             report.problems.append(Problem("verify", f"{problems.dropped} more problem(s) not shown"))
         info.update(problems=len(report.problems))
+    for name, seconds in report.timings.items():
+        log.info("verify %s: %.2f s", name, seconds)
     return report
 
 
-def _verify_impl(out, input_url, storage_options, batch_rows, memory_budget, spill_dir, report, problems):
-    manifest = read_manifest(out, storage_options=storage_options)
-    k = int(manifest["num_parts"])
-    report.generation, report.num_parts = int(manifest["generation"]), k
-    num_nodes, num_edges = int(manifest["num_nodes"]), int(manifest["num_edges"])
-    halo = int(manifest.get("halo", 0))
-    ids = sorted(int(e["part_id"]) for e in manifest["partitions"])
-    if ids != list(range(k)):
-        problems.add("manifest", f"expected one partition entry per part_id 0..{k - 1}, found part_ids {ids[:20]}")
-        return
-
-    spill = Path(tempfile.mkdtemp(prefix="asepr-verify-", dir=spill_dir))
-    try:
-        buckets = max(1, math.ceil(num_edges / _BUCKET_EDGES))
-        state = _load_state(out, manifest, storage_options, num_nodes, k, problems)
-        scan = _Scan(_BucketSink(spill / "parts", buckets, _PART_RECORD), num_nodes, halo)
-        for entry in sorted(manifest["partitions"], key=lambda e: int(e["part_id"])):
-            _verify_partition(out, manifest, entry, storage_options, scan, state, problems)
-        scan.edge_sink.close()
-        report.checks += ["manifest and store attributes", "checksums", "CSR well formed"]
-
-        zero, many = np.flatnonzero(scan.master_count == 0), np.flatnonzero(scan.master_count > 1)
-        if len(scan.stores) == k and len(zero):
-            problems.add("masters", f"{len(zero):,} node(s) have no master, e.g. global_nid {zero[:5].tolist()}")
-        if len(many):
-            problems.add("masters", f"{len(many):,} node(s) have several masters, e.g. global_nid {many[:5].tolist()}")
-        _check_node_map(out, manifest, storage_options, scan.master_part, scan.master_local, problems)
-        report.checks += ["exactly one master per node", "node_map"]
-        if state is not None:
-            _check_state_masters(state, scan.master_part, scan.master_count, problems)
-            report.checks.append("state agrees with the stores (loads, replicas, masters)")
-
-        input_url = input_url if input_url is not None else manifest.get("input", {}).get("url")
-        if input_url is None:
-            problems.add("input", "the manifest records no input; pass --input INPUT to compare against it")
-            return
-        try:
-            edge_shards, node_shards = _input_shards(input_url, storage_options, manifest)
-        except AseprError as exc:
-            problems.add("input", f"{exc} (pass --input INPUT if the input moved)")
-            return
-        _check_fingerprints(manifest, edge_shards, node_shards, problems)
-        report.checks.append("input fingerprints")
-        in_sink = _BucketSink(spill / "input", buckets, np.dtype("<i8"))
-        ids_ok, in_degree = _hash_input_edges(edge_shards, batch_rows, manifest, in_sink, problems)
-        if not ids_ok:
-            return
-        _compare_edges(in_sink, scan.edge_sink, num_nodes, problems)
-        report.checks.append("edge multiset equals the input")
-        if halo:
-            bad = np.flatnonzero((scan.master_count == 1) & (scan.halo_in != in_degree))
-            if len(bad):
-                v = int(bad[0])
-                problems.add(
-                    f"partition {int(scan.master_part[v])}",
-                    f"halo incomplete: master global_nid {v} holds {int(scan.halo_in[v])} of its "
-                    f"{int(in_degree[v])} in-edges ({len(bad):,} master(s) affected)",
-                )
-            report.checks.append("halo holds every in-edge of each master")
-        _compare_nodes(scan.stores, node_shards, memory_budget, problems, scan.damaged)
-        report.checks.append("features, labels and splits match the input")
-    finally:
-        shutil.rmtree(spill, ignore_errors=True)
+@dataclass(frozen=True)
+class _Options:
+    input_url: str | Path | None
+    storage_options: dict | None
+    batch_rows: int
+    memory_budget: int
+    spill_dir: str | None
+    workers: int
+    edge_check: str
 
 
-class _Scan:
-    """What the partition scans accumulate: the edge records, the masters and halo counts."""
+# --- the tasks ---------------------------------------------------------------------------
 
-    def __init__(self, edge_sink: _BucketSink, num_nodes: int, halo: int):
-        self.edge_sink, self.num_nodes, self.halo = edge_sink, num_nodes, halo
+
+class _Totals:
+    """What the partition tasks add up, under one lock; the sums, products and the
+    highest-``part_id`` rule make the result independent of the order they finish in."""
+
+    def __init__(self, num_nodes: int, num_parts: int, halo: int, with_state: bool, z: np.ndarray | None):
+        self.lock = threading.Lock()
         self.master_count = np.zeros(num_nodes, dtype=np.int32)
         self.master_part = np.full(num_nodes, -1, dtype=np.int64)
         self.master_local = np.full(num_nodes, -1, dtype=np.int64)
         self.halo_in = np.zeros(num_nodes, dtype=np.int64) if halo else None
-        #: The stores scanned; a damaged one (in ``damaged``) opened unchecked.
-        self.stores: dict[int, PartitionStore] = {}
-        self.damaged: set[int] = set()
+        self.bits = ReplicaBits(num_nodes, num_parts) if with_state else None
+        self.fingerprint = EdgeFingerprint(z) if z is not None else None
+        self.owned_edges: dict[int, int] = {}
+
+    def add(self, part_id: int, csr, fp: EdgeFingerprint | None) -> None:
+        mastered = csr.gids[csr.is_master]
+        local = np.flatnonzero(csr.is_master)
+        with self.lock:
+            self.master_count[mastered] += 1
+            # A node mastered twice keeps the highest part_id, as a scan in part_id order would.
+            take = self.master_part[mastered] < part_id
+            self.master_part[mastered[take]] = part_id
+            self.master_local[mastered[take]] = local[take]
+            if self.halo_in is not None:
+                self.halo_in[mastered] += csr.into[csr.is_master]
+            if self.bits is not None:
+                self.bits.add(part_id, csr.gids, csr.touched_owned)
+            if fp is not None:
+                self.fingerprint.merge(fp)
+            self.owned_edges[part_id] = csr.owned_edges
 
 
-def _verify_partition(out, manifest, entry, storage_options, scan: _Scan, state, problems) -> None:
-    """Open, check and scan one partition. A store whose chunks are missing, undecodable or
-    altered is reported chunk by chunk, then scanned unchecked (as far as it decodes) so
-    the problems it causes elsewhere (masters, edges, node rows) are reported too."""
-    p = int(entry["part_id"])
-    where = f"partition {p}"
-    try:
-        url = resolve_store_url(out, manifest, entry, storage_options)
-        store = open_store(url, storage_options=storage_options)
-    except StoreError as exc:
-        problems.add(where, str(exc))
+class _TableSlot:
+    """The input node table, built by one task and awaited by the partition tasks."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.table: NodeTable | None = None
+        self.why = "not built"
+
+    def build(self, node_shards, num_nodes: int, dim: int) -> None:
+        try:
+            self.table, self.why = build_node_table(node_shards, num_nodes, dim)
+        finally:
+            self.ready.set()
+
+    def wait(self) -> NodeTable | None:
+        self.ready.wait()
+        return self.table
+
+
+@dataclass
+class _Context:
+    out: str | Path
+    manifest: dict[str, Any]
+    storage_options: dict | None
+    num_nodes: int
+    z: np.ndarray | None
+    totals: _Totals
+    table: _TableSlot | None
+
+
+@dataclass
+class _PartitionResult:
+    part_id: int
+    problems: list[tuple[str, str]]
+    store: Any = None
+    damaged: bool = False
+    csr_ok: bool = False
+    node_problems: list[tuple[str, str]] = field(default_factory=list)
+    mismatches: list[RowMismatch] = field(default_factory=list)
+
+
+def _partition_task(ctx: _Context, entry: dict[str, Any]) -> _PartitionResult:
+    """Checks 1 to 3 of one partition, its share of 4, 5 and 8, and check 6 against the table."""
+    scan: PartitionScan = scan_partition(ctx.out, ctx.manifest, entry, ctx.storage_options)
+    p = scan.part_id
+    result = _PartitionResult(p, scan.problems, scan.store, scan.damaged, scan.csr is not None)
+    if scan.csr is not None:
+        fp = None
+        if ctx.z is not None:
+            fp = EdgeFingerprint(ctx.z)
+            fold_partition(fp, scan.csr.gids, scan.csr.indptr, scan.csr.indices, scan.csr.owned, ctx.num_nodes)
+        ctx.totals.add(p, scan.csr, fp)
+    if scan.store is None or ctx.table is None or ctx.table.wait() is None:
+        return result
+    if scan.node_error is not None:
+        result.node_problems.append((f"partition {p}", f"node rows unreadable past the damage ({scan.node_error})"))
+        return result
+    arrays = scan.arrays
+    result.mismatches, absent = compare_rows(ctx.table.table, p, arrays["nodes/global_nid"], arrays["nodes/x"],
+                                             arrays["nodes/y"], arrays["nodes/split"])
+    if absent is not None:
+        result.node_problems.append(absent)
+    return result
+
+
+def _edge_runs(shards: list, runs: int) -> list[list]:
+    """Contiguous runs of shards of about equal bytes, in stream order."""
+    sizes = [max(1, int(s.size or 0)) for s in shards]
+    total = sum(sizes)
+    out: list[list] = [[]]
+    done = 0
+    for shard, size in zip(shards, sizes):
+        if out[-1] and len(out) < runs and done >= total * len(out) / runs:
+            out.append([])
+        out[-1].append(shard)
+        done += size
+    return [run for run in out if run]
+
+
+def _hash_shards(shards: list) -> list[str]:
+    return [fingerprint(s) for s in shards]
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A task's exception, raised again where a serial run would have met it."""
+
+    error: Exception
+
+
+def _value(result: Any) -> Any:
+    if isinstance(result, _Failed):
+        raise result.error
+    return result
+
+
+def _run_tasks(workers: int, tasks: list[tuple[str, Callable, tuple]],
+               timings: dict[str, float]) -> list[Any]:
+    """Run ``(kind, fn, args)`` tasks on ``workers`` threads, in order; results in order,
+    a task's exception as :class:`_Failed` (the caller raises it where the check it
+    belongs to comes). ``timings[kind]`` sums each kind's seconds."""
+    lock = threading.Lock()
+
+    def timed(kind: str, fn: Callable, args: tuple) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - handed back, raised in the serial order
+            return _Failed(exc)
+        finally:
+            with lock:
+                timings[kind] = timings.get(kind, 0.0) + time.perf_counter() - start
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="asepr-verify") as pool:
+        futures: list[Future] = [pool.submit(timed, kind, fn, args) for kind, fn, args in tasks]
+        return [f.result() for f in futures]
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+def _verify_impl(out, options: _Options, report: VerifyReport, problems: _Collector) -> None:
+    manifest = read_manifest(out, storage_options=options.storage_options)
+    k = int(manifest["num_parts"])
+    report.generation, report.num_parts = int(manifest["generation"]), k
+    num_nodes = int(manifest["num_nodes"])
+    ids = sorted(int(e["part_id"]) for e in manifest["partitions"])
+    if ids != list(range(k)):
+        problems.add("manifest", f"expected one partition entry per part_id 0..{k - 1}, found part_ids {ids[:20]}")
         return
-    layout_ok, damaged = _check_store(store, entry, manifest, problems)
-    if not layout_ok:
-        return
-    if damaged:
-        store = open_store(url, storage_options=storage_options, verify=False)
-    undirected = bool(manifest.get("undirected", False))
-    try:
-        _scan_partition(store, scan.num_nodes, undirected, scan.halo, scan.edge_sink, scan.master_count,
-                        scan.master_part, scan.master_local, scan.halo_in, problems, state)
-    except Exception as exc:  # noqa: BLE001 - a damaged store may fail to decode in any way
-        if not damaged:
-            raise
-        problems.add(where, f"could not be scanned past its damage ({type(exc).__name__}: {exc})")
-        return
-    scan.stores[p] = store
-    if damaged:
-        scan.damaged.add(p)
-
-
-def _hash_input_edges(edge_shards, batch_rows, manifest, in_sink, problems):
-    """Bucket the input's edge keys: ``(ids_ok, in_degree)``, the in-degrees with halo 1."""
-    num_nodes, num_edges = int(manifest["num_nodes"]), int(manifest["num_edges"])
+    input_url = options.input_url if options.input_url is not None else manifest.get("input", {}).get("url")
+    shards, shard_error = None, None
+    if input_url is not None:
+        try:
+            shards = _input_shards(input_url, options.storage_options, manifest)
+        except AseprError as exc:
+            shard_error = f"{exc} (pass --input INPUT if the input moved)"
+    fingerprinted = options.edge_check == "fingerprint" and fingerprint_applies(num_nodes)
+    z = draw_points(num_nodes) if fingerprinted else None
     halo, undirected = int(manifest.get("halo", 0)), bool(manifest.get("undirected", False))
-    in_degree = np.zeros(num_nodes, dtype=np.int64) if halo else None
-    rows = 0
-    for batch in iter_edge_batches(edge_shards, batch_rows):
-        src, dst = batch.src, batch.dst
-        rows += len(src)
-        if src.size and (src.min() < 0 or dst.min() < 0 or src.max() >= num_nodes or dst.max() >= num_nodes):
-            problems.add("input", f"edge ids outside [0, {num_nodes}) in {edge_shards[batch.shard_index].url}")
-            return False, in_degree
-        in_sink.add(src * num_nodes + dst)
-        if halo:
-            in_degree += np.bincount(dst, minlength=num_nodes)
-            if undirected:
-                loop = src == dst
-                in_degree += np.bincount(src[~loop], minlength=num_nodes)
-    in_sink.close()
+    dim = manifest.get("feat_dim")
+    table = None
+    if shards is not None and dim is not None and node_table_bytes(num_nodes, int(dim)) <= options.memory_budget:
+        table = _TableSlot()
+    ctx = _Context(out, manifest, options.storage_options, num_nodes, z,
+                   _Totals(num_nodes, k, halo, bool(manifest.get("state")), z), table)
+    state_found: list[tuple[str, str]] = []
+    tasks: list[tuple[str, Callable, tuple]] = []
+    if table is not None:
+        tasks.append(("input node table", table.build, (shards[1], num_nodes, int(dim))))
+    runs = _edge_runs(shards[0], options.workers) if shards is not None else []
+    tasks += [("input edges", scan_input_edges, (run, options.batch_rows, num_nodes, z, halo, undirected))
+              for run in runs]
+    tasks.append(("state", load_state, (out, manifest, options.storage_options, num_nodes, k, state_found)))
+    if shards is not None:
+        tasks += [("input shard hashes", _hash_shards, (shards[0],)),
+                  ("input shard hashes", _hash_shards, (shards[1],))]
+    entries = sorted(manifest["partitions"], key=lambda e: int(e["part_id"]))
+    tasks += [("partitions", _partition_task, (ctx, entry)) for entry in entries]
+    results = _run_tasks(options.workers, tasks, report.timings)
+    built = results.pop(0) if table is not None else None
+    edge_results, results = results[: len(runs)], results[len(runs) :]
+    state = _value(results.pop(0))
+    hashes, parts = (results[:2], results[2:]) if shards is not None else ([], results)
+    problems.extend(state_found)
+    _report_stores(out, manifest, options, ctx.totals, state, parts, report, problems)
+    if input_url is None:
+        problems.add("input", "the manifest records no input; pass --input INPUT to compare against it")
+        return
+    if shard_error is not None:
+        problems.add("input", shard_error)
+        return
+    _check_fingerprints(manifest, shards[0], shards[1], _value(hashes[0]), _value(hashes[1]), problems)
+    report.checks.append("input fingerprints")
+    if not _report_edges(shards[0], options, manifest, ctx.totals, edge_results, parts, report, problems):
+        return
+    _value(built)
+    _report_nodes(shards[1], options, table, parts, report, problems)
+
+
+def _report_stores(out, manifest, options, totals: _Totals, state, parts, report, problems) -> None:
+    """Checks 1 to 4 and 8 from the partition results, in part_id order (a partition whose
+    scan failed raises here, after the problems of the partitions before it)."""
+    for part in parts:
+        problems.extend(_value(part).problems)
+    report.checks += ["manifest and store attributes", "checksums", "CSR well formed"]
+    count = totals.master_count
+    zero, many = np.flatnonzero(count == 0), np.flatnonzero(count > 1)
+    if all(part.store is not None for part in parts) and len(zero):
+        problems.add("masters", f"{len(zero):,} node(s) have no master, e.g. global_nid {zero[:5].tolist()}")
+    if len(many):
+        problems.add("masters", f"{len(many):,} node(s) have several masters, e.g. global_nid {many[:5].tolist()}")
+    start = time.perf_counter()
+    _check_node_map(out, manifest, options.storage_options, totals.master_part, totals.master_local, problems)
+    report.timings["node_map"] = time.perf_counter() - start
+    report.checks += ["exactly one master per node", "node_map"]
+    if state is not None:
+        problems.extend(state_partition_problems(state, totals.bits, totals.owned_edges))
+        problems.extend(state_masters_problems(state, totals.master_part, totals.master_count))
+        report.checks.append("state agrees with the stores (loads, replicas, masters)")
+
+
+def _report_edges(edge_shards, options, manifest, totals: _Totals, edge_results: list[InputEdges],
+                  parts, report, problems) -> bool:
+    """Check 5 (and the halo's in-edges); False when the input's ids are out of range."""
+    num_nodes, num_edges = int(manifest["num_nodes"]), int(manifest["num_edges"])
+    for r in edge_results:  # in stream order, as one pass would meet them
+        if _value(r).bad_url is not None:
+            problems.add("input", f"edge ids outside [0, {num_nodes}) in {r.bad_url}")
+            return False
+    rows = sum(r.rows for r in edge_results)
     if rows != num_edges:
         problems.add("input", f"the manifest says {num_edges:,} edges, the input has {rows:,}")
-    return True, in_degree
+    select = None
+    if totals.fingerprint is not None:
+        fp_in = EdgeFingerprint(totals.fingerprint.z)
+        for r in edge_results:
+            fp_in.merge(r.fingerprint)
+        select = fp_in.differing_buckets(totals.fingerprint)
+    if select is None or select.any():
+        start = time.perf_counter()
+        halo = int(manifest.get("halo", 0))
+        scanned = ((part.part_id, *owned_edge_keys(part.store, num_nodes, halo)) for part in parts if part.csr_ok)
+        problems.extend(exact_edge_problems(edge_shards, options.batch_rows, scanned, num_nodes, num_edges,
+                                            select, options.spill_dir))
+        report.timings["edges, exact comparison"] = time.perf_counter() - start
+    report.checks.append("edge multiset equals the input")
+    if totals.halo_in is not None:
+        in_degree = sum(r.in_degree for r in edge_results) if edge_results else np.zeros_like(totals.halo_in)
+        bad_nodes = np.flatnonzero((totals.master_count == 1) & (totals.halo_in != in_degree))
+        if len(bad_nodes):
+            v = int(bad_nodes[0])
+            problems.add(
+                f"partition {int(totals.master_part[v])}",
+                f"halo incomplete: master global_nid {v} holds {int(totals.halo_in[v])} of its "
+                f"{int(in_degree[v])} in-edges ({len(bad_nodes):,} master(s) affected)",
+            )
+        report.checks.append("halo holds every in-edge of each master")
+    return True
+
+
+def _report_nodes(node_shards, options, table: _TableSlot | None, parts, report, problems) -> None:
+    """Check 6: from the partition tasks' comparison with the table, or streaming."""
+    start = time.perf_counter()
+    if table is not None and table.table is not None:
+        messages = iter(mismatch_problems([m for part in parts for m in part.mismatches], node_shards))
+        for part in parts:
+            problems.extend([next(messages) for _ in part.mismatches])
+            problems.extend(part.node_problems)
+    else:
+        if table is not None:
+            log.info("verify: node rows compared streaming (%s)", table.why)
+        stores = {part.part_id: part.store for part in parts if part.store is not None}
+        damaged = {part.part_id for part in parts if part.damaged}
+        problems.extend(compare_nodes_streaming(stores, node_shards, options.memory_budget, damaged))
+        report.timings["node rows, streaming"] = time.perf_counter() - start
+    report.checks.append("features, labels and splits match the input")
+
+
+# --- input identity and the node map -------------------------------------------------------
 
 
 def _input_shards(input_url, storage_options, manifest=None):
@@ -314,10 +542,9 @@ def _recorded_shards(manifest, kind):
     return out
 
 
-def _check_fingerprints(manifest, edge_shards, node_shards, problems) -> None:
-    for kind, shards in (("edges", edge_shards), ("nodes", node_shards)):
+def _check_fingerprints(manifest, edge_shards, node_shards, edge_hashes, node_hashes, problems) -> None:
+    for kind, shards, have in (("edges", edge_shards, edge_hashes), ("nodes", node_shards, node_hashes)):
         want = [s.get("sha256") for s in _recorded_shards(manifest, kind)]
-        have = [fingerprint(s) for s in shards]
         if want != have:
             problems.add(
                 "input",
@@ -325,111 +552,6 @@ def _check_fingerprints(manifest, edge_shards, node_shards, problems) -> None:
                 f"{sum(a != b for a, b in zip(want, have))} with another sha256); the comparisons below "
                 "are against the input as it is now",
             )
-
-
-# --- per-partition structure ----------------------------------------------------------
-
-
-def _check_store(store: PartitionStore, entry, manifest, problems) -> tuple[bool, bool]:
-    """Attributes, checksums, dtypes and shapes: ``(layout_ok, damaged)``. The CSR can
-    be scanned when the layout is right; ``damaged`` when a chunk is missing,
-    undecodable or altered (the store's checked reads refuse it)."""
-    where = f"partition {store.part_id}"
-    attrs = store.attrs
-    expect = {
-        "part_id": int(entry["part_id"]),
-        "num_parts": int(manifest["num_parts"]),
-        "generation": int(entry.get("generation", manifest["generation"])),
-        "checksum": entry.get("checksum"),
-        "undirected": bool(manifest.get("undirected", False)),
-        "halo": int(manifest.get("halo", 0)),
-    }
-    for key, value in expect.items():
-        if attrs.get(key) != value:
-            problems.add(where, f"attrs {key} is {attrs.get(key)!r}, the manifest says {value!r}")
-    damaged = checksum_problems(store)
-    for name in damaged:
-        problems.add(where, f"checksum mismatch: {name}")
-    n = store.num_nodes
-    m = store.num_edges
-    d = int(manifest.get("feat_dim", store.x.shape[1] if len(store.x.shape) == 2 else 0))
-    shapes = {
-        "nodes/global_nid": ((n,), ("int64",)), "nodes/x": ((n, d), ("float32",)),
-        "nodes/y": ((n,), ("int64",)), "nodes/split": ((n,), ("int8",)),
-        "nodes/is_master": ((n,), ("bool",)), "edges/indptr": ((n + 1,), ("int64",)),
-        "edges/indices": ((m,), ("int32", "int64")),
-    }
-    if manifest.get("halo"):
-        shapes["edges/is_halo"] = ((m,), ("bool",))
-    ok = True
-    for name, (shape, dtypes) in shapes.items():
-        array = store.arrays.get(name)
-        if array is None:
-            problems.add(where, f"array {name} is missing")
-            ok = False
-            continue
-        if tuple(array.shape) != shape or array.dtype.name not in dtypes:
-            problems.add(where, f"array {name}: expected {'|'.join(dtypes)} {list(shape)}, "
-                                f"found {array.dtype.name} {list(array.shape)}")
-            ok = False
-    counts = attrs.get("counts", {})
-    for key, value in (("nodes", n), ("edges", m)):
-        if counts.get(key) != value or entry.get("counts", {}).get(key) != value:
-            problems.add(where, f"counts.{key}: attrs say {counts.get(key)}, manifest "
-                                f"{entry.get('counts', {}).get(key)}, the arrays hold {value}")
-    return ok, bool(damaged)
-
-
-def _scan_partition(store, num_nodes, undirected, halo, edge_sink, master_count, master_part,
-                    master_local, halo_in, problems, state=None) -> None:
-    p = store.part_id
-    where = f"partition {p}"
-    data = store.to_numpy([*NODE_ARRAYS[:1], "nodes/is_master", *EDGE_ARRAYS]
-                          + (["edges/is_halo"] if halo else []))
-    gids, is_master = data["nodes/global_nid"], data["nodes/is_master"]
-    indptr, indices = data["edges/indptr"], data["edges/indices"].astype(np.int64)
-    n, m = len(gids), len(indices)
-    if n and (gids[0] < 0 or gids[-1] >= num_nodes or (np.diff(gids) <= 0).any()):
-        problems.add(where, f"nodes/global_nid must be strictly increasing within [0, {num_nodes})")
-        return
-    if indptr[0] != 0 or indptr[-1] != m or (np.diff(indptr) < 0).any():
-        problems.add(where, f"edges/indptr must start at 0, never decrease and end at {m}; "
-                            f"found start {indptr[0]}, end {indptr[-1]}")
-        return
-    if m and (indices.min() < 0 or indices.max() >= n):
-        problems.add(where, f"edges/indices must lie in [0, {n}); found [{indices.min()}, {indices.max()}]")
-        return
-    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    unsorted = (row[1:] == row[:-1]) & (indices[1:] < indices[:-1])
-    if unsorted.any():
-        problems.add(where, f"edges/indices are not sorted within row {int(row[1:][unsorted][0])}")
-    touched = np.bincount(row, minlength=n) + np.bincount(indices, minlength=n)
-    stray = np.flatnonzero((touched == 0) & ~is_master)
-    if len(stray):
-        problems.add(where, f"{len(stray):,} node(s) have no edge here and are not mastered here, "
-                            f"e.g. global_nid {gids[stray[:5]].tolist()}")
-    mastered = gids[is_master]
-    master_count[mastered] += 1
-    master_part[mastered] = p
-    master_local[mastered] = np.flatnonzero(is_master)
-    is_halo = data.get("edges/is_halo")
-    owned = ~is_halo if is_halo is not None else slice(None)
-    if is_halo is not None and int(is_halo.sum()) != store.attrs.get("counts", {}).get("halo_edges"):
-        problems.add(where, f"{int(is_halo.sum())} halo edges, attrs counts say "
-                            f"{store.attrs.get('counts', {}).get('halo_edges')}")
-    src, dst = gids[row], gids[indices]
-    if state is not None:
-        _check_state_partition(state, p, gids, row, indices, owned, n, problems)
-    keys = src[owned] * num_nodes + dst[owned]
-    records = np.empty(len(keys), dtype=_PART_RECORD)
-    records["key"], records["part"] = keys, p
-    edge_sink.add(records, keys=keys)
-    if halo_in is not None:
-        into = np.bincount(indices, minlength=n)
-        if undirected:
-            loop = row == indices
-            into = into + np.bincount(row[~loop], minlength=n)
-        halo_in[gids[is_master]] += into[is_master]
 
 
 def _check_node_map(out, manifest, storage_options, master_part, master_local, problems) -> None:
@@ -466,204 +588,3 @@ def _check_node_map(out, manifest, storage_options, master_part, master_local, p
         start += len(gid)
     if start != len(master_part):
         problems.add("node_map", f"{start:,} rows, expected one per node ({len(master_part):,})")
-
-
-# --- edges: exact multiset comparison, out of core -------------------------------------
-
-
-class _BucketSink:
-    """Hash-partitions records into ``buckets`` append-only files (by their int64 key)."""
-
-    def __init__(self, directory: Path, buckets: int, dtype: np.dtype):
-        directory.mkdir(parents=True)
-        self.paths = [directory / f"b{b:05d}.bin" for b in range(buckets)]
-        self.files = [open(p, "wb") for p in self.paths]  # noqa: SIM115 - closed by close()
-        self.dtype = dtype
-
-    def add(self, records: np.ndarray, keys: np.ndarray | None = None) -> None:
-        keys = records if keys is None else keys
-        if len(self.files) == 1:
-            records.tofile(self.files[0])
-            return
-        bucket = ((keys.astype(np.uint64) * _GOLDEN) >> np.uint64(33)) % np.uint64(len(self.files))
-        order = np.argsort(bucket, kind="stable")
-        bounds = np.searchsorted(bucket[order], np.arange(len(self.files) + 1, dtype=np.uint64))
-        records = records[order]
-        for b in np.flatnonzero(np.diff(bounds)):
-            records[bounds[b] : bounds[b + 1]].tofile(self.files[b])
-
-    def close(self) -> None:
-        for fh in self.files:
-            fh.close()
-
-    def read(self, b: int) -> np.ndarray:
-        return np.fromfile(self.paths[b], dtype=self.dtype)
-
-
-def _compare_edges(in_sink: _BucketSink, part_sink: _BucketSink, num_nodes: int, problems) -> None:
-    shown = 0
-    differing = 0
-    for b in range(len(in_sink.paths)):
-        a = np.sort(in_sink.read(b))
-        records = part_sink.read(b)
-        records = records[np.argsort(records["key"], kind="stable")]
-        if np.array_equal(a, records["key"]):
-            continue
-        ua, ca = np.unique(a, return_counts=True)
-        ub, cb = np.unique(records["key"], return_counts=True)
-        keys = np.union1d(ua, ub)
-        count_a = np.zeros(len(keys), np.int64)
-        count_b = np.zeros(len(keys), np.int64)
-        count_a[np.searchsorted(keys, ua)] = ca
-        count_b[np.searchsorted(keys, ub)] = cb
-        bad = np.flatnonzero(count_a != count_b)
-        differing += len(bad)
-        for i in bad[: max(0, 5 - shown)]:
-            key = int(keys[i])
-            lo, hi = np.searchsorted(records["key"], [key, key + 1])
-            parts = sorted(set(records["part"][lo:hi].tolist()))
-            problems.add(
-                "edges",
-                f"edge ({key // num_nodes}, {key % num_nodes}) appears {int(count_a[i])} time(s) in the input "
-                f"and {int(count_b[i])} time(s) in the partitions" + (f" (partitions {parts})" if parts else ""),
-            )
-            shown += 1
-    if differing > shown:
-        problems.add("edges", f"{differing:,} distinct edges differ in multiplicity between input and partitions")
-
-
-# --- nodes: features, labels and splits through global_nid ---------------------------
-
-
-def _compare_nodes(stores: dict[int, PartitionStore], node_shards, memory_budget: int, problems,
-                   damaged: set[int]) -> None:
-    groups: list[list[int]] = []
-    size = 0
-    for p, store in stores.items():
-        need = store.num_nodes * (8 + 8 + 1 + 1 + 4 * max(1, store.x.shape[1]))
-        if groups and size + need <= memory_budget:
-            groups[-1].append(p)
-            size += need
-        else:
-            groups.append([p])
-            size = need
-    for group in groups:
-        loaded = {}
-        for p in group:
-            try:
-                loaded[p] = stores[p].to_numpy(["nodes/global_nid", "nodes/x", "nodes/y", "nodes/split"])
-            except Exception as exc:  # noqa: BLE001 - a damaged store may fail to decode in any way
-                if p not in damaged:
-                    raise
-                problems.add(f"partition {p}",
-                             f"node rows unreadable past the damage ({type(exc).__name__}: {exc})")
-        seen = {p: np.zeros(stores[p].num_nodes, dtype=bool) for p in loaded}
-        reported: set[tuple[int, str]] = set()
-        for shard in node_shards:
-            pf = open_parquet(shard)
-            layout, present, _ = check_node_schema(pf.schema_arrow, shard.url)
-            columns = ["id", *layout.columns, *present]
-            rows = max(1024, min(1 << 20, (16 << 20) // max(1, 4 * (layout.dim or 256))))
-            row0 = 0
-            for batch in pf.iter_batches(batch_size=rows, columns=columns):
-                ids = batch.column("id").to_numpy()
-                n = len(ids)
-                feat = feature_matrix(batch, layout)
-                label = batch.column("label").to_numpy() if "label" in present else np.full(n, -1, np.int64)
-                split = batch.column("split").to_numpy() if "split" in present else np.full(n, -1, np.int8)
-                for p, arrays in loaded.items():
-                    gids = arrays["nodes/global_nid"]
-                    if not len(gids):
-                        continue
-                    pos = np.searchsorted(gids, ids)
-                    hit = np.flatnonzero(pos < len(gids))
-                    hit = hit[gids[pos[hit]] == ids[hit]]
-                    if not len(hit):
-                        continue
-                    local = pos[hit]
-                    seen[p][local] = True
-                    checks = (
-                        ("x", arrays["nodes/x"][local].view(np.uint32), np.ascontiguousarray(feat[hit]).view(np.uint32)),
-                        ("y", arrays["nodes/y"][local], label[hit]),
-                        ("split", arrays["nodes/split"][local], split[hit]),
-                    )
-                    for name, got, want in checks:
-                        if (p, name) in reported:
-                            continue
-                        diff = got != want
-                        if diff.ndim > 1:
-                            diff = diff.any(axis=1)
-                        if diff.any():
-                            i = int(np.flatnonzero(diff)[0])
-                            problems.add(
-                                f"partition {p}",
-                                f"nodes/{name} of global_nid {int(ids[hit[i]])} (part_local_nid {int(local[i])}) "
-                                f"differs from {shard.url} row {row0 + int(hit[i])} "
-                                f"({int(diff.sum()):,} such rows in this batch)",
-                            )
-                            reported.add((p, name))
-                row0 += n
-        for p in loaded:
-            missing = np.flatnonzero(~seen[p])
-            if len(missing):
-                problems.add(f"partition {p}", f"{len(missing):,} node(s) have no row in the input, e.g. "
-                                               f"global_nid {loaded[p]['nodes/global_nid'][missing[:5]].tolist()}")
-        del loaded
-
-
-# --- the partitioner state ---------------------------------------------------------------
-
-
-def _load_state(out, manifest, storage_options, num_nodes, num_parts, problems) -> dict | None:
-    """The state's loads, replicas and masters (O(N)), or None (no state, or a problem)."""
-    if not manifest.get("state"):
-        return None
-    try:
-        url = resolve_state_url(out, manifest, storage_options=storage_options)
-    except AseprError as exc:
-        problems.add("state", str(exc))
-        return None
-    found = state_problems(url, storage_options=storage_options)
-    for message in found:
-        problems.add("state", message)
-    if found:
-        return None
-    from storage.state import open_state
-
-    state = open_state(url, verify=False, storage_options=storage_options)
-    if state.num_nodes != num_nodes or state.num_parts != num_parts:
-        problems.add("state", f"{state.num_nodes} nodes and {state.num_parts} partitions, the manifest says "
-                              f"{num_nodes} and {num_parts}")
-        return None
-    if state.num_edges != int(manifest["num_edges"]):
-        problems.add("state", f"num_edges {state.num_edges}, the manifest says {manifest['num_edges']}")
-    return {"loads": state["partitions/loads"], "replicas": state["vertices/replicas"],
-            "master": state["vertices/master"]}
-
-
-def _check_state_partition(state, p, gids, row, indices, owned, n, problems) -> None:
-    where = f"partition {p}"
-    edges = int(np.count_nonzero(owned)) if not isinstance(owned, slice) else len(row)
-    if int(state["loads"][p]) != edges:
-        problems.add(where, f"holds {edges:,} assigned edges, the state's load says {int(state['loads'][p]):,}")
-    touched = np.zeros(n, dtype=bool)
-    touched[row[owned]] = True
-    touched[indices[owned]] = True
-    bit = (state["replicas"][gids, p >> 6] >> np.uint64(p & 63)) & np.uint64(1)
-    wrong = np.flatnonzero(bit.astype(bool) != touched)
-    if len(wrong):
-        problems.add(where, f"the state's replica bit disagrees for {len(wrong):,} node(s), e.g. global_nid "
-                            f"{gids[wrong[:5]].tolist()}")
-    others = int(np.count_nonzero((state["replicas"][:, p >> 6] >> np.uint64(p & 63)) & np.uint64(1))) - int(
-        np.count_nonzero(bit))
-    if others:
-        problems.add(where, f"the state has {others:,} replica(s) here of nodes the store does not hold")
-
-
-def _check_state_masters(state, master_part, master_count, problems) -> None:
-    ok = master_count == 1
-    bad = np.flatnonzero(ok & (state["master"].astype(np.int64) != master_part))
-    if len(bad):
-        v = int(bad[0])
-        problems.add("state", f"{len(bad):,} node(s) have another master in the state than in the stores, e.g. "
-                              f"global_nid {v}: state {int(state['master'][v])}, stores {int(master_part[v])}")
