@@ -82,7 +82,17 @@ def _sweep(a, *, name, order, algo, streams, sync_edges, echo) -> list[dict]:
     return rows
 
 
-def _input_rows(name: str, args, echo) -> list[dict]:
+def _save(csv_path: Path, rows: list[dict]) -> None:
+    """Append ``rows`` to ``csv_path`` (with a header when it is new), so a crash keeps what was measured."""
+    fresh = not csv_path.exists()
+    with open(csv_path, "a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        if fresh:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
+def _input_rows(name: str, args, echo, csv_path: Path) -> list[dict]:
     label = Path(name).name if os.sep in name else name
     paths = ordered_inputs(name, tuple(args.orders), Path(args.work) / "inputs", 0)
     num_nodes = int((read_meta(paths["natural"]) or {})["num_nodes"])
@@ -101,8 +111,10 @@ def _input_rows(name: str, args, echo) -> list[dict]:
                 shutil.rmtree(workdir, ignore_errors=True)
                 with partition(source, config=replace(base, algo=algo), attr=attr, degrees=degrees,
                                validate=False, workdir=workdir) as a:
-                    rows += _sweep(a, name=label, order=order, algo=algo, streams=args.streams,
-                                   sync_edges=args.sync_edges, echo=echo)
+                    done = _sweep(a, name=label, order=order, algo=algo, streams=args.streams,
+                                  sync_edges=args.sync_edges, echo=echo)
+                _save(csv_path, done)
+                rows += done
                 shutil.rmtree(workdir, ignore_errors=True)
     return rows
 
@@ -119,10 +131,13 @@ def write_table(csv_path: Path, md_path: Path) -> None:
     """``table.md`` from every row of ``csv_path``."""
     with open(csv_path) as f:
         rows = list(csv.DictReader(f))
-    shown = ["input", "order", "k", "algo", "streams", "sync_edges", "epochs", "rf", "rf_change_pct",
+    shown = ["input", "order", "k", "algo", "streams", "sync_edges", "stale_pct", "epochs", "rf", "rf_change_pct",
              "edge_balance", "over_cap", "merges", "full_mib", "sparse_mib", "sparse_kib_per_merge"]
     lines = ["| " + " | ".join(shown) + " |", "|" + "---|" * len(shown)]
     for r in rows:
+        # The edges assigned between two merges, as a share of the whole stream.
+        stale = int(r["streams"]) * int(r["sync_edges"] or 0) / int(r["edges"])
+        r["stale_pct"] = f"{100 * min(stale, 1.0):.2f}" if r["sync_edges"] else ""
         cells = []
         for c in shown:
             v = r[c]
@@ -135,32 +150,64 @@ def write_table(csv_path: Path, md_path: Path) -> None:
     md_path.write_text("\n".join(lines) + "\n")
 
 
+def write_summary(csv_path: Path, md_path: Path) -> None:
+    """``summary.md``: per input, order, k, algorithm and B, the RF change and the balance at each W."""
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    groups: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["input"], r["order"], int(r["k"]), r["algo"])
+        groups.setdefault(key, {})[(int(r["streams"]), r["sync_edges"])] = r
+    streams = sorted({int(r["streams"]) for r in rows if int(r["streams"]) > 1})
+    head = (["input", "order", "k", "algo", "B", "RF (W=1)", "balance (W=1)"]
+            + [f"RF W={w}" for w in streams] + [f"balance W={w}" for w in streams]
+            + [f"sparse MiB W={w}" for w in streams])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for key, cells in groups.items():
+        one = cells.get((1, ""))
+        if one is None:
+            continue
+        for b in sorted({s for (_, s) in cells if s}, key=int):
+            row = [*map(str, key), f"{int(b):,}", f"{float(one['rf']):.3f}", f"{float(one['edge_balance']):.3f}"]
+            picked = [cells.get((w, b)) for w in streams]
+            row += [f"{float(c['rf_change_pct']):+.2f} %" if c else "" for c in picked]
+            row += [f"{float(c['edge_balance']):.3f}" + (" *" if c and int(c["over_cap"]) else "") if c else ""
+                    for c in picked]
+            row += [f"{float(c['sparse_mib']):,.1f}" if c else "" for c in picked]
+            lines.append("| " + " | ".join(row) + " |")
+    md_path.write_text("\n".join(lines) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--inputs", nargs="+", required=True, help="shared dataset names or input directories")
+    parser.add_argument("--inputs", nargs="+", default=[], help="shared dataset names or input directories")
     parser.add_argument("--orders", nargs="+", default=["shuffled"], choices=["shuffled", "natural"])
     parser.add_argument("-k", nargs="+", type=int, default=[16])
     parser.add_argument("--algos", nargs="+", default=["asep", "hdrf"])
     parser.add_argument("--streams", nargs="+", type=int, default=[1, 2, 4, 8])
     parser.add_argument("--sync-edges", nargs="+", type=int, default=[100_000, 1_000_000])
-    parser.add_argument("--work", required=True, help="scratch: imported inputs and the runs' edge partitions")
+    parser.add_argument("--work", default="", help="scratch: imported inputs and the runs' edge partitions")
     parser.add_argument("--out", default=str(HERE))
     parser.add_argument("--append", action="store_true", help="add rows to an existing parallel-streams.csv")
+    parser.add_argument("--table", action="store_true", help="only render table.md from parallel-streams.csv")
     args = parser.parse_args()
     out = Path(args.out)
     csv_path = out / "parallel-streams.csv"
+    if args.table:
+        write_table(csv_path, out / "table.md")
+        write_summary(csv_path, out / "summary.md")
+        return
+    if not args.inputs or not args.work:
+        parser.error("--inputs and --work are needed to measure (or --table to render the tables)")
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     print(f"started {started}; load {os.getloadavg()}")
-    rows = []
+    out.mkdir(parents=True, exist_ok=True)
+    if not args.append and csv_path.exists():
+        csv_path.unlink()
     for name in args.inputs:
-        rows += _input_rows(name, args, print)
-    mode = "a" if args.append and csv_path.exists() else "w"
-    with open(csv_path, mode, newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
-        if mode == "w":
-            writer.writeheader()
-        writer.writerows(rows)
+        _input_rows(name, args, print, csv_path)
     write_table(csv_path, out / "table.md")
+    write_summary(csv_path, out / "summary.md")
     print(f"finished {time.strftime('%Y-%m-%d %H:%M:%S')}; load {os.getloadavg()}; wrote {csv_path}")
 
 
