@@ -449,14 +449,6 @@ def _validate(run: PartitionConfig, s: _Shape) -> _Need:
     return _Need(driver=max(node_pass, edge_pass))
 
 
-def _degrees(s: _Shape) -> _Need:
-    """pipeline.stages.degrees: a shard task holds ``degree`` int64[N], a ``bincount``
-    int64[N] and a batch with its concatenated ids, and its worker the finished vectors
-    that wait for their pair (two; a tree-sum task holds two vectors and their sum); the
-    driver receives the sum (and its deserialised copy)."""
-    return _Need(driver=16 * s.n, task=32 * s.n + 2 * EDGE_ROW * s.b, tasks=s.edge_shards)
-
-
 def _kmeans(run: PartitionConfig, s: _Shape) -> _Need:
     """pipeline.stages.attr_cluster, nothing written: the sample tasks read a shard's
     feature column and return their ``float32 [m_s, d']`` share of the sample; the driver
@@ -602,8 +594,8 @@ def _node_map(s: _Shape) -> _Need:
 def _stage_needs(run: PartitionConfig, s: _Shape) -> list[tuple[str, _Need]]:
     """The stages of a partition run, in order, with what each holds."""
     clustering = run.uses_communities or run.algo == "metis"
-    needs = [("validate", _validate(run, s)), ("degrees", _degrees(s)),
-             ("attribute clustering", _kmeans(run, s))]
+    # No degrees stage: the validator's edge pass counts them and partition() reuses them.
+    needs = [("validate", _validate(run, s)), ("attribute clustering", _kmeans(run, s))]
     if clustering:
         name = "metis" if run.algo == "metis" else "structural clustering"
         needs.append((name, _clustering(run, s)))

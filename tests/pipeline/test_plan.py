@@ -70,7 +70,7 @@ def test_state_grows_linearly_with_nodes():
     for name in ("validate", "structural clustering", "mapping", "assignment", "masters", "metrics", "state",
                  "node map"):
         _assert_linear([_stage(p, name).driver for p in plans], nodes)
-    for name in ("degrees", "finalize edges", "finalize nodes"):
+    for name in ("finalize edges", "finalize nodes"):
         _assert_linear([_stage(p, name).workers for p in plans], nodes)
     # The packed assignment row alone is 64 bytes per vertex up to k = 192.
     assert _assert_linear([_stage(p, "assignment").driver for p in plans], nodes) >= 64
