@@ -70,6 +70,12 @@ class PartitionConfig:
         random projection to ``projection_dim`` dimensions. Default 256 and 256: 64
         dimensions lost the clusters' signal on the wide shared datasets, 256 kept it
         (``docs/results/partition-sweep``).
+    kmeans_max_passes, kmeans_tol, kmeans_sample
+        k-means (:func:`pipeline.stages.attr_cluster.attribute_clusters`) fits on a
+        uniform sample of ``max(kmeans_sample, 1024 · C)`` rows (at most 128 MiB
+        embedded) with up to ``kmeans_max_passes`` Lloyd updates per restart, stopping
+        when no centroid moves by ``kmeans_tol``; one further pass labels every node
+        (``docs/results/kmeans``).
     undirected
         Whether each edge row stands for both directions (default: the input's meta).
     """
