@@ -73,6 +73,7 @@ from pipeline.store.verify_edges import (
     exact_edge_problems,
     fingerprint_applies,
     fold_partition,
+    miss_bound,
     scan_input_edges,
 )
 from pipeline.store.verify_nodes import (
@@ -480,6 +481,9 @@ def _report_edges(edge_shards, options, manifest, totals: _Totals, edge_results:
         for r in edge_results:
             fp_in.merge(r.fingerprint)
         select = fp_in.differing_buckets(totals.fingerprint)
+        log.info("verify edges: %d of %d fingerprint buckets differ; equal ones hide a difference with "
+                 "probability <= %.1e", int(select.sum()), len(select),
+                 miss_bound(fp_in, totals.fingerprint, num_nodes))
     if select is None or select.any():
         start = time.perf_counter()
         halo = int(manifest.get("halo", 0))

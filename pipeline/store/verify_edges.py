@@ -17,20 +17,22 @@ Two steps, both out of core and in O(1) memory besides one edge batch:
    and on any thread, and the folds of several threads are multiplied together.
 
    *Why it is as strict as the sort* (the argument, not a heuristic): the keys lie in
-   ``[0, N**2)``, below ``p`` (this path needs ``N**2 < p``, otherwise step 2 runs
-   for every bucket), so they are distinct elements of the field ``GF(p)``. Two
-   multisets ``A != B`` of keys have different monic polynomials
-   ``P_A(x) = prod (x - a)`` and ``P_B(x)`` (``GF(p)[x]`` factors uniquely), so
-   ``P_A - P_B`` is a nonzero polynomial of degree at most ``m = max(|A|, |B|)`` and
-   has at most ``m`` roots. ``z`` is uniform over ``p - N**2`` values and is chosen
-   after the files were written, so nothing that wrote or damaged them can aim at
-   it: a differing bucket goes unnoticed in one lane with probability at most
-   ``m / (p - N**2)``, in both (independent) lanes at most ``(m / (p - N**2))**2``.
-   Over all buckets that is at most ``|E| * max_b m_b / (p - N**2)**2``: for 50 M
-   edges in 65,536 buckets (``m_b`` about 800) about ``8e-27``, and below ``2**-60``
-   for any graph with fewer than ``2**40`` edges. The counts are compared exactly.
-   This is the polynomial identity test (Schwartz-Zippel; the multiset hash of
-   Clarke et al., "Incremental Multiset Hash Functions", 2003, in its
+   ``[0, N**2)``, below ``p`` (this path needs ``p - N**2 >= 2**60``, i.e. fewer than
+   about 1.07e9 nodes; otherwise step 2 runs for every bucket), so they are distinct
+   elements of the field ``GF(p)``. Two multisets ``A != B`` of keys have different
+   monic polynomials ``P_A(x) = prod (x - a)`` and ``P_B(x)`` (``GF(p)[x]`` factors
+   uniquely), so ``P_A - P_B`` is a nonzero polynomial of degree at most
+   ``m = max(|A|, |B|)`` and has at most ``m`` roots. ``z`` is uniform over
+   ``p - N**2`` values and is chosen after the files were written, so nothing that
+   wrote or damaged them can aim at it: a differing bucket goes unnoticed in one lane
+   with probability at most ``m / (p - N**2)``, in both (independent) lanes at most
+   ``(m / (p - N**2))**2``. Over all buckets that is at most
+   ``sum_b (m_b / (p - N**2))**2 <= |E| * max_b m_b / 2**120``, which each run computes
+   from its counts and logs (:func:`miss_bound`): on the 50 M-edge synthetic graph
+   (``max_b m_b`` = 8,009) about ``8e-26``; below ``2**-60`` whenever
+   ``|E| * max_b m_b <= 2**60``, so for every graph of up to ``2**30`` edges. The counts
+   are compared exactly. This is the polynomial identity test (Schwartz-Zippel; the
+   multiset hash of Clarke et al., "Incremental Multiset Hash Functions", 2003, in its
    characteristic-polynomial form). ``z - e`` is never 0 (``z >= N**2 > e``).
 
 2. **Exact diagnosis** (only for the buckets whose count or fingerprint differ, or
@@ -75,6 +77,7 @@ __all__ = [
     "fingerprint_applies",
     "fold_input_batch",
     "fold_partition",
+    "miss_bound",
     "mulmod61",
     "scan_input_edges",
     "source_buckets",
@@ -96,8 +99,16 @@ _PART_RECORD = np.dtype([("key", "<i8"), ("part", "<i4")])
 
 
 def fingerprint_applies(num_nodes: int) -> bool:
-    """Whether every edge key ``u * N + v`` is below the modulus (step 1 is exact-keyed)."""
-    return num_nodes * num_nodes < MERSENNE_61
+    """Whether every edge key ``u * N + v`` lies below the modulus with ``2**60`` points
+    to spare above it (see the module docstring)."""
+    return num_nodes * num_nodes <= MERSENNE_61 - (1 << 60)
+
+
+def miss_bound(a: EdgeFingerprint, b: EdgeFingerprint, num_nodes: int) -> float:
+    """The bound on the probability that buckets whose multisets differ all went
+    unnoticed: ``sum_b (m_b / (p - N**2)) ** LANES`` with ``m_b`` the larger count."""
+    m = np.maximum(a.counts, b.counts).astype(np.float64)
+    return float(np.sum((m / float(MERSENNE_61 - num_nodes * num_nodes)) ** len(a.z)))
 
 
 def draw_points(num_nodes: int) -> np.ndarray:

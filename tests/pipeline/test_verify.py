@@ -29,10 +29,12 @@ from pipeline.store.verify import verify_output
 from pipeline.store.verify_edges import (
     MERSENNE_61,
     EdgeFingerprint,
-    mulmod61,
     draw_points,
+    fingerprint_applies,
     fold_input_batch,
     fold_partition,
+    miss_bound,
+    mulmod61,
 )
 from pipeline.store.write import partition_to_store
 from storage.errors import InputError
@@ -337,8 +339,11 @@ def test_partition_fold_equals_input_fold_and_merges_commute():
         assert not merged.differing_buckets(whole).any()
 
 
-def test_points_lie_above_every_key():
-    for n in (1, 1_000, 5_000_000, 1_518_500_249):
+def test_points_lie_above_every_key_and_the_bound_is_small():
+    assert fingerprint_applies((1 << 30) - 1) and not fingerprint_applies(1 << 30)
+    fp = _fingerprint_of(list(range(100)), list(range(100)), draw_points(_N))
+    assert 0 < miss_bound(fp, fp, _N) < 2.0**-100
+    for n in (1, 1_000, 5_000_000, (1 << 30) - 1):
         z = draw_points(n)
         assert ((z >= np.uint64(n * n)) & (z < np.uint64(MERSENNE_61))).all()
 
