@@ -81,10 +81,12 @@ def dask_client(
         threads_per_worker=1,
         processes=True,
         memory_limit=memory_limit or "auto",
-        dashboard_address=None,
+        # A free port: the scheduler serves HTTP even without a dashboard address, and on
+        # the default 8787 a second run beside a first printed a port warning through -q.
+        dashboard_address=":0",
         silence_logs=logging.ERROR,
     )
-    log.info("started a local Dask cluster of %d worker process(es)", n)
+    log.info("started a local Dask cluster of %d worker process(es); dashboard %s", n, cluster.dashboard_link)
     with cluster, Client(cluster) as client:
         yield client
 
