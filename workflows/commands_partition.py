@@ -90,6 +90,13 @@ def register(subparsers, add_common) -> None:
     p.add_argument("out")
     p.add_argument("--input", help="the input directory (default: the one in the manifest)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--memory-budget", type=float, default=1.0,
+                   help="GiB of node rows held at once for the node comparison (default 1): the input's "
+                        "node table when it fits, else groups of partitions, one pass over the nodes each")
+    p.add_argument("--threads", type=int, default=None, help="threads that run the checks (default: cores, <= 4)")
+    p.add_argument("--exact-edges", action="store_true",
+                   help="compare the edge multiset bucket by bucket exactly instead of by random fingerprints "
+                        "(which miss a difference with probability < 2^-60)")
     p.set_defaults(handler=_cmd_verify)
 
 
@@ -359,7 +366,11 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_verify(args: argparse.Namespace) -> int:
     from pipeline.store.verify import verify_output
 
-    report = verify_output(args.out, input_url=args.input)
+    if not args.memory_budget > 0 or (args.threads is not None and args.threads < 1):
+        raise AseprError(format_problem("asepr verify", "--memory-budget > 0 and --threads >= 1",
+                                        f"--memory-budget {args.memory_budget}, --threads {args.threads}"))
+    report = verify_output(args.out, input_url=args.input, memory_budget=int(args.memory_budget * 2**30),
+                           workers=args.threads, edge_check="exact" if args.exact_edges else "fingerprint")
     if args.json:
         print(json.dumps({"ok": report.ok, "generation": report.generation, "num_parts": report.num_parts,
                           "checks": report.checks, "problems": [str(p) for p in report.problems]}, indent=2))

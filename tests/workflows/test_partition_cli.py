@@ -47,6 +47,11 @@ def test_partition_inspect_verify(small_input, tmp_path, capsys):
     assert '"format": "asepr-partitions"' in capsys.readouterr().out
     assert main(["verify", str(out)]) == 0
     assert "verified: all invariants hold" in capsys.readouterr().out
+    # The same with one thread, the exact edge comparison and a budget that forces groups.
+    assert main(["verify", str(out), "--threads", "1", "--exact-edges", "--memory-budget", "0.00001"]) == 0
+    assert "verified: all invariants hold" in capsys.readouterr().out
+    assert main(["verify", str(out), "--memory-budget", "0"]) != 0
+    assert "--memory-budget > 0" in capsys.readouterr().err
     # A violation: exit 1, and the message names the partition.
     group = zarr.open_group(str(out / "part-00002.zarr"), mode="r+")
     x = group["nodes/x"][...]
