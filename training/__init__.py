@@ -8,14 +8,36 @@ accuracy ceiling, and :mod:`training.fds` the fully-decentralized (DistDGL-style
 baseline. ``python -m training.main`` is the per-rank entry point.
 """
 
-from training.centralized import load_input_graph, run_centralized
-from training.checkpoint import RunDir
-from training.comm import ByteCounter, Comm
-from training.config import TrainConfig
-from training.data import LocalGraph, load_local_graph, rank_partitions
-from training.distributed import TrainerError, init_process_group, run_trainer, train_rounds
-from training.fds import run_fds
-from training.models import GNN, build_model
+import importlib
+
+#: Each public name and the module that defines it. They are imported on first use
+#: (PEP 562), so that argument parsing (``training.config``, ``training.main``'s flags)
+#: does not pull in torch and PyG: every ``asepr`` command builds the train parser.
+_EXPORTS = {
+    "GNN": "training.models",
+    "ByteCounter": "training.comm",
+    "Comm": "training.comm",
+    "LocalGraph": "training.data",
+    "RunDir": "training.checkpoint",
+    "TrainConfig": "training.config",
+    "TrainerError": "training.distributed",
+    "build_model": "training.models",
+    "init_process_group": "training.distributed",
+    "load_input_graph": "training.centralized",
+    "load_local_graph": "training.data",
+    "rank_partitions": "training.data",
+    "run_centralized": "training.centralized",
+    "run_fds": "training.fds",
+    "run_trainer": "training.distributed",
+    "train_rounds": "training.distributed",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'training' has no attribute {name!r}")
+
 
 __all__ = [
     "GNN",

@@ -16,10 +16,12 @@ from typing import Any
 
 from storage.errors import format_problem
 
-__all__ = ["EVAL_MODES", "MODELS", "RECONCILE_PARTS", "SERVER_OPTIMIZERS", "STRATEGIES", "TASKS", "TrainConfig",
+__all__ = ["EVAL_MODES", "FDS_PARTITIONERS", "MODELS", "RECONCILE_PARTS", "SERVER_OPTIMIZERS", "STRATEGIES", "TASKS", "TrainConfig",
            "load_config", "parse_reconcile"]
 
 MODELS = ("sage", "gcn", "gat")
+#: ``--fds-partition``: the fds baseline's vertex partition (:mod:`training.fds.partition`).
+FDS_PARTITIONERS = ("auto", "metis", "hash")
 TASKS = ("node", "link")
 #: ``--eval``: the global model's exact whole-graph metrics, or the cheap partition-local ones.
 EVAL_MODES = ("exact", "local")

@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.errors import AseprError, format_problem
-from training.config import EVAL_MODES, MODELS, SERVER_OPTIMIZERS, TASKS, TrainConfig, load_config
-from training.fds.partition import PARTITIONERS
+from training.config import EVAL_MODES, FDS_PARTITIONERS, MODELS, SERVER_OPTIMIZERS, TASKS, TrainConfig, load_config
 
 __all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main"]
 
@@ -52,7 +51,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strategy", choices=STRATEGY_CHOICES, default="asepr",
                    help="asepr: local graphs and reconciliation (OUT: a partition output); fds: the "
                         "fully-decentralized DistDGL-style baseline (OUT: the INPUT directory)")
-    p.add_argument("--fds-partition", choices=PARTITIONERS, default="auto",
+    p.add_argument("--fds-partition", choices=FDS_PARTITIONERS, default="auto",
                    help="fds vertex partition: metis, hash, or auto (metis up to 5M edges)")
     p.add_argument("--rounds", type=int, default=d.rounds)
     p.add_argument("--local-epochs", type=int, default=d.local_epochs)

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from storage.atomic import save_npy_atomic
+from training.config import FDS_PARTITIONERS
 from storage.errors import InputError, StoreError, format_problem
 from storage.input import InputDir, open_input, open_parquet
 
@@ -45,7 +46,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-PARTITIONERS = ("auto", "metis", "hash")
+PARTITIONERS = FDS_PARTITIONERS
 #: ``auto`` uses METIS up to this many input edges, and ``hash`` above.
 METIS_MAX_EDGES = 5_000_000
 
