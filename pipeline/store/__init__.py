@@ -4,5 +4,8 @@
 store per partition), ``commit`` (the commit protocol: staging, journal, recovery,
 node map), ``write`` (the whole ``asepr partition`` commit), ``continuation`` (the
 partitioner state that ingest continues from), ``tasks`` (running a stage's calls as
-Dask tasks, timed) and ``verify`` (``asepr verify``).
+Dask tasks, timed) and ``verify`` (``asepr verify``, with its checks in
+``verify_store`` (one read per store array: checksums, CSR), ``verify_edges`` (the
+edge multiset: bucket counts and fingerprints), ``verify_nodes`` (node rows against the
+input) and ``verify_state``).
 """
