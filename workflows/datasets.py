@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import logging
 import os
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 from storage.errors import InputNotFoundError, format_problem
 from storage.importers import import_dataset
 
-__all__ = ["SHARED_DATASETS", "datasets_dir", "resolve_dataset"]
+__all__ = ["SHARED_DATASETS", "datasets_dir", "reference_rf", "resolve_dataset"]
 
 log = logging.getLogger(__name__)
 
@@ -67,4 +68,28 @@ def resolve_dataset(name_or_path: str, cache: Path) -> Path:
     if not (out / "meta.json").exists():
         log.info("importing %s into %s", name_or_path, out)
         import_dataset(fmt, datasets_dir() / sub, out, overwrite=True)
+    return out
+
+
+def reference_rf(path: str | Path | None = None) -> dict[tuple[str, str, int, str], float]:
+    """The published partitioners' replication factors on ``asepr bench partition``'s streams.
+
+    ``(dataset, order, k, algorithm) -> RF`` from ``path``, else ``$ASEPR_REFERENCE_RF``,
+    else ``anchors/reference-rf.csv`` beside the shared datasets folder; empty when there
+    is none (the benchmark then reports without the reference column).
+    """
+    if path is None:
+        path = os.environ.get("ASEPR_REFERENCE_RF")
+    if path is None:
+        try:
+            path = datasets_dir().parent / "anchors" / "reference-rf.csv"
+        except InputNotFoundError:
+            return {}
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    out = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            out[(row["dataset"], row["order"], int(row["k"]), row["algorithm"])] = float(row["replication_factor"])
     return out
