@@ -24,25 +24,12 @@ from pipeline.assign.parallel import (
     stream_shares,
 )
 from pipeline.assign.state import PDEG
-from pipeline.inputs.synth import SynthConfig, generate
 from pipeline.stream import iter_edge_batches
 from storage import InputError
 from storage.fs import Shard
 from storage.input import open_input
 
-N, M = 400, 3000
-
-
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
-    """The same synthetic graph with 1 and with 8 edge shards (identical stream order)."""
-    root = tmp_path_factory.mktemp("parallel-inputs")
-    config = SynthConfig(num_nodes=N, num_edges=M, num_classes=4, dim=8, homophily=0.8, seed=7)
-    out = {}
-    for shards in (1, 8):
-        out[shards] = root / f"s{shards}"
-        generate(out[shards], config, shard_rows=-(-M // shards))
-    return out
+from tests.pipeline.conftest import SYNTH_EDGES as M, SYNTH_NODES as N  # the `inputs` fixture's graph
 
 
 def _run(edge_shards, state, kernel, streams, sync_edges, batch_rows=256):

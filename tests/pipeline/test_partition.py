@@ -7,22 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline import ALGORITHMS, PartitionConfig, partition, replica_sets
-from pipeline.inputs.synth import SynthConfig, generate
 from storage import InputError
 
-N, M = 400, 3000
-
-
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
-    """The same synthetic graph with 1 and with 8 edge shards (identical stream order)."""
-    root = tmp_path_factory.mktemp("partition-inputs")
-    config = SynthConfig(num_nodes=N, num_edges=M, num_classes=4, dim=8, homophily=0.8, seed=7)
-    out = {}
-    for shards in (1, 8):
-        out[shards] = root / f"s{shards}"
-        generate(out[shards], config, shard_rows=-(-M // shards))
-    return out
+from tests.pipeline.conftest import SYNTH_EDGES as M, SYNTH_NODES as N  # the `inputs` fixture's graph
 
 
 def _edges(path):
