@@ -36,7 +36,7 @@ from pipeline.stages.attr_cluster import AttrClusters, attribute_clusters
 from pipeline.stages.attr_column import column_clusters
 from pipeline.stages.attr_lift import AttributeLift, attribute_lift
 from pipeline.stages.degrees import Degrees, compute_degrees
-from pipeline.stages.mapping import CommunityMapping, map_communities
+from pipeline.stages.mapping import CommunityMapping, map_communities, vertex_terms
 from pipeline.stages.masters import choose_masters, count_edges_per_replica, replica_offsets
 from pipeline.stages.metis import metis_membership
 from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
@@ -196,13 +196,9 @@ def _communities(run: PartitionConfig, edge_shards: list[Shard], degree: np.ndar
             keep_attr_together=run.uses_attributes and steering.keep_attr_together,
             community_id=communities.community_id, degree=degree, higher_id_first=published,
         )
-        # Resolve the community indirections per vertex once, so the kernel reads one
-        # row per endpoint instead of chasing community -> partition on every edge.
         steering.communities, steering.mapping = communities, mapping
-        steering.vertex_part = mapping.community_part[communities.community_id]
-        steering.vertex_volume = communities.volume[communities.community_id]
-        if run.uses_attributes:
-            steering.vertex_home = mapping.attr_home[attr_ids]
+        steering.vertex_part, steering.vertex_volume, steering.vertex_home = vertex_terms(
+            mapping, communities.community_id, communities.volume, attr_ids if run.uses_attributes else None)
         clock.tick("mapping")
     elif run.algo == "metis":
         steering.vertex_part = metis_membership(edge_shards, len(degree), k, run.seed, run.batch_rows)

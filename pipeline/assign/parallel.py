@@ -52,6 +52,7 @@ from pipeline.assign.kernel import GREEDY, TWO_PHASE, assign_batch
 from pipeline.assign.settings import KernelSettings
 from pipeline.assign.state import PDEG, AssignState
 from pipeline.prefetch import aligned_zeros
+from pipeline.stages.mapping import vertex_terms
 from pipeline.stream import EdgeBatch, warmup_arrays
 from storage.errors import InputError, format_problem
 from storage.fs import Shard
@@ -194,12 +195,10 @@ def replay_state(assignment: Assignment) -> tuple[AssignState, KernelSettings]:
             run.algo, "simulate asep, hdrf, greedy, dbh or hash."))
     vertex_part = vertex_volume = vertex_home = None
     if assignment.communities is not None and assignment.mapping is not None:
-        community_id = assignment.communities.community_id
-        vertex_part = assignment.mapping.community_part[community_id]
-        vertex_volume = assignment.communities.volume[community_id]
-        if run.uses_attributes:
-            attr_ids = np.ascontiguousarray(assignment.attr.attr_cluster_id, dtype=np.int32)
-            vertex_home = assignment.mapping.attr_home[attr_ids]
+        attr_ids = (np.ascontiguousarray(assignment.attr.attr_cluster_id, dtype=np.int32)
+                    if run.uses_attributes else None)
+        vertex_part, vertex_volume, vertex_home = vertex_terms(
+            assignment.mapping, assignment.communities.community_id, assignment.communities.volume, attr_ids)
     state = AssignState(run.num_parts, assignment.degree, vertex_part, vertex_volume, vertex_home)
     return state, settings
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["CommunityMapping", "map_communities", "place_new_communities"]
+__all__ = ["CommunityMapping", "map_communities", "place_new_communities", "vertex_terms"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,15 @@ class CommunityMapping:
     community_part: np.ndarray
     attr_home: np.ndarray
     part_volume: np.ndarray
+
+
+def vertex_terms(mapping: CommunityMapping, community_id: np.ndarray, volume: np.ndarray,
+                 attr_ids: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The assignment kernel's per-vertex terms: ``(partition, community volume, attribute
+    home or None)``, the community indirections resolved once per vertex so the kernel
+    reads one row per endpoint instead of chasing community -> partition on every edge."""
+    vertex_home = mapping.attr_home[attr_ids] if attr_ids is not None else None
+    return mapping.community_part[community_id], volume[community_id], vertex_home
 
 
 @numba.njit(cache=True)
