@@ -371,15 +371,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                                                                           and args.threads < 1):
         raise AseprError(format_problem("asepr verify", "--memory-budget > 0 and --threads >= 1",
                                         f"--memory-budget {args.memory_budget}, --threads {args.threads}"))
-    if args.memory_budget is None:
-        import psutil
-
-        # The 1 GiB of verify_output's default sent a 10M-node, d = 32 input (1.3 GB of
-        # node rows) into the multi-pass comparison: 2.8M edges/s at 100M edges against
-        # 4.9M at 50M (docs/results/scale).
-        budget = max(1 << 30, int(psutil.virtual_memory().available) // 4)
-    else:
-        budget = int(args.memory_budget * 2**30)
+    budget = None if args.memory_budget is None else int(args.memory_budget * 2**30)
     report = verify_output(args.out, input_url=args.input, memory_budget=budget,
                            workers=args.threads, edge_check="exact" if args.exact_edges else "fingerprint")
     if args.json:
