@@ -1,0 +1,352 @@
+"""The hybrid assignment under a memory budget: neighbourhood expansion in memory, streaming for the rest.
+
+As in HEP (Mayer & Jacobsen, SIGMOD 2021), a vertex is *low* when its degree is at most
+a threshold; the edges with a low endpoint are *held* in memory and partitioned by
+neighbourhood expansion (:mod:`pipeline.assign.expansion`), and the edges between two
+high vertices are streamed through the run's kernel
+(:func:`~pipeline.assign.loop.assign_edges`), which starts from the replicas and loads
+the expansion left in the :class:`~pipeline.assign.state.AssignState`.
+
+Memory *(our choice)*: the threshold is the largest degree whose held subgraph fits
+``budget_bytes``, counting every array the hybrid allocates (:func:`held_bytes`):
+
+====================  =======================================================================
+per vertex            CSR offsets int64, unassigned count int32, boundary mark int16,
+                      heap position int32, group int16 (20 bytes)
+per low vertex        heap slot int32, group order int32 (8 bytes)
+per list entry        neighbour int32, partition int16 (6 bytes; an edge between two low
+                      vertices has two entries, one with a high vertex one: <= 12 per edge)
+====================  =======================================================================
+
+Budget 0 is exactly the pure streaming assignment (:func:`~pipeline.assign.loop.stream_assign`);
+so is any budget too small to hold one low vertex. The lists are built from the
+degrees and one pass over the edge shards, and a last pass writes the partition of
+every edge in stream order to the :class:`~pipeline.assign.loop.EdgePartSink`: a held
+edge's by binary search in its low endpoint's sorted list, a streamed edge's from the
+kernel.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.assign.expansion import (
+    build_fill,
+    count_lists,
+    expand,
+    group_order,
+    lookup_parts,
+    pair_histogram,
+    sort_lists,
+)
+from pipeline.assign.kernel import TWO_PHASE
+from pipeline.assign.loop import EdgePartSink, assign_edges, stream_assign
+from pipeline.assign.settings import KernelSettings
+from pipeline.assign.state import HOME, PART, AssignState
+from pipeline.stream import iter_edge_batches, warmup_arrays
+from storage.errors import InputError, format_problem
+from storage.fs import Shard
+from storage.resources import stage
+
+__all__ = ["HybridInfo", "choose_threshold", "held_bytes", "hybrid_stream_assign"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes per vertex, per low vertex and per list entry of the held subgraph (module docstring).
+PER_VERTEX, PER_LOW_VERTEX, PER_ENTRY = 20, 8, 6
+
+
+@dataclass(frozen=True)
+class HybridInfo:
+    """What a hybrid assignment held and how long it took.
+
+    Attributes
+    ----------
+    budget_bytes
+        The budget it ran under.
+    threshold
+        The degree threshold: vertices of degree <= it are low (-1: nothing held).
+    low_vertices, held_edges, streamed_edges
+        Low vertices (degree > 0), edges with a low endpoint, and the other edges.
+    held_bytes
+        The bytes of the arrays actually allocated for the held subgraph (<= budget).
+    prefer
+        What the expansion preferred (``"attr"``, ``"community"``, or ``"none"``).
+    build_seconds, expansion_seconds, kernel_seconds
+        Building the lists (one edge pass), the expansion, and the streaming kernel.
+    """
+
+    budget_bytes: int
+    threshold: int
+    low_vertices: int
+    held_edges: int
+    streamed_edges: int
+    held_bytes: int
+    prefer: str
+    build_seconds: float
+    expansion_seconds: float
+    kernel_seconds: float
+
+
+def held_bytes(num_nodes: int, low_vertices: int, entries: int, num_parts: int) -> int:
+    """The bytes the hybrid allocates for a held subgraph of this size (module docstring)."""
+    if low_vertices == 0:
+        return 0
+    return PER_VERTEX * num_nodes + 8 + PER_LOW_VERTEX * low_vertices + PER_ENTRY * entries + 16 * (num_parts + 1)
+
+
+def choose_threshold(degree: np.ndarray, num_parts: int, budget_bytes: int,
+                     pair_hist: np.ndarray | None = None) -> tuple[int, int, int]:
+    """The largest degree threshold whose held subgraph fits ``budget_bytes``.
+
+    Returns ``(threshold, low vertices, list entries)``; ``(-1, 0, 0)`` when not even
+    the vertices of the smallest degree fit. With ``mixed`` holding (``pair_hist`` None)
+    the entries of a threshold t are the sum of the degrees <= t (a low vertex lists all
+    its edges); otherwise twice the edges whose larger endpoint degree is <= t
+    (``pair_hist``, :func:`~pipeline.assign.expansion.pair_histogram`).
+    """
+    counts = np.bincount(degree)
+    if len(counts) <= 1:
+        return -1, 0, 0
+    counts[0] = 0
+    low = np.cumsum(counts)
+    if pair_hist is None:
+        entries = np.cumsum(counts * np.arange(len(counts), dtype=np.int64))
+    else:
+        entries = 2 * np.cumsum(pair_hist[: len(counts)])
+    cost = PER_VERTEX * len(degree) + 8 + PER_LOW_VERTEX * low + PER_ENTRY * entries + 16 * (num_parts + 1)
+    fits = np.flatnonzero((cost <= budget_bytes) & (counts > 0) & (entries > 0))
+    if len(fits) == 0:
+        return -1, 0, 0
+    t = int(fits[-1])
+    return t, int(low[t]), int(entries[t])
+
+
+def _check_args(state: AssignState, edge_shards: list[Shard], degree: np.ndarray, settings: KernelSettings,
+                budget_bytes: int) -> None:
+    if settings.mode in TWO_PHASE:
+        raise InputError(format_problem(
+            "hybrid assignment (--memory-budget)", "the asep or hdrf kernel mode",
+            f"the two-phase mode {settings.mode}", "run 2ps-l / 2ps-hdrf without --memory-budget."))
+    if budget_bytes < 0:
+        raise InputError(format_problem("--memory-budget", "a byte count >= 0", str(budget_bytes)))
+    if len(degree) != state.vstate.shape[0]:
+        raise InputError(format_problem(
+            "hybrid assignment", f"one degree per vertex of the state ({state.vstate.shape[0]})",
+            f"{len(degree)} degrees", "pass the degrees the state was built with."))
+    if len(degree) >= 2**31:
+        raise InputError(format_problem(
+            "hybrid assignment", "fewer than 2**31 vertices (int32 lists)", f"{len(degree)}",
+            "run with --memory-budget 0."))
+
+
+def _groups(state: AssignState, attr_ids: np.ndarray | None, prefer: str) -> np.ndarray | None:
+    """Each vertex's preferred partition for the expansion, or None (no preference).
+
+    ``"attr"``: its attribute cluster's home (the state's HOME column), else
+    ``attr_ids % k``; ``"community"``: its community's partition (the PART column).
+    """
+    k = state.num_parts
+    if prefer == "community":
+        column = state.vstate[:, state.words + PART]
+        return column.astype(np.int16) if (column >= 0).any() else None
+    if prefer != "attr":
+        return None
+    home = state.vstate[:, state.words + HOME]
+    if (home >= 0).any():
+        return home.astype(np.int16)
+    if attr_ids is None:
+        return None
+    return (np.asarray(attr_ids, dtype=np.int64) % k).astype(np.int16)
+
+
+@dataclass
+class _Held:
+    """The held subgraph: sorted lists of the low vertices and the expansion's scratch."""
+
+    threshold: int
+    mixed: bool
+    offsets: np.ndarray
+    nbr: np.ndarray
+    part: np.ndarray
+    rem: np.ndarray
+    held_edges: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.offsets.nbytes + self.nbr.nbytes + self.part.nbytes + self.rem.nbytes
+
+
+def _pair_histogram(edge_shards: list[Shard], degree: np.ndarray, batch_rows: int) -> np.ndarray:
+    """One pass: edges per larger endpoint degree (what each threshold would hold, unmixed)."""
+    hist = np.zeros(int(degree.max(initial=0)) + 1, dtype=np.int64)
+    for batch in iter_edge_batches(edge_shards, batch_rows):
+        pair_histogram(batch.src, batch.dst, degree, hist)
+    return hist
+
+
+def _list_lengths(edge_shards: list[Shard], degree: np.ndarray, threshold: int, mixed: bool,
+                  batch_rows: int) -> np.ndarray:
+    """Entries per vertex (int32): its degree if low (mixed), else one pass counting low neighbours."""
+    if mixed:
+        return np.where(degree <= threshold, degree, 0).astype(np.int32)
+    length = np.zeros(len(degree), dtype=np.int32)
+    for batch in iter_edge_batches(edge_shards, batch_rows):
+        count_lists(batch.src, batch.dst, degree, threshold, mixed, length)
+    return length
+
+
+def _build(edge_shards: list[Shard], degree: np.ndarray, threshold: int, mixed: bool, state: AssignState,
+           batch_rows: int) -> _Held:
+    """The sorted lists of the low vertices (one pass over the edges, two unmixed)."""
+    rem = _list_lengths(edge_shards, degree, threshold, mixed, batch_rows)
+    offsets = np.zeros(len(degree) + 1, dtype=np.int64)
+    np.cumsum(rem, out=offsets[1:])
+    nbr = np.empty(int(offsets[-1]), dtype=np.int32)
+    pdeg = state.pdeg
+    held = 0
+    for batch in iter_edge_batches(edge_shards, batch_rows):
+        count, bad = build_fill(batch.src, batch.dst, degree, threshold, mixed, offsets, nbr, rem, pdeg)
+        held += int(count)
+        if bad >= 0:
+            raise InputError(format_problem(
+                f"edge shard {edge_shards[batch.shard_index]}, row {batch.row0 + bad}",
+                "edges matching the degrees the run computed", "more edges at this vertex than its degree",
+                "recompute the degrees from these edge shards."))
+    if rem.any():
+        raise InputError(format_problem(
+            "edge shards", "edges matching the degrees the run computed",
+            f"{int((rem > 0).sum())} low vertices with fewer edges than their degree",
+            "recompute the degrees from these edge shards."))
+    sort_lists(offsets, nbr)
+    rem[:] = np.diff(offsets)
+    part = np.full(len(nbr), -1, dtype=np.int16)
+    return _Held(threshold, mixed, offsets, nbr, part, rem, held)
+
+
+def _expand(held: _Held, degree: np.ndarray, state: AssignState, groups: np.ndarray | None) -> int:
+    """Run the expansion into ``state`` (replicas, loads); returns the scratch bytes allocated."""
+    k = state.num_parts
+    n = len(degree)
+    low_vertices = int(np.count_nonzero(held.rem))
+    target = -(-held.held_edges // k)
+    in_s = np.full(n, -1, dtype=np.int16)
+    heap = np.empty(max(low_vertices, 1), dtype=np.int32)
+    pos = np.full(n, -1, dtype=np.int32)
+    prefer = groups is not None
+    group = groups if prefer else np.full(1, -1, dtype=np.int16)
+    order, group_start = (group_order(group, degree, held.threshold, k) if prefer
+                          else (np.zeros(0, np.int32), np.zeros(k + 1, np.int64)))
+    loads = np.zeros(k, dtype=np.int64)
+    expand(held.offsets, held.nbr, held.part, degree, held.threshold, target, loads, state.vstate, held.rem,
+           in_s, heap, pos, group, order, group_start, prefer)
+    state.loads += loads
+    return in_s.nbytes + heap.nbytes + pos.nbytes + (group.nbytes if prefer else 0) + order.nbytes \
+        + group_start.nbytes + loads.nbytes
+
+
+def _final_pass(held: _Held, edge_shards: list[Shard], degree: np.ndarray, state: AssignState,
+                settings: KernelSettings, sink: EdgePartSink, batch_rows: int) -> tuple[int, float]:
+    """Write every edge's partition in stream order; returns ``(streamed edges, kernel seconds)``."""
+    for empty in warmup_arrays():
+        assign_edges(state, empty, empty, np.zeros(0, np.int16), settings)
+    streamed = 0
+    kernel_seconds = 0.0
+    for batch in iter_edge_batches(edge_shards, batch_rows):
+        out = np.empty(len(batch.src), dtype=np.int16)
+        bad = lookup_parts(batch.src, batch.dst, degree, held.threshold, held.mixed, held.offsets, held.nbr,
+                           held.part, out)
+        if bad >= 0:
+            raise InputError(format_problem(
+                f"edge shard {edge_shards[batch.shard_index]}, row {batch.row0 + bad}",
+                "the edges of the first pass", "an edge that was not there", "do not modify the input while "
+                "it is being partitioned."))
+        high_src, high_dst = degree[batch.src] > held.threshold, degree[batch.dst] > held.threshold
+        rest = (high_src & high_dst) if held.mixed else (high_src | high_dst)
+        if rest.any():
+            src, dst = batch.src[rest], batch.dst[rest]
+            parts = np.empty(len(src), dtype=np.int16)
+            t0 = time.perf_counter()
+            assign_edges(state, src, dst, parts, settings)
+            kernel_seconds += time.perf_counter() - t0
+            out[rest] = parts
+            streamed += len(src)
+        sink.write(batch.shard_index, batch.row0, out)
+    sink.finish()
+    return streamed, kernel_seconds
+
+
+def hybrid_stream_assign(state: AssignState, edge_shards: list[Shard], degree: np.ndarray,
+                         settings: KernelSettings, sink: EdgePartSink, *, budget_bytes: int,
+                         attr_ids: np.ndarray | None = None, batch_rows: int = 1 << 20,
+                         prefer: str = "attr", mixed: bool = True) -> HybridInfo:
+    """Assign every edge, holding the low-degree subgraph within ``budget_bytes`` (module docstring).
+
+    Parameters
+    ----------
+    state
+        The kernel state (degrees, community and home terms), updated in place.
+    edge_shards
+        The edge shards, in stream order.
+    degree
+        Exact degrees (int64[N]), those of ``state``.
+    settings
+        The run's kernel settings (``asep`` or ``hdrf`` modes; not the two-phase ones).
+    sink
+        Receives every edge shard's partitions; finished at the end.
+    budget_bytes
+        The most bytes held for the in-memory part; 0 is pure streaming.
+    attr_ids
+        Attribute cluster per vertex (None: none); groups the vertices when the state
+        has no attribute homes.
+    batch_rows
+        Rows per edge batch.
+    prefer
+        What the expansion prefers when it seeds a partition and breaks ties
+        (:func:`_groups`): ``"attr"``, ``"community"`` or ``"none"``.
+    mixed
+        Hold the edges between a low and a high vertex too, as HEP does (else only
+        those between two low vertices, and the threshold is chosen from one extra
+        pass's histogram).
+
+    Returns
+    -------
+    HybridInfo
+
+    Raises
+    ------
+    InputError
+        A two-phase mode, a negative budget, or edges that do not match the degrees.
+    """
+    _check_args(state, edge_shards, degree, settings, budget_bytes)
+    degree = np.ascontiguousarray(degree, dtype=np.int64)
+    pair_hist = None
+    if budget_bytes > 0 and not mixed:
+        pair_hist = _pair_histogram(edge_shards, degree, batch_rows)
+    threshold, low_vertices, entries = choose_threshold(degree, state.num_parts, budget_bytes, pair_hist)
+    del pair_hist
+    if budget_bytes == 0 or low_vertices == 0:
+        seconds = stream_assign(state, lambda: iter_edge_batches(edge_shards, batch_rows), settings, sink)
+        return HybridInfo(budget_bytes, -1, 0, 0, int(degree.sum() // 2), 0, "none", 0.0, 0.0, seconds)
+    with stage("hybrid assignment", log) as info:
+        t0 = time.perf_counter()
+        held = _build(edge_shards, degree, threshold, mixed, state, batch_rows)
+        t1 = time.perf_counter()
+        groups = _groups(state, attr_ids, prefer)
+        scratch = _expand(held, degree, state, groups)
+        t2 = time.perf_counter()
+        allocated = held.nbytes + scratch
+        streamed, kernel_seconds = _final_pass(held, edge_shards, degree, state, settings, sink, batch_rows)
+        result = HybridInfo(
+            budget_bytes=int(budget_bytes), threshold=threshold, low_vertices=low_vertices,
+            held_edges=held.held_edges, streamed_edges=streamed, held_bytes=int(allocated),
+            prefer=prefer if groups is not None else "none", build_seconds=t1 - t0, expansion_seconds=t2 - t1,
+            kernel_seconds=kernel_seconds,
+        )
+        info.update(threshold=threshold, held_edges=held.held_edges, streamed_edges=streamed,
+                    held_mib=round(allocated / 2**20, 1))
+    return result
