@@ -15,6 +15,7 @@ the caller's business (``workflows``).
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -37,7 +38,7 @@ from pipeline.stages.attr_column import column_clusters
 from pipeline.stages.attr_lift import AttributeLift, attribute_lift
 from pipeline.stages.degrees import Degrees, compute_degrees
 from pipeline.stages.mapping import CommunityMapping, map_communities, vertex_terms
-from pipeline.stages.masters import choose_masters, count_edges_per_replica, replica_offsets
+from pipeline.stages.masters import choose_masters, count_edges_per_replica, popcounts, replica_offsets
 from pipeline.stages.metis import metis_membership
 from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
 from pipeline.stages.struct_cluster import Communities, published_clusters, structural_clusters
@@ -115,6 +116,8 @@ class _Steering:
     vertex_part: np.ndarray | None = None
     vertex_volume: np.ndarray | None = None
     vertex_home: np.ndarray | None = None
+    #: The two-phase fallback's outcome (:func:`_two_phase_fallback`), when it ran.
+    fallback: dict[str, Any] | None = None
 
 
 # --- the stages -------------------------------------------------------------------------------
@@ -222,6 +225,42 @@ def _assign(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, st
     return state.replicas, state.loads, settings
 
 
+def _two_phase_fallback(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, attr_ids: np.ndarray,
+                        steering: _Steering, workdir: Path, clock: StageClock,
+                        own: tuple[np.ndarray, np.ndarray, KernelSettings]
+                        ) -> tuple[np.ndarray, np.ndarray, KernelSettings]:
+    """Stream the edges as 2PS-HDRF does; keep that assignment if it replicates fewer vertices.
+
+    ``own`` is ASEP's ``(replicas, loads, settings)``, its edge partitions in
+    ``workdir``. When the two-phase stream wins, its files replace them and
+    ``steering`` takes its communities and mapping (an ingest continues with them and
+    with its settings, as it would for a ``2ps-hdrf`` output); on a tie ASEP's stays.
+    """
+    alt_run = replace(run, algo="2ps-hdrf").effective()
+    alt = _Steering(alpha=0.0, beta=0.0, keep_attr_together=False, lift=steering.lift)
+    alt_dir = workdir / "two-phase-fallback"
+    alt_dir.mkdir()
+    try:
+        _communities(alt_run, edge_shards, degrees.degree, attr_ids, alt, StageClock())
+        alt_replicas, alt_loads, alt_settings = _assign(alt_run, edge_shards, degrees, alt, alt_dir, StageClock())
+        replicas_own, replicas_alt = int(popcounts(own[0]).sum()), int(popcounts(alt_replicas).sum())
+        chosen = "2ps-hdrf" if replicas_alt < replicas_own else "asep"
+        log.info("replicas: ASEP's stream %d, the two-phase stream %d: keeping %s", replicas_own, replicas_alt,
+                 chosen)
+        covered = max(1, int(np.count_nonzero(degrees.degree)))
+        steering.fallback = {"chosen": chosen, "asep_rf": replicas_own / covered, "two_phase_rf": replicas_alt / covered}
+        if chosen == "asep":
+            return own
+        for part_file in alt_dir.glob("edge-parts-*.npy"):
+            os.replace(part_file, workdir / part_file.name)
+        steering.alpha, steering.beta, steering.keep_attr_together = 0.0, 0.0, False
+        steering.communities, steering.mapping = alt.communities, alt.mapping
+        return alt_replicas, alt_loads, alt_settings
+    finally:
+        shutil.rmtree(alt_dir, ignore_errors=True)
+        clock.tick("two-phase fallback")
+
+
 def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarray, num_parts: int,
                     batch_rows: int) -> np.ndarray:
     offsets = replica_offsets(replicas)
@@ -257,6 +296,8 @@ def _measure(result: Assignment, attr_ids: np.ndarray, steering: _Steering) -> N
             "lift": steering.lift.lift, "homophily": steering.lift.homophily, "chance": steering.lift.chance,
             "alpha_effective": steering.alpha, "beta_effective": result.kernel.beta,
         }
+    if steering.fallback is not None:
+        result.metrics["two_phase_fallback"] = steering.fallback
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -330,6 +371,9 @@ def partition(
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         replicas, loads, settings = _assign(run, source.edge_shards, degrees, steering, workdir, clock)
+        if run.uses_two_phase_fallback:
+            replicas, loads, settings = _two_phase_fallback(run, source.edge_shards, degrees, attr_ids, steering,
+                                                            workdir, clock, (replicas, loads, settings))
         master = _choose_masters(source.edge_shards, workdir, replicas, run.num_parts, run.batch_rows)
         clock.tick("masters")
         result = Assignment(

@@ -184,15 +184,15 @@ def replay_state(assignment: Assignment) -> tuple[AssignState, KernelSettings]:
     Raises
     ------
     InputError
-        The run's algorithm streams twice (``2ps-l``, ``2ps-hdrf``) or uses METIS
-        (its membership is not kept).
+        The run's algorithm streams twice (``2ps-l``, ``2ps-hdrf``, or ``asep`` whose
+        two-phase fallback won) or uses METIS (its membership is not kept).
     """
     run = assignment.config
     settings = assignment.kernel
     if settings is None or settings.mode in TWO_PHASE or run.algo == "metis":
         raise InputError(format_problem(
             f"parallel streams of algorithm {run.algo!r}", "a one-pass streaming algorithm with kernel settings",
-            run.algo, "simulate asep, hdrf, greedy, dbh or hash."))
+            run.algo, "simulate asep (with two_phase_fallback=False), hdrf, greedy, dbh or hash."))
     vertex_part = vertex_volume = vertex_home = None
     if assignment.communities is not None and assignment.mapping is not None:
         attr_ids = (np.ascontiguousarray(assignment.attr.attr_cluster_id, dtype=np.int32)

@@ -364,7 +364,7 @@ def test_kernel_settings_of_an_older_state_fall_back_to_the_config():
 
     run = PartitionConfig(num_parts=2, epsilon=0.1, hdrf_lambda=2.0)
     old = KernelSettings.from_dict({"mode": MODES["candidates"]}, run, 100)
-    assert (old.epsilon, old.lam, old.alpha, old.beta, old.seed, old.use_partial) == (0.1, 2.0, 0.25, 0.0, 0, False)
+    assert (old.epsilon, old.lam, old.alpha, old.beta, old.seed, old.use_partial) == (0.1, 2.0, run.alpha, 0.0, 0, False)
     assert old.cap == math.ceil(1.1 * 100 / 2)
     with pytest.raises(StoreError, match="kernel"):
         KernelSettings.from_dict({}, run, 100)

@@ -80,7 +80,8 @@ def _check_merged_state(result, src, dst, parts, num_nodes, k):
 @pytest.mark.parametrize("algo", ["asep", "hdrf"])
 @pytest.mark.parametrize("sync_edges", [1, 97, 10**6])
 def test_one_stream_is_the_sequential_assignment(inputs, shards, algo, sync_edges):
-    with partition(inputs[shards], 4, algo=algo) as a:
+    # ASEP's own stream: the simulation replays one-pass streams (no two-phase fallback).
+    with partition(inputs[shards], config=PartitionConfig(num_parts=4, algo=algo, two_phase_fallback=False)) as a:
         expected = np.concatenate([np.asarray(a.edge_parts(i)) for i in range(len(a.edge_shards))])
         state, kernel = replay_state(a)
         result, parts, _ = _run(a.edge_shards, state, kernel, 1, sync_edges)
@@ -95,7 +96,8 @@ def test_one_stream_is_the_sequential_assignment(inputs, shards, algo, sync_edge
 @pytest.mark.parametrize(("streams", "sync_edges"), [(2, 1), (3, 50), (8, 7), (8, 10**6)])
 def test_parallel_streams_keep_the_invariants(inputs, algo, k, streams, sync_edges):
     src, dst = _stream_edges(open_edge_shards(inputs[8]))
-    with partition(inputs[8], config=PartitionConfig(num_parts=k, algo=algo, num_attr_clusters=8)) as a:
+    config = PartitionConfig(num_parts=k, algo=algo, num_attr_clusters=8, two_phase_fallback=False)
+    with partition(inputs[8], config=config) as a:
         state, kernel = replay_state(a)
         result, parts, owner = _run(a.edge_shards, state, kernel, streams, sync_edges)
     _check_merged_state(result, src, dst, parts, N, k)
@@ -114,7 +116,7 @@ def test_one_merge_counts_each_streams_changed_words(inputs):
     # words its own edges set, and the merge changes every word set at the end.
     edge_shards = open_edge_shards(inputs[8])
     src, dst = _stream_edges(edge_shards)
-    with partition(inputs[8], 70, algo="asep") as a:
+    with partition(inputs[8], config=PartitionConfig(num_parts=70, two_phase_fallback=False)) as a:
         state, kernel = replay_state(a)
         result, parts, owner = _run(a.edge_shards, state, kernel, 4, 10**6)
     assert result.traffic.merges == 1

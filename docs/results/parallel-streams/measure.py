@@ -101,7 +101,8 @@ def _input_rows(name: str, args, echo, csv_path: Path) -> list[dict]:
         source = open_input(paths[order])
         degrees = compute_degrees(source.edge_shards, num_nodes)
         for k in args.k:
-            base = PartitionConfig(num_parts=k, seed=0)
+            # ASEP's own one-pass stream (the two-phase fallback is a second, sequential stream).
+            base = PartitionConfig(num_parts=k, seed=0, two_phase_fallback=False)
             attr = attribute_clusters(source.node_shards, num_nodes, base.attr_clusters, seed=0,
                                       max_passes=base.kmeans_max_passes, tol=base.kmeans_tol,
                                       sample_size=base.kmeans_sample, projection_dim=base.projection_dim,
