@@ -514,6 +514,17 @@ def _assignment(run: PartitionConfig, s: _Shape) -> _Need:
     return _Need(driver=driver, written=2 * s.e + first_phase, removed=first_phase)
 
 
+def _fallback(run: PartitionConfig, s: _Shape) -> _Need:
+    """pipeline.partition's two-phase fallback (ASEP): ASEP's ``replicas`` uint64[N, W]
+    and its communities (``community_id``, ``volume`` int64[N]) stay while 2PS-HDRF's
+    clustering and two-phase assignment run; its edge partitions and first-phase file go
+    to a subdirectory (the first phase and the losing stream's partitions are removed)."""
+    twops = replace(run, algo="2ps-hdrf", two_phase_fallback=False)
+    kept = 8 * s.words * s.n + 16 * s.n
+    driver = kept + max(_clustering(twops, s).driver, _assignment(twops, s).driver)
+    return _Need(driver=driver, written=4 * s.e, removed=4 * s.e)
+
+
 def _masters(run: PartitionConfig, s: _Shape) -> _Need:
     """pipeline.stages.masters: ``replicas`` uint64[N, W], ``offsets`` int64[N+1], the
     ``popcounts`` int64[N] and then one int64 counter per replica (8·RF·N) and
@@ -601,7 +612,10 @@ def _stage_needs(run: PartitionConfig, s: _Shape) -> list[tuple[str, _Need]]:
         needs.append((name, _clustering(run, s)))
     if run.uses_communities:
         needs.append(("mapping", _mapping(s)))
-    needs += [("assignment", _assignment(run, s)), ("masters", _masters(run, s)),
+    needs.append(("assignment", _assignment(run, s)))
+    if run.uses_two_phase_fallback:
+        needs.append(("two-phase fallback", _fallback(run, s)))
+    needs += [("masters", _masters(run, s)),
               ("metrics", _metrics(run, s)), ("state", _state(run, s)), ("route", _route(s)),
               ("finalize edges", _finalize_edges(s)), ("gather nodes", _gather_nodes(s)),
               ("finalize nodes", _finalize_nodes(s)), ("node map", _node_map(s))]

@@ -19,7 +19,8 @@ def _bench_partition(args: argparse.Namespace) -> int:
         num_parts=2,
         **{k: v for k, v in (("alpha", args.alpha), ("beta", args.beta), ("scoring", args.scoring),
                              ("num_attr_clusters", args.attr_clusters),
-                             ("lift_reference", args.lift_reference)) if v is not None},
+                             ("lift_reference", args.lift_reference),
+                             ("two_phase_fallback", args.two_phase_fallback)) if v is not None},
     )
     bench_partition(
         args.datasets, args.k, args.algos, Path(args.out), orders=tuple(args.orders),
@@ -103,6 +104,8 @@ def register(sub, add_common) -> None:
     q.add_argument("--alpha", type=float)
     q.add_argument("--beta", type=float)
     q.add_argument("--scoring", choices=["candidates", "hdrf"])
+    q.add_argument("--no-two-phase-fallback", dest="two_phase_fallback", action="store_const", const=False,
+                   default=None, help="asep: report its own stream only")
     q.add_argument("--attr-clusters", type=int)
     q.add_argument("--lift-reference", type=float,
                    help="scale alpha and beta by min(1, lift / REF); 0: no scaling (default)")

@@ -41,6 +41,7 @@ _CONFIG_FLAGS = {
     "epsilon": "epsilon",
     "seed": "seed",
     "batch_rows": "batch_rows",
+    "two_phase_fallback": "two_phase_fallback",
 }
 
 
@@ -62,6 +63,10 @@ def register(subparsers, add_common) -> None:
                    help="asep: scale alpha and beta by min(1, attribute lift / REF); 0: no scaling "
                         "(the default)")
     p.add_argument("--epsilon", type=float, help="balance slack: cap = (1 + epsilon) |E| / K")
+    p.add_argument("--no-two-phase-fallback", dest="two_phase_fallback", action="store_const", const=False,
+                   default=None,
+                   help="asep: keep its own stream; by default it also streams the edges as 2PS-HDRF does "
+                        "(2 more edge passes, 1 more clustering pass) and keeps the assignment with fewer replicas")
     p.add_argument("--seed", type=int, help="seed (k-means, projections, hash baselines)")
     p.add_argument("--batch-rows", type=int, help="edge rows per streamed batch")
     p.add_argument("--halo", type=int, choices=(0, 1), default=None,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
@@ -85,6 +87,33 @@ def test_asep_places_attribute_clusters_together(inputs):
     assert metrics["asep"]["attribute_homogeneity"] > 1.3 * metrics["hash"]["attribute_homogeneity"]
     assert metrics["asep"]["replication_factor"] < metrics["2ps-l"]["replication_factor"]
     assert metrics["asep"]["replication_factor"] < metrics["hash"]["replication_factor"]
+
+
+def test_two_phase_fallback_keeps_the_stream_with_fewer_replicas(inputs):
+    # ASEP's own stream and 2PS-HDRF's, side by side: with the fallback, ASEP is the one
+    # with fewer replicas (its own on a tie), edge for edge, with every invariant and the
+    # kernel settings an ingest continues with.
+    src, dst = _edges(inputs[1])
+    chosen = set()
+    for k in (4, 8):
+        config = PartitionConfig(num_parts=k, num_attr_clusters=8)
+        runs = {}
+        own, twops = replace(config, two_phase_fallback=False), replace(config, algo="2ps-hdrf")
+        for name, run in (("asep", own), ("2ps-hdrf", twops)):
+            with partition(inputs[1], config=run) as a:
+                runs[name] = (_check_invariants(a, src, dst), a.metrics["replication_factor"], a.kernel.mode)
+        with partition(inputs[8], config=config) as a:
+            parts = _check_invariants(a, src, dst)
+            outcome = a.metrics["two_phase_fallback"]
+        assert outcome["asep_rf"] == pytest.approx(runs["asep"][1])
+        assert outcome["two_phase_rf"] == pytest.approx(runs["2ps-hdrf"][1])
+        expected = "2ps-hdrf" if runs["2ps-hdrf"][1] < runs["asep"][1] else "asep"
+        assert outcome["chosen"] == expected
+        assert a.metrics["replication_factor"] == pytest.approx(min(runs["asep"][1], runs["2ps-hdrf"][1]))
+        assert parts.tolist() == runs[expected][0].tolist()
+        assert a.kernel.mode == runs[expected][2]
+        chosen.add(expected)
+    assert chosen == {"asep", "2ps-hdrf"}  # both branches ran
 
 
 def test_workdir_is_removed_on_close(inputs):
