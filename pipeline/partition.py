@@ -248,7 +248,8 @@ def _two_phase_fallback(run: PartitionConfig, edge_shards: list[Shard], degrees:
         log.info("replicas: ASEP's stream %d, the two-phase stream %d: keeping %s", replicas_own, replicas_alt,
                  chosen)
         covered = max(1, int(np.count_nonzero(degrees.degree)))
-        steering.fallback = {"chosen": chosen, "asep_rf": replicas_own / covered, "two_phase_rf": replicas_alt / covered}
+        steering.fallback = {"chosen": chosen, "asep_rf": replicas_own / covered,
+                             "two_phase_rf": replicas_alt / covered}
         if chosen == "asep":
             return own
         for part_file in alt_dir.glob("edge-parts-*.npy"):
