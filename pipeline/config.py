@@ -76,6 +76,12 @@ class PartitionConfig:
         (tolokers) the two-phase stream is up to 12 % lower; with the fallback ASEP is
         never above 2PS-HDRF, for two more edge passes and one more clustering pass
         (``docs/results/asep-tuning``).
+    memory_budget
+        ``asep`` and ``hdrf``: bytes the hybrid assignment may hold beyond the O(|V|)
+        state (:mod:`pipeline.assign.hybrid`): the edges of the vertices up to a degree
+        threshold are held and partitioned by neighbourhood expansion, the rest are
+        streamed. 0 (default) is pure streaming; about 12 bytes per edge plus 28 per
+        vertex holds the whole graph (``docs/results/hybrid``).
     seed
         Seeds k-means, the projection and the hash baselines.
     projection_dim, projection_threshold
@@ -106,6 +112,7 @@ class PartitionConfig:
     epsilon: float = 0.05
     hdrf_lambda: float = 1.0
     two_phase_fallback: bool = True
+    memory_budget: int = 0
     seed: int = 0
     kmeans_max_passes: int = 10
     kmeans_tol: float = 1e-4
@@ -141,6 +148,10 @@ class PartitionConfig:
             raise InputError(
                 f"--attr-clusters: expected a positive count, found {self.num_attr_clusters}."
             )
+        if not isinstance(self.memory_budget, int) or self.memory_budget < 0:
+            raise InputError(f"--memory-budget: expected a byte count >= 0, found {self.memory_budget!r}.")
+        if self.memory_budget > 0 and self.algo not in ("asep", "hdrf"):
+            raise InputError(f"--memory-budget: the hybrid runs with --algo asep or hdrf, found {self.algo!r}.")
         if self.cluster_passes < 1:
             raise InputError(f"--cluster-passes: expected >= 1, found {self.cluster_passes}.")
         if self.batch_rows < 1:
@@ -176,9 +187,10 @@ class PartitionConfig:
         """The configuration the kernels actually run: baselines pin alpha/beta/scoring."""
         if self.algo == "2ps-l":
             return replace(self, alpha=0.0, beta=0.0, scoring="candidates", cluster_passes=1,
-                           two_phase_fallback=False)
+                           two_phase_fallback=False, memory_budget=0)
         if self.algo == "2ps-hdrf":
-            return replace(self, alpha=0.0, beta=0.0, scoring="hdrf", cluster_passes=1, two_phase_fallback=False)
+            return replace(self, alpha=0.0, beta=0.0, scoring="hdrf", cluster_passes=1, two_phase_fallback=False,
+                           memory_budget=0)
         return self
 
     def to_dict(self) -> dict[str, Any]:

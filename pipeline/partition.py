@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from pipeline.assign import (
     iter_assigned,
     stream_assign,
 )
+from pipeline.assign.hybrid import HybridInfo, hybrid_stream_assign
 from pipeline.config import PartitionConfig
 from pipeline.stages.attr_cluster import AttrClusters, attribute_clusters
 from pipeline.stages.attr_column import column_clusters
@@ -118,6 +119,10 @@ class _Steering:
     vertex_home: np.ndarray | None = None
     #: The two-phase fallback's outcome (:func:`_two_phase_fallback`), when it ran.
     fallback: dict[str, Any] | None = None
+    #: What the hybrid held (``memory_budget > 0``; kept even when the fallback won).
+    hybrid: HybridInfo | None = None
+    #: Bytes of the assignment kernel's packed per-vertex rows.
+    state_bytes: int = 0
 
 
 # --- the stages -------------------------------------------------------------------------------
@@ -210,15 +215,25 @@ def _communities(run: PartitionConfig, edge_shards: list[Shard], degree: np.ndar
 
 
 def _assign(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, steering: _Steering,
-            workdir: Path, clock: StageClock) -> tuple[np.ndarray, np.ndarray, KernelSettings]:
-    """⑥: stream every edge through the kernel; returns ``(replicas, loads, settings)``."""
+            workdir: Path, clock: StageClock, attr_ids: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray, KernelSettings]:
+    """⑥: stream every edge through the kernel, or with ``run.memory_budget`` the hybrid
+    (:func:`~pipeline.assign.hybrid.hybrid_stream_assign`); returns ``(replicas, loads, settings)``."""
     settings = KernelSettings.for_run(run, degrees.num_edges, alpha=steering.alpha, beta=steering.beta,
                                       keep_attr_together=steering.keep_attr_together)
     state = AssignState(run.num_parts, degrees.degree, steering.vertex_part, steering.vertex_volume,
                         steering.vertex_home)
     steering.vertex_part = steering.vertex_volume = steering.vertex_home = None  # copied into the rows
+    steering.state_bytes = int(state.vstate.nbytes)
     sink = EdgePartSink(workdir, [open_parquet(s).metadata.num_rows for s in edge_shards])
-    seconds = stream_assign(state, lambda: iter_edge_batches(edge_shards, run.batch_rows), settings, sink)
+    if run.memory_budget > 0:
+        info = hybrid_stream_assign(state, edge_shards, degrees.degree, settings, sink,
+                                    budget_bytes=run.memory_budget, attr_ids=attr_ids, batch_rows=run.batch_rows)
+        steering.hybrid = info
+        seconds = info.kernel_seconds
+        clock.add("expansion", info.expansion_seconds)
+    else:
+        seconds = stream_assign(state, lambda: iter_edge_batches(edge_shards, run.batch_rows), settings, sink)
     clock.add("assignment kernel", seconds)
     clock.tick("assignment")
     # Keep the O(N*W) replica bitsets only; the packed rows go with the state.
@@ -236,7 +251,7 @@ def _two_phase_fallback(run: PartitionConfig, edge_shards: list[Shard], degrees:
     ``steering`` takes its communities and mapping (an ingest continues with them and
     with its settings, as it would for a ``2ps-hdrf`` output); on a tie ASEP's stays.
     """
-    alt_run = replace(run, algo="2ps-hdrf").effective()
+    alt_run = replace(run, algo="2ps-hdrf", memory_budget=0).effective()
     alt = _Steering(alpha=0.0, beta=0.0, keep_attr_together=False, lift=steering.lift)
     alt_dir = workdir / "two-phase-fallback"
     alt_dir.mkdir()
@@ -299,6 +314,11 @@ def _measure(result: Assignment, attr_ids: np.ndarray, steering: _Steering) -> N
         }
     if steering.fallback is not None:
         result.metrics["two_phase_fallback"] = steering.fallback
+    if steering.hybrid is not None:
+        result.metrics["hybrid"] = asdict(steering.hybrid)
+    # The assignment's memory: the kernel's O(|V|) rows plus what the hybrid held.
+    held = steering.hybrid.held_bytes if steering.hybrid is not None else 0
+    result.metrics["assignment_memory_bytes"] = steering.state_bytes + held
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -371,7 +391,8 @@ def partition(
     workdir = Path(tempfile.mkdtemp(prefix="asepr-assign-") if owns else workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        replicas, loads, settings = _assign(run, source.edge_shards, degrees, steering, workdir, clock)
+        replicas, loads, settings = _assign(run, source.edge_shards, degrees, steering, workdir, clock,
+                                            attr_ids if run.uses_attributes else None)
         if run.uses_two_phase_fallback:
             replicas, loads, settings = _two_phase_fallback(run, source.edge_shards, degrees, attr_ids, steering,
                                                             workdir, clock, (replicas, loads, settings))

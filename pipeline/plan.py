@@ -505,11 +505,14 @@ def _assignment(run: PartitionConfig, s: _Shape) -> _Need:
     """pipeline.assign: ``AssignState.vstate`` int64[N, stride] (stride 8 words up to
     k = 192: 64 B per node), the steering arrays (16 B per node) until it is built, and
     at the end the contiguous ``replicas`` uint64[N, W]; the stream, the ``int16`` output
-    and its bytes. Two-phase baselines also write (and remove) a first-phase file."""
+    and its bytes, and the hybrid's held subgraph (at most ``memory_budget``). Two-phase
+    baselines also write (and remove) a first-phase file."""
     width = s.words + FIELDS
     stride = 8 if width <= 8 else -(-width // 8) * 8
     steering = 16 * s.n if run.uses_communities or run.algo == "metis" else 0
     driver = _held(run, s) + 8 * stride * s.n + max(steering, 8 * s.words * s.n) + s.stream + 4 * s.b
+    # The hybrid (pipeline.assign.hybrid) holds at most its budget beyond this.
+    driver += run.memory_budget
     first_phase = 2 * s.e if run.algo in ("2ps-l", "2ps-hdrf") else 0
     return _Need(driver=driver, written=2 * s.e + first_phase, removed=first_phase)
 
@@ -519,7 +522,7 @@ def _fallback(run: PartitionConfig, s: _Shape) -> _Need:
     and its communities (``community_id``, ``volume`` int64[N]) stay while 2PS-HDRF's
     clustering and two-phase assignment run; its edge partitions and first-phase file go
     to a subdirectory (the first phase and the losing stream's partitions are removed)."""
-    twops = replace(run, algo="2ps-hdrf", two_phase_fallback=False)
+    twops = replace(run, algo="2ps-hdrf", two_phase_fallback=False, memory_budget=0)
     kept = 8 * s.words * s.n + 16 * s.n
     driver = kept + max(_clustering(twops, s).driver, _assignment(twops, s).driver)
     return _Need(driver=driver, written=4 * s.e, removed=4 * s.e)

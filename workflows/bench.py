@@ -25,7 +25,8 @@ from storage.resources import peak_rss_bytes
 from storage.input import open_input, read_meta
 from workflows.datasets import reference_rf, resolve_dataset
 
-__all__ = ["bench_partition", "machine_info", "markdown_table", "ordered_inputs", "partition_plots", "partition_summary", "pyplot", "save_figure"]
+__all__ = ["algo_order", "bench_partition", "hybrid_label", "machine_info", "markdown_table", "ordered_inputs",
+           "partition_memory_plots", "partition_plots", "partition_summary", "pyplot", "save_figure"]
 
 log = logging.getLogger(__name__)
 
@@ -68,13 +69,16 @@ def bench_partition(
     cache: Path | None = None,
     seed: int = 0,
     base: PartitionConfig | None = None,
+    budgets: tuple[float, ...] = (),
     echo=print,
 ) -> list[dict]:
     """Partition every dataset × order × k × algorithm; write ``partition.md`` and ``.parquet``.
 
     Degrees and attribute clusters are computed once per (dataset, order, k) and
     shared by every algorithm, so the algorithms differ only in what they do with
-    them; their time is reported separately (``prep_s``).
+    them; their time is reported separately (``prep_s``). Each of ``budgets`` (bytes
+    per edge of the graph) adds ASEP's hybrid with ``memory_budget = budget × |E|``
+    (algorithm ``asep hybrid B B/e``).
     """
     out.mkdir(parents=True, exist_ok=True)
     cache = cache or out / "inputs"
@@ -100,15 +104,17 @@ def bench_partition(
                     projection_threshold=config_k.projection_threshold,
                 )
                 prep_s = degree_s + time.perf_counter() - t0
-                for algo in algos:
-                    config = replace(config_k, algo=algo)
+                runs = [(algo, replace(config_k, algo=algo)) for algo in algos]
+                runs += [(hybrid_label(b), replace(config_k, algo="asep", memory_budget=int(b * degrees.num_edges)))
+                         for b in budgets]
+                for label, config in runs:
                     t0 = time.perf_counter()
                     with partition(source, config=config, attr=attr, degrees=degrees, validate=False) as a:
                         row = _partition_row(a, config, time.perf_counter() - t0, dataset=name, order=order,
-                                             num_nodes=num_nodes, prep_s=prep_s)
+                                             num_nodes=num_nodes, prep_s=prep_s, label=label)
                     rows.append(row)
                     echo(
-                        f"{name:18s} {order:8s} k={k:<3d} {algo:9s} RF {row['rf']:.3f}  "
+                        f"{name:18s} {order:8s} k={k:<3d} {label:9s} RF {row['rf']:.3f}  "
                         f"bal {row['edge_balance']:.3f}  hom {row['attr_homogeneity']:.3f}  "
                         f"{row['seconds']:.2f} s"
                     )
@@ -149,14 +155,26 @@ def ordered_inputs(name: str, orders: tuple[str, ...], cache: Path, seed: int) -
     return paths
 
 
+def algo_order(algo: str) -> tuple:
+    """Report order: ``asep``, its hybrids by budget, then the baselines by name."""
+    if algo.startswith("asep hybrid "):
+        return (1, float(algo.split()[2]), algo)
+    return (0 if algo == "asep" else 2, 0.0, algo)
+
+
+def hybrid_label(bytes_per_edge: float) -> str:
+    """The ``algo`` of ASEP's hybrid at a budget of ``bytes_per_edge`` in the partition benchmark."""
+    return f"asep hybrid {bytes_per_edge:g} B/e"
+
+
 def _partition_row(a, config: PartitionConfig, seconds: float, *, dataset: str, order: str, num_nodes: int,
-                   prep_s: float) -> dict:
+                   prep_s: float, label: str) -> dict:
     """One row of the partition benchmark: run ``a`` of ``config`` (as given), its quality and speed."""
     m = a.metrics
     kernel = a.timings.get("assignment kernel", 0.0)
     streaming = kernel + a.timings.get("clustering kernel", 0.0)
     return {
-        "dataset": dataset, "order": order, "k": config.num_parts, "algo": config.algo,
+        "dataset": dataset, "order": order, "k": config.num_parts, "algo": label,
         "nodes": num_nodes, "edges": a.num_edges,
         "rf": m["replication_factor"], "edge_balance": m["edge_balance"],
         "vertex_balance": m["vertex_balance"],
@@ -172,6 +190,9 @@ def _partition_row(a, config: PartitionConfig, seconds: float, *, dataset: str, 
         # ASEP's own stream and whether the two-phase fallback replaced it (NaN / "" otherwise).
         "asep_stream_rf": m.get("two_phase_fallback", {}).get("asep_rf", float("nan")),
         "kept": m.get("two_phase_fallback", {}).get("chosen", ""),
+        # The assignment's memory: the kernel's per-vertex rows plus what the hybrid held.
+        "assignment_mib": m.get("assignment_memory_bytes", 0) / 2**20,
+        "memory_budget_mib": config.memory_budget / 2**20,
     }
 
 
@@ -182,7 +203,7 @@ def _write_partition_report(rows: list[dict], out: Path, *, started: str, datase
     pq.write_table(table, out / "partition.parquet")
     columns = ["dataset", "order", "k", "algo", "rf", "edge_balance", "vertex_balance",
                "attr_homogeneity", "one_hop_locality", "label_entropy", "seconds", "prep_s",
-               "kernel_edges_per_s", "streaming_edges_per_s", "peak_rss_mib"]
+               "kernel_edges_per_s", "streaming_edges_per_s", "assignment_mib", "peak_rss_mib"]
     info = machine_info()
     text = [
         "# asepr bench partition",
@@ -196,12 +217,14 @@ def _write_partition_report(rows: list[dict], out: Path, *, started: str, datase
         "clustering plus assignment kernels (Parquet decoding excluded, JIT warm). "
         "`seconds` is the partition() call with degrees and attribute clusters precomputed "
         "(their time is `prep_s`, shared by all algorithms); `peak_rss_mib` is the process "
-        "high-water mark so far.",
+        "high-water mark so far; `assignment_mib` is the assignment's own memory (the kernel's "
+        "per-vertex rows plus what a hybrid held).",
         "",
         markdown_table(rows, columns),
         "",
     ]
-    text += [f"![{name}]({name})" for name in partition_plots(rows, out)] + [""]
+    plots = partition_plots(rows, out) + partition_memory_plots(rows, out, reference_rf())
+    text += [f"![{name}]({name})" for name in plots] + [""]
     (out / "partition.md").write_text("\n".join(text))
     (out / "partition-summary.md").write_text(partition_summary(rows, reference_rf(), tuned_on=TUNING_SET))
 
@@ -239,7 +262,7 @@ def partition_plots(rows: list[dict], out: Path) -> list[str]:
     for dataset, order in dict.fromkeys((r["dataset"], r["order"]) for r in rows):
         cell = [r for r in rows if r["dataset"] == dataset and r["order"] == order]
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for algo in sorted({r["algo"] for r in cell}, key=lambda a: (a != "asep", a)):
+        for algo in sorted({r["algo"] for r in cell}, key=algo_order):
             points = sorted((r["k"], r["rf"]) for r in cell if r["algo"] == algo)
             ax.plot([k for k, _ in points], [rf for _, rf in points], marker="o", markersize=3, label=algo,
                     linewidth=2.2 if algo == "asep" else 1.2)
@@ -253,6 +276,63 @@ def partition_plots(rows: list[dict], out: Path) -> list[str]:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         name = f"partition-{label}-{order}-rf.png"
+        save_figure(fig, out / name, dpi=100)
+        names.append(name)
+    return names
+
+
+def _hybrid_lines(cells: dict, algos: list[str], reference: dict, order: str) -> list[str]:
+    """Per hybrid budget: cells with RF <= HEP-1's and <= 1.1 x HEP-100's (reference file)."""
+    lines = []
+    for algo in (a for a in algos if a.startswith("asep hybrid ")):
+        for ref_algo, factor in (("hep-1 (in memory)", 1.0), ("hep-100 (in memory)", 1.1)):
+            hits = [round(c[algo]["rf"], 4) <= factor * reference[(d, order, k, ref_algo)]
+                    for (d, k), c in sorted(cells.items()) if algo in c and (d, order, k, ref_algo) in reference]
+            if hits:
+                bound = ref_algo.split()[0].upper() + ("'s" if factor == 1.0 else f"'s x {factor:g}")
+                lines.append(f"{algo}: RF no higher than {bound} in {sum(hits)} of {len(hits)} cells.")
+    return lines
+
+
+def partition_memory_plots(rows: list[dict], out: Path, reference: dict) -> list[str]:
+    """One PNG per dataset and edge order, a panel per k: RF against the assignment's
+    memory (the kernel's per-vertex rows plus what the hybrid held; log scale), a point
+    per algorithm, ASEP's streaming and hybrid runs joined, and HEP's published RF
+    (reference file) as horizontal lines (its memory on these graphs is not measured here)."""
+    plt = pyplot()
+    if plt is None or not any(r.get("assignment_mib") for r in rows):
+        return []
+    names = []
+    for dataset, order in dict.fromkeys((r["dataset"], r["order"]) for r in rows):
+        cell = [r for r in rows if r["dataset"] == dataset and r["order"] == order]
+        ks = sorted({r["k"] for r in cell})
+        cols = min(2, len(ks))
+        fig, axes = plt.subplots(-(-len(ks) // cols), cols, figsize=(5.2 * cols, 3.8 * -(-len(ks) // cols)),
+                                 squeeze=False)
+        for ax, k in zip(axes.flat, ks):
+            here = sorted((r for r in cell if r["k"] == k), key=lambda r: algo_order(r["algo"]))
+            for r in here:
+                ax.scatter(r["assignment_mib"], r["rf"], s=18)
+                ax.annotate(r["algo"].replace("asep hybrid ", "hybrid "), (r["assignment_mib"], r["rf"]),
+                            fontsize=6, xytext=(3, 2), textcoords="offset points")
+            asep = sorted(((r["assignment_mib"], r["rf"]) for r in here if r["algo"].startswith("asep")))
+            ax.plot([x for x, _ in asep], [y for _, y in asep], linewidth=1.5, color="black", alpha=0.6)
+            for ref_algo, style in (("hep-1 (in memory)", "--"), ("hep-100 (in memory)", ":")):
+                if (dataset, order, k, ref_algo) in reference:
+                    ax.axhline(reference[(dataset, order, k, ref_algo)], linestyle=style, color="tab:red",
+                               linewidth=1, label=f"{ref_algo.split()[0].upper()} (published RF)")
+            ax.set_xscale("log")
+            ax.set_title(f"k = {k}", fontsize=9)
+            ax.set_xlabel("assignment memory, MiB (log)", fontsize=8)
+            ax.set_ylabel("replication factor", fontsize=8)
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=6)
+        for ax in list(axes.flat)[len(ks):]:
+            ax.set_visible(False)
+        label = Path(str(dataset)).name
+        fig.suptitle(f"{label}, {order} edge order: RF against memory", fontsize=10)
+        name = f"partition-{label}-{order}-memory.png"
         save_figure(fig, out / name, dpi=100)
         names.append(name)
     return names
@@ -276,7 +356,7 @@ def partition_summary(rows: list[dict], reference: dict | None = None, tuned_on:
     """
     reference = reference or {}
     out = ["# Replication factor by algorithm (lower is better)", ""]
-    algos = sorted({r["algo"] for r in rows}, key=lambda a: (a != "asep", a))
+    algos = sorted({r["algo"] for r in rows}, key=algo_order)
     for order in sorted({r["order"] for r in rows}, reverse=True):
         cells: dict = {}
         for r in rows:
@@ -323,5 +403,6 @@ def partition_summary(rows: list[dict], reference: dict | None = None, tuned_on:
             lines.append(f"The two-phase fallback replaced ASEP's own stream in {replaced} of {total} cells.")
         if ref_total:
             lines.append(f"ASEP no higher than the original 2PS-HDRF (reference file) in {ref_wins} of {ref_total} cells.")
+        lines += _hybrid_lines(cells, algos, reference, order)
         out += lines + [""]
     return "\n".join(out)

@@ -24,7 +24,7 @@ def _bench_partition(args: argparse.Namespace) -> int:
     )
     bench_partition(
         args.datasets, args.k, args.algos, Path(args.out), orders=tuple(args.orders),
-        cache=Path(args.cache) if args.cache else None, seed=args.seed, base=base,
+        cache=Path(args.cache) if args.cache else None, seed=args.seed, base=base, budgets=tuple(args.budgets),
     )
     print(f"wrote {args.out}/partition.md and partition.parquet")
     return 0
@@ -106,6 +106,8 @@ def register(sub, add_common) -> None:
     q.add_argument("--scoring", choices=["candidates", "hdrf"])
     q.add_argument("--no-two-phase-fallback", dest="two_phase_fallback", action="store_const", const=False,
                    default=None, help="asep: report its own stream only")
+    q.add_argument("--budgets", nargs="*", type=float, default=[4.0, 10.0, 16.0], metavar="B",
+                   help="ASEP's hybrid at a memory budget of B bytes per edge of each graph (none: streaming only)")
     q.add_argument("--attr-clusters", type=int)
     q.add_argument("--lift-reference", type=float,
                    help="scale alpha and beta by min(1, lift / REF); 0: no scaling (default)")

@@ -25,7 +25,7 @@ from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
 from storage.errors import AseprError, InputError, format_problem
 from workflows.dask_client import add_dask_arguments, client_from_args, default_workers
 
-__all__ = ["config_from_args", "drift_text", "inspect_text", "metrics_table", "partition_table", "register"]
+__all__ = ["byte_count", "config_from_args", "drift_text", "inspect_text", "metrics_table", "partition_table", "register"]
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,22 @@ _CONFIG_FLAGS = {
     "seed": "seed",
     "batch_rows": "batch_rows",
     "two_phase_fallback": "two_phase_fallback",
+    "memory_budget": "memory_budget",
 }
+
+
+def byte_count(text: str) -> int:
+    """``"512M"``, ``"2G"``, ``"1.5GiB"``, ``"100000"`` -> bytes (binary units)."""
+    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    value = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = value[-1] if value and value[-1] in units else ""
+    try:
+        number = float(value[: len(value) - len(unit)])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a byte count such as 512M or 2G, found {text!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected a byte count >= 0, found {text!r}")
+    return int(number * units[unit])
 
 
 def register(subparsers, add_common) -> None:
@@ -63,6 +78,10 @@ def register(subparsers, add_common) -> None:
                    help="asep: scale alpha and beta by min(1, attribute lift / REF); 0: no scaling "
                         "(the default)")
     p.add_argument("--epsilon", type=float, help="balance slack: cap = (1 + epsilon) |E| / K")
+    p.add_argument("--memory-budget", type=byte_count, default=None, metavar="BYTES",
+                   help="asep/hdrf hybrid: hold up to BYTES (e.g. 512M, 2G) of the low-degree subgraph in memory "
+                        "and partition it by neighbourhood expansion, streaming the rest; about 12 B per edge "
+                        "+ 28 B per vertex holds the whole graph; 0 (default): pure streaming")
     p.add_argument("--no-two-phase-fallback", dest="two_phase_fallback", action="store_const", const=False,
                    default=None,
                    help="asep: keep its own stream; by default it also streams the edges as 2PS-HDRF does "

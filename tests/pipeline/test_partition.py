@@ -116,6 +116,33 @@ def test_two_phase_fallback_keeps_the_stream_with_fewer_replicas(inputs):
     assert chosen == {"asep", "2ps-hdrf"}  # both branches ran
 
 
+@pytest.mark.parametrize("algo", ["asep", "hdrf"])
+def test_memory_budget_runs_the_hybrid_within_it(inputs, algo):
+    # partition() with a budget: every invariant, the held bytes within the budget and
+    # reported, and holding the whole graph replicates less than streaming it.
+    src, dst = _edges(inputs[1])
+    rf = {}
+    for budget in (0, 4000, 10**7):
+        config = PartitionConfig(num_parts=4, algo=algo, num_attr_clusters=8, memory_budget=budget,
+                                 two_phase_fallback=False)
+        with partition(inputs[8], config=config) as a:
+            _check_invariants(a, src, dst)
+            rf[budget] = a.metrics["replication_factor"]
+            held = a.metrics.get("hybrid", {}).get("held_bytes", 0)
+            assert held <= budget
+            assert a.metrics["assignment_memory_bytes"] >= held
+            if budget == 10**7:
+                assert a.metrics["hybrid"]["streamed_edges"] == 0 and held > 0
+    assert rf[10**7] < rf[0]
+
+
+def test_memory_budget_needs_a_streaming_algorithm():
+    with pytest.raises(InputError, match="--memory-budget"):
+        PartitionConfig(num_parts=4, algo="2ps-hdrf", memory_budget=1000)
+    with pytest.raises(InputError, match="--memory-budget"):
+        PartitionConfig(num_parts=4, memory_budget=-1)
+
+
 def test_workdir_is_removed_on_close(inputs):
     a = partition(inputs[1], 2, algo="hash")
     workdir = a.workdir

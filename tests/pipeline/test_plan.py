@@ -163,3 +163,21 @@ def test_a_run_that_does_not_fit_is_refused_before_anything_is_written(synth_inp
     assert text.index("plan: 600 nodes") < text.index("committed generation 1")
     manifest = read_manifest(out)
     assert manifest["num_edges"] == 4000 and manifest["num_parts"] == 2
+
+
+def test_memory_budget_is_parsed_and_planned_at_the_assignment(synth_input, tmp_path, capsys):
+    from workflows.commands_partition import byte_count
+
+    assert [byte_count(t) for t in ("0", "1500", "512K", "2M", "1.5GiB", "3g")] == [
+        0, 1500, 512 * 2**10, 2 * 2**20, int(1.5 * 2**30), 3 * 2**30]
+    for bad in ("-1M", "lots"):
+        with pytest.raises(Exception, match="byte count"):
+            byte_count(bad)
+    # The budget is planned at the assignment stage: it holds at most the budget more.
+    base = plan_partition(synth_input, tmp_path / "a", PartitionConfig(num_parts=2), workers=0)
+    budget = plan_partition(synth_input, tmp_path / "b", PartitionConfig(num_parts=2, memory_budget=2**30),
+                            workers=0)
+    stage = {s.name: s for s in base.stages}, {s.name: s for s in budget.stages}
+    assert stage[1]["assignment"].driver - stage[0]["assignment"].driver == 2**30
+    assert _partition(synth_input, tmp_path / "c", "--memory-budget", "64K", "--dry-run") == 0
+    assert "assignment" in capsys.readouterr().out
