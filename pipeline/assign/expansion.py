@@ -5,7 +5,8 @@ The held subgraph of the hybrid mode (:mod:`pipeline.assign.hybrid`) is a CSR ov
 so an edge between two low vertices appears twice and an edge from a low to a high
 vertex once (high vertices have empty lists, as in HEP). Per entry the CSR holds the
 neighbour (``int32``) and its partition (``int16``, -1 while unassigned): 6 bytes per
-entry, at most 12 per edge.
+entry, at most 12 per edge. Unmixed (``mixed`` False), only the edges between two low
+vertices are held, and the lists name low vertices only.
 
 The expansion fills partitions one after another up to ``target`` edges. Partition b
 keeps a core set C and a boundary set S (``in_s[v] == b``). It moves to C the boundary
@@ -19,7 +20,7 @@ both of its entries at once: the reverse entry is found by binary search.
 Attribute preference *(our choice)*: each vertex may carry a ``group`` (the home
 partition of its attribute cluster, or -1). With ``prefer_attr``, partition b seeds in
 its own group first, and among boundary vertices with equally few unassigned edges it
-takes one of its group first.
+takes one of its group first (docs/results/hybrid measures what it changes).
 
 Edges the expansion leaves (when a partition filled up in the middle of a vertex) go to
 the partition with the most endpoint replicas among those below ``target``, then the
@@ -410,7 +411,7 @@ def _remove(heap, pos, size, v, b, rem, group, prefer_attr):
 
 @numba.njit(cache=True)
 def lookup_parts(src, dst, degree, threshold, mixed, offsets, nbr, part, out):
-    """Write the partition of every held edge of a batch into ``out`` (others untouched).
+    """Write the partition of every held edge of a batch into ``out``, -1 for the others.
 
     Returns the first row whose entry is missing (the edges changed since the lists
     were built), or -1.
@@ -423,6 +424,7 @@ def lookup_parts(src, dst, degree, threshold, mixed, offsets, nbr, part, out):
         u = src[i]
         v = dst[i]
         if not is_held(degree, threshold, mixed, u, v):
+            out[i] = -1
             continue
         low_u = degree[u] <= threshold
         low_v = degree[v] <= threshold
