@@ -302,6 +302,7 @@ def partition_memory_plots(rows: list[dict], out: Path, reference: dict) -> list
     plt = pyplot()
     if plt is None or not any(r.get("assignment_mib") for r in rows):
         return []
+    from matplotlib.ticker import FuncFormatter
     names = []
     for dataset, order in dict.fromkeys((r["dataset"], r["order"]) for r in rows):
         cell = [r for r in rows if r["dataset"] == dataset and r["order"] == order]
@@ -322,6 +323,10 @@ def partition_memory_plots(rows: list[dict], out: Path, reference: dict) -> list
                     ax.axhline(reference[(dataset, order, k, ref_algo)], linestyle=style, color="tab:red",
                                linewidth=1, label=f"{ref_algo.split()[0].upper()} (published RF)")
             ax.set_xscale("log")
+            plain = FuncFormatter(lambda x, _: f"{x:g}")
+            ax.xaxis.set_major_formatter(plain)
+            ax.xaxis.set_minor_formatter(plain)
+            ax.tick_params(axis="x", which="both", labelsize=6)
             ax.set_title(f"k = {k}", fontsize=9)
             ax.set_xlabel("assignment memory, MiB (log)", fontsize=8)
             ax.set_ylabel("replication factor", fontsize=8)
