@@ -13,6 +13,9 @@ module                      mode (``MODES``) and algorithms
                             published two-phase baselines (two passes)
 :mod:`.hashing`             ``hash``, ``dbh``
 :mod:`.greedy`              ``greedy`` (PowerGraph)
+:mod:`.hybrid`              ``--memory-budget``: neighbourhood expansion
+                            (:mod:`.expansion`) on the held low-degree subgraph, the
+                            kernel on the rest
 ==========================  ============================================================
 
 The other modules: :mod:`.state` (:class:`AssignState`, the packed per-vertex rows),
@@ -30,6 +33,7 @@ for a given stream order.
 from __future__ import annotations
 
 from pipeline.assign.hashing import edge_hash
+from pipeline.assign.hybrid import HybridInfo, hybrid_stream_assign
 from pipeline.assign.kernel import MODES, assign_batch
 from pipeline.assign.loop import EdgePartSink, assign_edges, edge_parts_path, iter_assigned, stream_assign
 from pipeline.assign.settings import KernelSettings, edge_cap, kernel_mode
@@ -39,12 +43,14 @@ __all__ = [
     "MODES",
     "AssignState",
     "EdgePartSink",
+    "HybridInfo",
     "KernelSettings",
     "assign_batch",
     "assign_edges",
     "edge_cap",
     "edge_hash",
     "edge_parts_path",
+    "hybrid_stream_assign",
     "iter_assigned",
     "kernel_mode",
     "replica_sets",

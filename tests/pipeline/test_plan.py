@@ -174,9 +174,9 @@ def test_memory_budget_is_parsed_and_planned_at_the_assignment(synth_input, tmp_
         with pytest.raises(Exception, match="byte count"):
             byte_count(bad)
     # The budget is planned at the assignment stage: it holds at most the budget more.
-    base = plan_partition(synth_input, tmp_path / "a", PartitionConfig(num_parts=2), workers=0)
-    budget = plan_partition(synth_input, tmp_path / "b", PartitionConfig(num_parts=2, memory_budget=2**30),
-                            workers=0)
+    sizes = input_sizes(synth_input)
+    base, budget = (plan_run(sizes, PartitionConfig(num_parts=2, memory_budget=b), driver_base=10**8)
+                    for b in (0, 2**30))
     stage = {s.name: s for s in base.stages}, {s.name: s for s in budget.stages}
     assert stage[1]["assignment"].driver - stage[0]["assignment"].driver == 2**30
     assert _partition(synth_input, tmp_path / "c", "--memory-budget", "64K", "--dry-run") == 0
