@@ -49,6 +49,7 @@ import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pipeline.assign.hybrid import held_bytes
 from pipeline.assign.state import FIELDS
 from pipeline.config import PartitionConfig
 from pipeline.stages.attr_cluster import RESTARTS, sample_rows
@@ -511,8 +512,10 @@ def _assignment(run: PartitionConfig, s: _Shape) -> _Need:
     stride = 8 if width <= 8 else -(-width // 8) * 8
     steering = 16 * s.n if run.uses_communities or run.algo == "metis" else 0
     driver = _held(run, s) + 8 * stride * s.n + max(steering, 8 * s.words * s.n) + s.stream + 4 * s.b
-    # The hybrid (pipeline.assign.hybrid) holds at most its budget beyond this.
-    driver += run.memory_budget
+    # The hybrid (pipeline.assign.hybrid) holds at most its budget beyond this, and at
+    # most the whole graph.
+    if run.memory_budget > 0:
+        driver += min(run.memory_budget, held_bytes(s.n, s.n, 2 * s.e, s.k))
     first_phase = 2 * s.e if run.algo in ("2ps-l", "2ps-hdrf") else 0
     return _Need(driver=driver, written=2 * s.e + first_phase, removed=first_phase)
 

@@ -105,7 +105,10 @@ def bench_partition(
                 )
                 prep_s = degree_s + time.perf_counter() - t0
                 runs = [(algo, replace(config_k, algo=algo)) for algo in algos]
-                runs += [(hybrid_label(b), replace(config_k, algo="asep", memory_budget=int(b * degrees.num_edges)))
+                # The hybrid's own result: without the two-phase fallback, which would
+                # otherwise report 2PS-HDRF's RF beside the hybrid's memory.
+                runs += [(hybrid_label(b), replace(config_k, algo="asep", memory_budget=int(b * degrees.num_edges),
+                                                   two_phase_fallback=False))
                          for b in budgets]
                 for label, config in runs:
                     t0 = time.perf_counter()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from dataclasses import fields
@@ -55,8 +56,8 @@ def byte_count(text: str) -> int:
         number = float(value[: len(value) - len(unit)])
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a byte count such as 512M or 2G, found {text!r}") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"expected a byte count >= 0, found {text!r}")
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite byte count >= 0, found {text!r}")
     return int(number * units[unit])
 
 

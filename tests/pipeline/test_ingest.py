@@ -516,3 +516,23 @@ def test_new_communities_all_get_a_partition_home_first_under_the_cap(seed, k, c
         want = h if h >= 0 and load[h] + volume[c] <= cap else int(np.argmin(load))
         assert part[c] == want
         load[want] += volume[c]
+
+
+def test_an_output_whose_two_phase_fallback_won_ingests_as_2ps_hdrf(case, tmp_path):
+    # When ASEP keeps 2PS-HDRF's stream, the state continues with 2PS-HDRF's kernel,
+    # communities and mapping: the ingest verifies and equals a plain 2ps-hdrf output's.
+    root = case["root"]
+    for k in (4, 8, 16, 2):
+        out = tmp_path / f"asep-{k}"
+        manifest = partition_to_store(root / "base", out, PartitionConfig(num_parts=k))
+        if manifest["metrics"]["two_phase_fallback"]["chosen"] == "2ps-hdrf":
+            break
+    else:
+        pytest.fail("the fallback never won on this graph: choose another case")
+    twops = tmp_path / "2ps"
+    partition_to_store(root / "base", twops, PartitionConfig(num_parts=k, algo="2ps-hdrf"))
+    after = [ingest(path, root / "inc" / "edges", root / "inc" / "nodes") for path in (out, twops)]
+    assert verify_output(out).ok
+    assert edge_multiset(out) == edge_multiset(twops)
+    for key in ("replication_factor", "edge_balance"):
+        assert after[0]["metrics"][key] == pytest.approx(after[1]["metrics"][key])

@@ -173,11 +173,26 @@ def test_memory_budget_is_parsed_and_planned_at_the_assignment(synth_input, tmp_
     for bad in ("-1M", "lots"):
         with pytest.raises(Exception, match="byte count"):
             byte_count(bad)
-    # The budget is planned at the assignment stage: it holds at most the budget more.
+    # The budget is planned at the assignment stage: it holds at most the budget more
+    # (10 kB here, below the ~65 kB this graph's whole held subgraph would take).
     sizes = input_sizes(synth_input)
     base, budget = (plan_run(sizes, PartitionConfig(num_parts=2, memory_budget=b), driver_base=10**8)
-                    for b in (0, 2**30))
+                    for b in (0, 10_000))
     stage = {s.name: s for s in base.stages}, {s.name: s for s in budget.stages}
-    assert stage[1]["assignment"].driver - stage[0]["assignment"].driver == 2**30
+    assert stage[1]["assignment"].driver - stage[0]["assignment"].driver == 10_000
     assert _partition(synth_input, tmp_path / "c", "--memory-budget", "64K", "--dry-run") == 0
     assert "assignment" in capsys.readouterr().out
+
+
+def test_the_fallback_stage_is_planned_for_asep_only_and_a_budget_is_capped_at_the_graph(synth_input):
+    sizes = input_sizes(synth_input)
+
+    def stages(**kw):
+        return {s.name: s for s in plan_run(sizes, PartitionConfig(num_parts=2, **kw), driver_base=10**8).stages}
+
+    assert "two-phase fallback" in stages()
+    assert "two-phase fallback" not in stages(two_phase_fallback=False)
+    assert "two-phase fallback" not in stages(algo="hdrf")
+    # A budget beyond the whole graph plans what the hybrid can hold, not the budget.
+    whole, huge = stages(memory_budget=10**7), stages(memory_budget=2**40)
+    assert huge["assignment"].driver == whole["assignment"].driver < stages()["assignment"].driver + 10**7
