@@ -1,0 +1,12 @@
+"""bench train with ASEP partitions at alpha = beta = A (patches bench_train's PartitionConfig)."""
+import functools
+import sys
+
+import workflows.bench_train as bt
+from pipeline.config import PartitionConfig
+from workflows.cli import main
+
+if __name__ == "__main__":
+    a = float(sys.argv[1])
+    bt.PartitionConfig = functools.partial(PartitionConfig, alpha=a, beta=a)
+    sys.exit(main(sys.argv[2:]))
