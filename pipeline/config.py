@@ -57,7 +57,7 @@ class PartitionConfig:
     lift_reference
         Scale alpha and beta by ``min(1, lift / lift_reference)``, where ``lift`` is
         the measured attribute lift (:mod:`pipeline.stages.attr_lift`); 0 (default)
-        disables scaling, which at alpha = beta = 0.25 won as many replication cells
+        disables scaling, which at the earlier alpha = beta = 0.25 won as many replication cells
         or more (``docs/results/partition-sweep``).
     cluster_passes
         Streaming passes of structural clustering (2PS-L uses 1; more re-stream).
