@@ -454,7 +454,9 @@ def _plan_ingest(out_path, manifest, staging, run_key, generation, new_e, new_n,
     checksum = cont.write(staging.state_path, generation, shards=shards, locality=info["locality"])
     timings["write state"] = time.perf_counter() - t0
     metrics = dict(info["metrics"])
-    for key in ("attribute_lift",):
+    # Carried over from the partitioning run: the lift, and which stream ASEP kept (the
+    # continuation goes on with that stream's kernel, communities and mapping).
+    for key in ("attribute_lift", "two_phase_fallback"):
         if key in manifest.get("metrics", {}):
             metrics[key] = manifest["metrics"][key]
     metrics["peak_rss_bytes"] = peak_rss_bytes()

@@ -533,6 +533,7 @@ def test_an_output_whose_two_phase_fallback_won_ingests_as_2ps_hdrf(case, tmp_pa
     partition_to_store(root / "base", twops, PartitionConfig(num_parts=k, algo="2ps-hdrf"))
     after = [ingest(path, root / "inc" / "edges", root / "inc" / "nodes") for path in (out, twops)]
     assert verify_output(out).ok
+    assert after[0]["metrics"]["two_phase_fallback"]["chosen"] == "2ps-hdrf"  # still said after the ingest
     assert edge_multiset(out) == edge_multiset(twops)
     for key in ("replication_factor", "edge_balance"):
         assert after[0]["metrics"][key] == pytest.approx(after[1]["metrics"][key])
