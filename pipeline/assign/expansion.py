@@ -184,23 +184,16 @@ def _sift_up(heap, pos, i, b, rem, group, prefer_attr):
     pos[v] = i
 
 
-@numba.njit(cache=True)
-def _pop(heap, pos, size, b, rem, group, prefer_attr):
-    """Remove and return the minimum; the caller decrements ``size``."""
-    top = heap[0]
-    pos[top] = -1
-    size -= 1
-    if size == 0:
-        return top
-    v = heap[size]
+@numba.njit(cache=True, inline="always")
+def _sift_down(heap, pos, i, v, n, b, rem, group, prefer_attr):
+    """Place ``v`` at slot ``i`` of the heap's first ``n`` slots and move it down to its place."""
     kv = _key(v, b, rem, group, prefer_attr)
-    i = 0
     while True:
         c = 2 * i + 1
-        if c >= size:
+        if c >= n:
             break
         kc = _key(heap[c], b, rem, group, prefer_attr)
-        if c + 1 < size:
+        if c + 1 < n:
             k2 = _key(heap[c + 1], b, rem, group, prefer_attr)
             if k2 < kc:
                 c += 1
@@ -212,6 +205,17 @@ def _pop(heap, pos, size, b, rem, group, prefer_attr):
         i = c
     heap[i] = v
     pos[v] = i
+
+
+@numba.njit(cache=True)
+def _pop(heap, pos, size, b, rem, group, prefer_attr):
+    """Remove and return the minimum; the caller decrements ``size``."""
+    top = heap[0]
+    pos[top] = -1
+    size -= 1
+    if size == 0:
+        return top
+    _sift_down(heap, pos, 0, heap[size], size, b, rem, group, prefer_attr)
     return top
 
 
@@ -387,26 +391,7 @@ def _remove(heap, pos, size, v, b, rem, group, prefer_attr):
     pos[last] = i
     # Move ``last`` up or down from i.
     _sift_up(heap, pos, i, b, rem, group, prefer_attr)
-    i = pos[last]
-    n = size - 1
-    kv = _key(last, b, rem, group, prefer_attr)
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        kc = _key(heap[c], b, rem, group, prefer_attr)
-        if c + 1 < n:
-            k2 = _key(heap[c + 1], b, rem, group, prefer_attr)
-            if k2 < kc:
-                c += 1
-                kc = k2
-        if kv <= kc:
-            break
-        heap[i] = heap[c]
-        pos[heap[i]] = i
-        i = c
-    heap[i] = last
-    pos[last] = i
+    _sift_down(heap, pos, pos[last], last, size - 1, b, rem, group, prefer_attr)
 
 
 @numba.njit(cache=True)
