@@ -173,6 +173,10 @@ class PartitionConfig:
     def uses_two_phase_fallback(self) -> bool:
         return self.algo == "asep" and self.two_phase_fallback
 
+    def two_phase_config(self) -> PartitionConfig:
+        """The configuration ASEP's two-phase fallback streams: 2PS-HDRF's (no budget)."""
+        return replace(self, algo="2ps-hdrf", memory_budget=0).effective()
+
     def resolved(self, source: InputDir) -> PartitionConfig:
         """This configuration with what the input decides filled in.
 
@@ -187,10 +191,9 @@ class PartitionConfig:
         """The configuration the kernels actually run: baselines pin alpha/beta/scoring."""
         if self.algo == "2ps-l":
             return replace(self, alpha=0.0, beta=0.0, scoring="candidates", cluster_passes=1,
-                           two_phase_fallback=False, memory_budget=0)
+                           two_phase_fallback=False)
         if self.algo == "2ps-hdrf":
-            return replace(self, alpha=0.0, beta=0.0, scoring="hdrf", cluster_passes=1, two_phase_fallback=False,
-                           memory_budget=0)
+            return replace(self, alpha=0.0, beta=0.0, scoring="hdrf", cluster_passes=1, two_phase_fallback=False)
         return self
 
     def to_dict(self) -> dict[str, Any]:

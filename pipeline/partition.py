@@ -251,7 +251,7 @@ def _two_phase_fallback(run: PartitionConfig, edge_shards: list[Shard], degrees:
     ``steering`` takes its communities and mapping (an ingest continues with them and
     with its settings, as it would for a ``2ps-hdrf`` output); on a tie ASEP's stays.
     """
-    alt_run = replace(run, algo="2ps-hdrf", memory_budget=0).effective()
+    alt_run = run.two_phase_config()
     alt = _Steering(alpha=0.0, beta=0.0, keep_attr_together=False, lift=steering.lift)
     alt_dir = Path(tempfile.mkdtemp(prefix="two-phase-fallback-", dir=workdir))
     alt_clock = StageClock()

@@ -525,7 +525,7 @@ def _fallback(run: PartitionConfig, s: _Shape) -> _Need:
     and its communities (``community_id``, ``volume`` int64[N]) stay while 2PS-HDRF's
     clustering and two-phase assignment run; its edge partitions and first-phase file go
     to a subdirectory (the first phase and the losing stream's partitions are removed)."""
-    twops = replace(run, algo="2ps-hdrf", two_phase_fallback=False, memory_budget=0)
+    twops = run.two_phase_config()
     kept = 8 * s.words * s.n + 16 * s.n
     driver = kept + max(_clustering(twops, s).driver, _assignment(twops, s).driver)
     return _Need(driver=driver, written=4 * s.e, removed=4 * s.e)

@@ -103,11 +103,14 @@ class HybridInfo:
     kernel_seconds: float
 
 
+def _held_cost(num_nodes, low_vertices, entries, num_parts):
+    """The bytes of a held subgraph with at least one low vertex (scalars or arrays)."""
+    return PER_VERTEX * num_nodes + 8 + PER_LOW_VERTEX * low_vertices + PER_ENTRY * entries + 16 * (num_parts + 1)
+
+
 def held_bytes(num_nodes: int, low_vertices: int, entries: int, num_parts: int) -> int:
     """The bytes the hybrid allocates for a held subgraph of this size (module docstring)."""
-    if low_vertices == 0:
-        return 0
-    return PER_VERTEX * num_nodes + 8 + PER_LOW_VERTEX * low_vertices + PER_ENTRY * entries + 16 * (num_parts + 1)
+    return 0 if low_vertices == 0 else int(_held_cost(num_nodes, low_vertices, entries, num_parts))
 
 
 def choose_threshold(degree: np.ndarray, num_parts: int, budget_bytes: int,
@@ -129,7 +132,7 @@ def choose_threshold(degree: np.ndarray, num_parts: int, budget_bytes: int,
         entries = np.cumsum(counts * np.arange(len(counts), dtype=np.int64))
     else:
         entries = 2 * np.cumsum(pair_hist[: len(counts)])
-    cost = PER_VERTEX * len(degree) + 8 + PER_LOW_VERTEX * low + PER_ENTRY * entries + 16 * (num_parts + 1)
+    cost = _held_cost(len(degree), low, entries, num_parts)
     fits = np.flatnonzero((cost <= budget_bytes) & (counts > 0) & (entries > 0))
     if len(fits) == 0:
         return -1, 0, 0
