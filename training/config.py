@@ -136,6 +136,10 @@ class TrainConfig:
         Default 0.5: unbounded, the correction lowered coauthor-cs's plateau by 0.4
         points; at 0.5 it is level with ``avg`` there and keeps amazon-photo's gain
         (docs/results/train-tuning/drift).
+    scaffold_memory
+        ``scaffold``: in [0, 1), the weight of a rank's previous control variate in the
+        next (an exponential average over synchronisation segments, whose single means are
+        noisy estimates); 0: each segment's mean alone.
     sync_warmup
         Epochs at the start of the run in which the ranks reconcile after every
         optimiser step (with ``sync_every`` > 0), before local SGD takes over: post-local
@@ -208,6 +212,7 @@ class TrainConfig:
     sync_every: int | None = None
     sync_warmup: float = 0.0
     scaffold_clip: float = 0.5
+    scaffold_memory: float = 0.0
     server_opt: str = "fedavg"
     server_lr: float | None = None
     server_momentum: float = 0.9
@@ -291,6 +296,8 @@ class TrainConfig:
                 raise bad(name, "a number > 0")
         if not float(self.scaffold_clip) >= 0:
             raise bad("scaffold_clip", "a number >= 0")
+        if not 0 <= float(self.scaffold_memory) < 1:
+            raise bad("scaffold_memory", "a number in [0, 1)")
         if not float(self.sync_warmup) >= 0:
             raise bad("sync_warmup", "a number of epochs >= 0")
         for name in ("mu", "weight_decay"):

@@ -157,7 +157,7 @@ def _finished(run_dir: Path, config: TrainConfig) -> list[dict[str, Any]] | None
     mine = config.to_dict()
     # Settings that cannot change this run's result: how it ran, and scaffold's bound
     # without scaffold (a run from before the field existed is still the same run).
-    ignored = {"timeout_s", "threads"} | (set() if config.uses_scaffold else {"scaffold_clip"})
+    ignored = {"timeout_s", "threads"} | (set() if config.uses_scaffold else {"scaffold_clip", "scaffold_memory"})
     return rows if all(saved.get(k) == v for k, v in mine.items() if k not in ignored) else None
 
 

@@ -296,3 +296,39 @@ def test_a_clipped_correction_is_at_most_clip_times_the_gradient_norm():
     # Same direction as the unclipped correction, and the estimate is the raw gradient.
     assert torch.allclose(added / added.norm(), cv.c_global / cv.c_global.norm(), atol=1e-5)
     assert torch.allclose(cv.estimate(), raw)
+
+
+def test_control_variate_memory_averages_segments_after_a_plain_mean_warm_up():
+    from training.reconcile import ControlVariates
+
+    torch.manual_seed(2)
+    model = torch.nn.Linear(3, 2)
+    size = num_parameters(model)
+    cv = ControlVariates(model, memory=0.75)
+    means, expected = [], torch.zeros(size)
+    for n in range(8):
+        cv.begin()
+        model.zero_grad()
+        model(torch.randn(4, 3)).pow(2).sum().backward()
+        mean = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone()
+        cv.correct()
+        means.append(mean)
+        # A plain mean of the segments until the window 1 / (1 - m) = 4 fills, then EMA.
+        w = max(0.25, 1.0 / (n + 1))
+        expected = expected + w * (mean - expected)
+        if n < 4:
+            assert torch.allclose(expected, torch.stack(means).mean(0), atol=1e-6)
+        estimate = cv.estimate()
+        assert torch.allclose(estimate, expected, atol=1e-6)
+        cv.update(estimate, estimate)
+    # The segment count survives a checkpoint, so a resumed run averages the same way.
+    other = ControlVariates(model, memory=0.75)
+    other.load_state_dict(cv.state_dict(), "x.pt")
+    assert other.segments == 8 and torch.equal(other.c_local, cv.c_local)
+    # Without steps the variate is unchanged and the count does not move.
+    other.begin()
+    assert torch.equal(other.estimate(), other.c_local)
+    with pytest.raises(ValueError, match="memory"):
+        ControlVariates(model, memory=1.0)
+    with pytest.raises(ValueError, match="scaffold_memory"):
+        TrainConfig(scaffold_memory=1.0)

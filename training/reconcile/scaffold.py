@@ -16,6 +16,15 @@ objective's direction rather than the rank's own. At each synchronisation the ne
 along the local path instead of at the global point, which needs no extra pass) travels
 in the same all_reduce buffer as the parameters, so the cost is one more
 parameter-sized vector per synchronisation and no extra collective.
+
+A segment is short (10 mini-batch steps by default), so its mean gradient is a noisy
+estimate of the rank's gradient, and ``c − c_r`` carries that noise into every step of
+the next segment, where it does not average out across ranks. With ``memory`` m > 0
+the new ``c_r`` is an exponential average over segments, ``c_r ← c_r + w (ḡ − c_r)``
+with ``w = max(1 − m, 1 / (n + 1))`` after ``n`` earlier segments (a plain mean until
+the window 1 / (1 − m) fills), which trades the noise for staleness. ``c`` is the ranks'
+weighted mean of their ``c_r`` as before, so it is the same average of the global
+estimates.
 """
 
 from __future__ import annotations
@@ -40,10 +49,17 @@ class ControlVariates:
         > 0: the correction's norm is at most ``clip`` times the raw gradient's (the
         whole parameter vector's), so a stale or noisy ``c − c_r`` cannot outweigh the
         step's own gradient once the gradients get small; 0: unbounded.
+    memory
+        In [0, 1): the weight of the previous ``c_r`` in the new one (see the module
+        docstring); 0: each segment's mean alone.
     """
 
-    def __init__(self, model: torch.nn.Module, clip: float = 0.0):
+    def __init__(self, model: torch.nn.Module, clip: float = 0.0, memory: float = 0.0):
+        if not 0.0 <= float(memory) < 1.0:
+            raise ValueError(f"memory must lie in [0, 1), got {memory!r}")
         self.clip = float(clip)
+        self.memory = float(memory)
+        self.segments = 0  # segments whose mean went into c_local
         self.params = [p for p in model.parameters()]
         size = sum(p.numel() for p in self.params)
         self.c_local = torch.zeros(size)
@@ -84,17 +100,27 @@ class ControlVariates:
         self._steps += 1
 
     def estimate(self) -> torch.Tensor:
-        """The new ``c_r``: the mean raw gradient of this segment (the old one without steps)."""
-        return self._sum / self._steps if self._steps else self.c_local.clone()
+        """The new ``c_r``: the mean raw gradient of this segment, averaged with the old
+        ``c_r`` when ``memory`` > 0 (the old one itself without steps)."""
+        if not self._steps:
+            return self.c_local.clone()
+        mean = self._sum / self._steps
+        w = max(1.0 - self.memory, 1.0 / (self.segments + 1))
+        return mean if w >= 1.0 else self.c_local + w * (mean - self.c_local)
 
     def update(self, c_local: torch.Tensor, c_global: torch.Tensor) -> None:
-        """Adopt the segment's ``c_r`` and the ranks' weighted mean ``c`` of them."""
+        """Adopt the segment's ``c_r`` (from :meth:`estimate`) and the ranks' weighted mean
+        ``c`` of them."""
+        if self._steps:
+            self.segments += 1
         self.c_local = c_local.detach().clone()
         self.c_global = c_global.detach().clone()
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """``{"c_local", "c_global"}``: this rank's and the global variates."""
-        return {"c_local": self.c_local, "c_global": self.c_global}
+        """``{"c_local", "c_global", "segments"}``: this rank's and the global variates, and
+        how many segments ``c_local`` averages."""
+        return {"c_local": self.c_local, "c_global": self.c_global,
+                "segments": torch.tensor(self.segments, dtype=torch.int64)}
 
     def load_state_dict(self, state: dict, path: Path | str) -> None:
         """Restore :meth:`state_dict`'s output read from the checkpoint ``path``.
@@ -111,4 +137,7 @@ class ControlVariates:
                 found = "nothing" if value is None else f"{type(value).__name__} {tuple(getattr(value, 'shape', ()))}"
                 raise StoreError(format_problem(f"checkpoint {path}, 'drift'", f"{name}: a tensor of shape ({size},)",
                                                 found, "resume with the model of the run, or start a new run."))
+        self._steps = 0
         self.update(state["c_local"].to(torch.float32), state["c_global"].to(torch.float32))
+        segments = state.get("segments")  # absent in checkpoints from before ``memory``
+        self.segments = int(segments) if isinstance(segments, torch.Tensor) and segments.numel() == 1 else 0
