@@ -54,7 +54,7 @@ def parse_reconcile(text: str) -> tuple[str, ...]:
     return tuple(p for p in RECONCILE_PARTS if p in parts)
 
 
-_JSON_NAMES = {"int": "integer", "float": "number", "str": "string"}
+_JSON_NAMES = {"int": "integer", "float": "number", "str": "string", "bool": "boolean"}
 
 
 def _is_int(value: Any) -> bool:
@@ -73,6 +73,8 @@ def _json_type_problem(annotation: str, value: Any) -> str | None:
         ok, expected = _is_int(value) or isinstance(value, float), "a JSON number"
     elif base == "str":
         ok, expected = isinstance(value, str), "a JSON string"
+    elif base == "bool":
+        ok, expected = isinstance(value, bool), "a JSON boolean"
     else:  # tuple[int, ...]
         ok = isinstance(value, (list, tuple)) and all(_is_int(v) for v in value)
         expected = "a JSON array of integers"
@@ -140,6 +142,10 @@ class TrainConfig:
         ``scaffold``: in [0, 1), the weight of a rank's previous control variate in the
         next (an exponential average over synchronisation segments, whose single means are
         noisy estimates); 0: each segment's mean alone.
+    scaffold_shrink
+        ``scaffold``: scale the correction by the ranks' mean cosine between each rank's
+        last two corrections, an estimate of the share that is drift rather than noise
+        (:class:`training.reconcile.scaffold.ControlVariates`).
     sync_warmup
         Epochs at the start of the run in which the ranks reconcile after every
         optimiser step (with ``sync_every`` > 0), before local SGD takes over: post-local
@@ -213,6 +219,7 @@ class TrainConfig:
     sync_warmup: float = 0.0
     scaffold_clip: float = 0.5
     scaffold_memory: float = 0.0
+    scaffold_shrink: bool = False
     server_opt: str = "fedavg"
     server_lr: float | None = None
     server_momentum: float = 0.9

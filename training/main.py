@@ -82,6 +82,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scaffold-memory", type=float, default=d.scaffold_memory,
                    help="scaffold: weight in [0, 1) of a rank's previous control variate in the next (an "
                         f"exponential average over synchronisations; default {d.scaffold_memory:g})")
+    p.add_argument("--scaffold-shrink", action=argparse.BooleanOptionalAction, default=d.scaffold_shrink,
+                   help="scaffold: scale the correction by the agreement of consecutive corrections (their "
+                        "drift share)")
     p.add_argument("--server-opt", choices=SERVER_OPTIMIZERS, default=d.server_opt,
                    help="server optimiser of the averaged update (default fedavg: the average itself)")
     p.add_argument("--server-lr", type=float, default=None, help="default 1 (fedavg, fedavgm), 0.01 (fedadam)")

@@ -332,3 +332,53 @@ def test_control_variate_memory_averages_segments_after_a_plain_mean_warm_up():
         ControlVariates(model, memory=1.0)
     with pytest.raises(ValueError, match="scaffold_memory"):
         TrainConfig(scaffold_memory=1.0)
+
+
+def test_shrink_gates_the_correction_by_the_agreement_of_consecutive_corrections():
+    from training.reconcile import ControlVariates
+
+    torch.manual_seed(3)
+    model = torch.nn.Linear(3, 2)
+    size = num_parameters(model)
+    drift = torch.randn(size)
+
+    def corrected_minus_raw(cv):
+        cv.begin()
+        model.zero_grad()
+        model(torch.randn(4, 3)).pow(2).sum().backward()
+        raw = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone()
+        cv.correct()
+        return torch.cat([p.grad.reshape(-1) for p in model.parameters()]) - raw
+
+    # A persistent correction (pure drift): the agreement is 1 and the gate stays open.
+    cv = ControlVariates(model, shrink=True)
+    for _ in range(3):
+        cv.update(torch.zeros(size), drift, cv.agreement_payload())
+    assert cv.agreement == pytest.approx(1.0) and cv.gate == pytest.approx(1.0)
+    assert torch.allclose(corrected_minus_raw(cv), drift)
+    # A correction that flips sign every segment (pure noise): the gate closes, one
+    # segment after the agreement is measured (it travels in the next all_reduce).
+    cv = ControlVariates(model, shrink=True)
+    cv.update(torch.zeros(size), drift, cv.agreement_payload())
+    cv.update(torch.zeros(size), -drift, cv.agreement_payload())
+    assert cv.agreement == pytest.approx(-1.0) and cv.gate == pytest.approx(1.0)
+    cv.update(torch.zeros(size), drift, cv.agreement_payload())
+    assert cv.gate == 0.0
+    assert torch.count_nonzero(corrected_minus_raw(cv)) == 0
+    # The gate is the ranks' mean agreement (what the all_reduce hands back), clamped.
+    cv.update(torch.zeros(size), drift, torch.tensor([0.25]))
+    assert cv.gate == pytest.approx(0.25)
+    assert torch.allclose(corrected_minus_raw(cv), 0.25 * drift)
+    # The gate and agreement survive a checkpoint; without shrink nothing is sent.
+    other = ControlVariates(model, shrink=True)
+    other.load_state_dict(cv.state_dict(), "x.pt")
+    assert (other.gate, other.agreement) == (pytest.approx(0.25), pytest.approx(cv.agreement))
+    assert ControlVariates(model).agreement_payload().numel() == 0
+
+
+def test_a_boolean_setting_round_trips_through_the_run_config_and_a_wrong_type_is_named():
+    config = TrainConfig(scaffold_shrink=True)
+    assert TrainConfig.from_dict(config.to_dict()) == config
+    bad = config.to_dict() | {"scaffold_shrink": 1}
+    with pytest.raises(Exception, match="scaffold_shrink.*JSON boolean"):
+        TrainConfig.from_dict(bad)

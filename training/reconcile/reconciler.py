@@ -61,7 +61,8 @@ class Reconciler:
         self.server = ServerOptimizer(config.server_opt, config.server_lr, config.server_momentum,
                                       config.server_beta2, config.server_tau)
         self.correction = GlobalCorrection(task, config, model, comm) if config.uses_corr else None
-        self.drift = ControlVariates(model, config.scaffold_clip, config.scaffold_memory) if config.uses_scaffold else None
+        self.drift = ControlVariates(model, config.scaffold_clip, config.scaffold_memory,
+                                     config.scaffold_shrink) if config.uses_scaffold else None
         self.scratch = copy.deepcopy(model)
 
     def __call__(self, global_flat: torch.Tensor, local_flat: torch.Tensor, weight: float,
@@ -87,9 +88,11 @@ class Reconciler:
             avg_flat = weighted_average(local_flat, weight, self.comm)
         else:
             estimate = self.drift.estimate()
-            both = weighted_average(torch.cat([local_flat, estimate]), weight, self.comm)
-            avg_flat = both[: local_flat.numel()]
-            self.drift.update(estimate, both[local_flat.numel():])
+            n, m = local_flat.numel(), estimate.numel()
+            both = weighted_average(torch.cat([local_flat, estimate, self.drift.agreement_payload()]), weight,
+                                    self.comm)
+            avg_flat = both[:n]
+            self.drift.update(estimate, both[n: n + m], both[n + m:])
         new_flat = self.server.step(global_flat, avg_flat)
         losses = {"kd_loss": float("nan"), "corr_loss": float("nan")}
         if config.uses_kd and end_of_round:

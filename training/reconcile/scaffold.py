@@ -25,6 +25,16 @@ with ``w = max(1 − m, 1 / (n + 1))`` after ``n`` earlier segments (a plain mea
 the window 1 / (1 − m) fills), which trades the noise for staleness. ``c`` is the ranks'
 weighted mean of their ``c_r`` as before, so it is the same average of the global
 estimates.
+
+With ``shrink`` the correction is scaled by a gate in [0, 1]: the ranks' weighted mean
+cosine between a rank's last two corrections ``c − c_r``. The drift part of a correction
+persists from one segment to the next and its noise does not, so that cosine estimates
+the share of the correction's energy that is signal, |s|² / (|s|² + |n|²), which is the
+Wiener shrinkage of a noisy estimate. Where drift is real (skewed labels, ``avg`` far
+below centralized) the gate stays near 1; where ``avg`` is already as good as centralized
+the corrections are mostly noise and the gate closes. One gate for all ranks keeps the
+corrections summing to zero over ranks; each rank's cosine travels as one more float in
+the same all_reduce, so the gate lags one segment.
 """
 
 from __future__ import annotations
@@ -52,14 +62,19 @@ class ControlVariates:
     memory
         In [0, 1): the weight of the previous ``c_r`` in the new one (see the module
         docstring); 0: each segment's mean alone.
+    shrink
+        Scale the correction by the agreement gate (see the module docstring).
     """
 
-    def __init__(self, model: torch.nn.Module, clip: float = 0.0, memory: float = 0.0):
+    def __init__(self, model: torch.nn.Module, clip: float = 0.0, memory: float = 0.0, shrink: bool = False):
         if not 0.0 <= float(memory) < 1.0:
             raise ValueError(f"memory must lie in [0, 1), got {memory!r}")
         self.clip = float(clip)
         self.memory = float(memory)
         self.segments = 0  # segments whose mean went into c_local
+        self.shrink = bool(shrink)
+        self.agreement = 1.0  # cosine of this rank's last two corrections (1 until there are two)
+        self.gate = 1.0
         self.params = [p for p in model.parameters()]
         size = sum(p.numel() for p in self.params)
         self.c_local = torch.zeros(size)
@@ -71,8 +86,11 @@ class ControlVariates:
         self._slices: list[torch.Tensor] = []
 
     def begin(self) -> None:
-        """Start a segment of local steps: the correction is ``c − c_r`` until the next sync."""
+        """Start a segment of local steps: the correction is ``gate · (c − c_r)`` until the
+        next sync."""
         delta = self.c_global - self.c_local
+        if self.shrink:
+            delta = delta * self.gate
         self._delta_sq = float(delta.pow(2).sum())
         self._sum.zero_()
         self._steps = 0
@@ -108,19 +126,36 @@ class ControlVariates:
         w = max(1.0 - self.memory, 1.0 / (self.segments + 1))
         return mean if w >= 1.0 else self.c_local + w * (mean - self.c_local)
 
-    def update(self, c_local: torch.Tensor, c_global: torch.Tensor) -> None:
+    def agreement_payload(self) -> torch.Tensor:
+        """What this rank adds to the synchronisation's all_reduce for the gate: its
+        :attr:`agreement` (one float), or nothing without ``shrink``."""
+        return torch.tensor([self.agreement]) if self.shrink else torch.zeros(0)
+
+    def update(self, c_local: torch.Tensor, c_global: torch.Tensor,
+               agreement: torch.Tensor | None = None) -> None:
         """Adopt the segment's ``c_r`` (from :meth:`estimate`) and the ranks' weighted mean
-        ``c`` of them."""
+        ``c`` of them; with ``shrink``, ``agreement`` is the ranks' weighted mean of
+        :meth:`agreement_payload`, which becomes the gate (clamped to [0, 1])."""
         if self._steps:
             self.segments += 1
+        old = self.c_global - self.c_local
         self.c_local = c_local.detach().clone()
         self.c_global = c_global.detach().clone()
+        if not self.shrink:
+            return
+        if agreement is not None and agreement.numel():
+            self.gate = min(max(float(agreement[0]), 0.0), 1.0)
+        new = self.c_global - self.c_local
+        norms = float(old.norm()) * float(new.norm())
+        if norms > 0:
+            self.agreement = float(torch.dot(old, new)) / norms
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """``{"c_local", "c_global", "segments"}``: this rank's and the global variates, and
         how many segments ``c_local`` averages."""
         return {"c_local": self.c_local, "c_global": self.c_global,
-                "segments": torch.tensor(self.segments, dtype=torch.int64)}
+                "segments": torch.tensor(self.segments, dtype=torch.int64),
+                "agreement": torch.tensor(self.agreement), "gate": torch.tensor(self.gate)}
 
     def load_state_dict(self, state: dict, path: Path | str) -> None:
         """Restore :meth:`state_dict`'s output read from the checkpoint ``path``.
@@ -138,6 +173,9 @@ class ControlVariates:
                 raise StoreError(format_problem(f"checkpoint {path}, 'drift'", f"{name}: a tensor of shape ({size},)",
                                                 found, "resume with the model of the run, or start a new run."))
         self._steps = 0
-        self.update(state["c_local"].to(torch.float32), state["c_global"].to(torch.float32))
-        segments = state.get("segments")  # absent in checkpoints from before ``memory``
-        self.segments = int(segments) if isinstance(segments, torch.Tensor) and segments.numel() == 1 else 0
+        self.c_local = state["c_local"].to(torch.float32).clone()
+        self.c_global = state["c_global"].to(torch.float32).clone()
+        # Absent in checkpoints from before ``memory`` and ``shrink``: their defaults.
+        for name, default, cast in (("segments", 0, int), ("agreement", 1.0, float), ("gate", 1.0, float)):
+            value = state.get(name)
+            setattr(self, name, cast(value) if isinstance(value, torch.Tensor) and value.numel() == 1 else default)
