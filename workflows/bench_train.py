@@ -157,11 +157,11 @@ def _finished(run_dir: Path, config: TrainConfig) -> list[dict[str, Any]] | None
     mine = config.to_dict()
     # Settings that cannot change this run's result: how it ran, and scaffold's bound
     # without scaffold (a run from before the field existed is still the same run).
-    ignored = {"timeout_s", "threads"} | (set() if config.uses_scaffold else {"scaffold_clip", "scaffold_memory", "scaffold_shrink"})
-    # A setting added after the run was saved ran as its default (scaffold_memory 0 is the
-    # older code's behaviour).
-    defaults = {"scaffold_memory": 0.0, "scaffold_shrink": False}
-    return rows if all(saved.get(k, defaults.get(k)) == v for k, v in mine.items() if k not in ignored) else None
+    scaffold = {"scaffold_clip", "scaffold_memory", "scaffold_shrink"}
+    ignored = {"timeout_s", "threads"} | (set() if config.uses_scaffold else scaffold)
+    # A run saved before a setting existed ran as the older code did: no memory, no gate.
+    older = {"scaffold_memory": 0.0, "scaffold_shrink": False}
+    return rows if all(saved.get(k, older.get(k)) == v for k, v in mine.items() if k not in ignored) else None
 
 
 def _wall(run_dir: Path) -> float:
