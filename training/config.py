@@ -145,10 +145,10 @@ class TrainConfig:
     scaffold_shrink
         ``scaffold``: scale the correction by the ranks' mean cosine between each rank's
         last two corrections, an estimate of the share that is drift rather than noise
-        (:class:`training.reconcile.scaffold.ControlVariates`). Default on: on the tuning
+        (:class:`training.reconcile.scaffold.ControlVariates`). Default off: on the tuning
         graphs (coauthor-cs, amazon-photo, facebook-pagepage, k = 8) it is level with the
-        ungated correction, and it removes the correction's loss where ``avg`` alone is
-        already as good (docs/results/train-scaffold).
+        ungated correction, and on the report graphs it trades amazon-computers k = 8
+        (−0.7 points) for coauthor-physics k = 8 (docs/results/train-scaffold).
     sync_warmup
         Epochs at the start of the run in which the ranks reconcile after every
         optimiser step (with ``sync_every`` > 0), before local SGD takes over: post-local
@@ -222,7 +222,7 @@ class TrainConfig:
     sync_warmup: float = 0.0
     scaffold_clip: float = 0.5
     scaffold_memory: float = 0.0
-    scaffold_shrink: bool = True
+    scaffold_shrink: bool = False
     server_opt: str = "fedavg"
     server_lr: float | None = None
     server_momentum: float = 0.9

@@ -39,13 +39,12 @@ def test_asepr_train_two_ranks_beats_the_majority_class(cora_parts, tmp_path, ca
     assert [r["round"] for r in rows] == [1, 2, 3, 4]
     assert rows[-1]["test"] >= 0.70 and rows[-1]["val"] >= 0.70  # majority class is 0.30 on Cora
     assert all(r["bytes_sent_round"] > 0 and r["generation"] == 1 for r in rows)
-    # The default (avg+scaffold, every --sync-every steps) moves [n_r θ_r, n_r c_r, n_r a_r, n_r, 1]
-    # (a_r: the rank's agreement for the gate) once per synchronisation: 2 (W-1)/W = 1 times its
-    # bytes on 2 ranks.
+    # The default (avg+scaffold, every --sync-every steps) moves [n_r θ_r, n_r c_r, n_r, 1] once per
+    # synchronisation: 2 (W-1)/W = 1 times its bytes on 2 ranks.
     info = RunDir(run_dir).read_run_info()
     assert info["config"]["reconcile"] == "avg+scaffold"
     syncs = -(-info["steps_per_round"] // info["config"]["sync_every"])
-    wire = 4 * (2 * info["num_parameters"] + 3) * syncs
+    wire = 4 * (2 * info["num_parameters"] + 2) * syncs
     assert wire <= rows[-1]["bytes_sent_round"] < wire + 64
 
 
