@@ -229,7 +229,7 @@ class TrainConfig:
     link_val_fraction: float = 0.05
     link_test_fraction: float = 0.10
     link_eval_negatives: int = 100
-    link_eval_pool: int = 1 << 16
+    link_eval_pool: int = 1 << 14
     negative_pool: int | None = None
     remote_negatives: float = 0.5
     feature_norm: str = "l2"

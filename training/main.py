@@ -32,8 +32,8 @@ __all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "defau
 log = logging.getLogger("training.main")
 
 # flag dest → TrainConfig field (when they differ)
-_RENAMES = {"layers": "num_layers", "eval_negatives": "link_eval_negatives", "eval_pool": "link_eval_pool", "timeout": "timeout_s",
-            "eval": "eval_mode"}
+_RENAMES = {"layers": "num_layers", "eval_negatives": "link_eval_negatives", "eval_pool": "link_eval_pool",
+            "timeout": "timeout_s", "eval": "eval_mode"}
 #: ``--strategy``: ASEPR's local graphs with reconciliation, or the fully-decentralized baseline.
 STRATEGY_CHOICES = ("asepr", "fds")
 

@@ -10,9 +10,10 @@
   ``link_eval_negatives`` corrupted edges ``(u, w)``, ``w`` uniform among the vertices
   of the whole graph (:meth:`LinkTask.eval_negatives`; not the rank's own, which on an
   attribute-driven partition are all alike and made held-out edges harder to rank than
-  in the centralized run): MRR, Hits@50 (ties count half, as in OGB) and ROC-AUC. With ``negative_pool`` > 0 and several ranks, a share
-  ``remote_negatives`` of the training negatives are other partitions' vertices, which
-  travel once with their sampled computation graph and are embedded by the local model
+  in the centralized run): MRR, Hits@50 (ties count half, as in OGB) and ROC-AUC.
+  With ``negative_pool`` > 0 and several ranks, a share ``remote_negatives`` of the
+  training negatives are other partitions' vertices, which travel once with their
+  sampled computation graph and are embedded by the local model
   (:mod:`training.negatives`); the rest are uniform among the rank's own rows.
 
 Scoring is global: every rank scores its own master nodes (or own edges) and the
