@@ -22,8 +22,10 @@ cora p1024f05-s1 --seed 1 --negative-pool 1024 --remote-negatives 0.5
 cora p1024f1 --negative-pool 1024 --remote-negatives 1
 cora p256f05 --negative-pool 256 --remote-negatives 0.5
 cora p256f1 --negative-pool 256 --remote-negatives 1
+cora p1024f05-s2 --seed 2 --negative-pool 1024 --remote-negatives 0.5
 ac p1024f05 --negative-pool 1024 --remote-negatives 0.5
-# Centralized (its evaluation is unchanged by this work: seed 0 reproduces docs/results/train-link and train-link-ac).
+cora lr003 --lr 0.003; ac lr003 --lr 0.003
+# Centralized (amazon-computers was stopped after 60 of these 80 epochs; its evaluation is unchanged by this work: seed 0 reproduces docs/results/train-link and train-link-ac).
 for s in 0 1 2; do asepr train --centralized $W/cora-in --task link --rounds 10 --local-epochs 10 --eval-every 10 \
   --threads 1 --seed $s -q --run-dir $W/central/cora-s$s; done
 asepr train --centralized $W/ac-in --task link --rounds 16 --local-epochs 5 --eval-every 5 --threads 1 \
