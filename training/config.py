@@ -162,7 +162,17 @@ class TrainConfig:
     link_val_fraction, link_test_fraction, link_eval_negatives
         Link prediction: the held-out shares of the edges (chosen by a hash of the
         global edge, so every rank and the centralized run hold out the same edges), and
-        the negatives ranked against each held-out edge.
+        the negatives ranked against each held-out edge, drawn uniformly among every
+        vertex of the whole graph (or, above ``link_eval_pool`` vertices, a seeded sample
+        of that many shared by all ranks), whose embeddings the ranks gather once per
+        evaluation: the same candidates for every strategy.
+    negative_pool, remote_negatives
+        Link prediction with several ranks: each rank receives about ``negative_pool``
+        vertices of the other partitions with their sampled computation graph (once, at
+        setup; :mod:`training.negatives`), and draws a share ``remote_negatives`` (in
+        [0, 1]) of its training negatives among them, embedded by its own model; the
+        rest are uniform among its own rows. ``negative_pool`` 0 (the default for node
+        classification, where it is unused): none.
     feature_norm
         ``"l2"`` (default) divides each node's feature row by its L2 norm (rows of zeros
         stay zero), ``"l1"`` by its L1 norm (PyG's ``NormalizeFeatures``), ``"none"``
@@ -234,6 +244,9 @@ class TrainConfig:
     link_val_fraction: float = 0.05
     link_test_fraction: float = 0.10
     link_eval_negatives: int = 100
+    link_eval_pool: int = 1 << 14
+    negative_pool: int | None = None
+    remote_negatives: float = 0.5
     feature_norm: str = "l2"
     feature_projection: int = 0
     seed: int = 0
@@ -277,6 +290,10 @@ class TrainConfig:
             object.__setattr__(self, "mu", 1.0 if self.task == "node" else 0.01)
         if self.sync_every is None:
             object.__setattr__(self, "sync_every", 10 if self.task == "node" else 0)
+        if self.negative_pool is None:
+            object.__setattr__(self, "negative_pool", 0)
+        if not 0 <= float(self.remote_negatives) <= 1:
+            raise bad("remote_negatives", "a share in [0, 1]")
         if self.kd_lr is None:
             # Measured on amazon-computers, 4 ranks, 6 rounds: kd_lr = lr/2 left avg+kd at
             # 0.654 test accuracy against avg's 0.716; lr/10 at 0.703.
@@ -298,7 +315,8 @@ class TrainConfig:
         for name in ("sync_every", "corr_steps", "corr_batch_size"):
             if int(getattr(self, name)) < 0:
                 raise bad(name, "an integer >= 0")
-        for name in ("kd_steps", "batch_size", "threads", "link_eval_negatives", "feature_projection", "eval_every"):
+        for name in ("kd_steps", "batch_size", "threads", "link_eval_negatives", "feature_projection", "eval_every",
+                     "negative_pool", "link_eval_pool"):
             if int(getattr(self, name)) < 0:
                 raise bad(name, "an integer >= 0")
         for name in ("lr", "kd_lr", "tau", "kd_temperature", "timeout_s", "server_lr", "server_tau", "corr_lr"):

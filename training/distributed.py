@@ -215,7 +215,7 @@ def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) ->
                                               f"{num_classes} classes", "use --task link, or an input with labels."))
 
     all_ranks_ready(comm, "agree on the features and labels", check)
-    task = make_task(graph, config, num_classes)
+    task = make_task(graph, config, num_classes, comm)
     torch.manual_seed(config.seed)
     model = build_model(config, in_dim, task.out_dim)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -248,6 +248,20 @@ def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generat
     if int(g.get("generation", generation)) != generation and comm.rank == 0:
         log.warning("resuming at round %d on generation %d (the checkpoint was trained on generation %d)",
                     loop.start_round + 1, generation, int(g["generation"]))
+
+
+def _pool_columns(task, comm: Comm) -> dict[str, float]:
+    """A link task's negative pool (:mod:`training.negatives`): its one-time placement
+    bytes and rows, mean and max over ranks (an uncounted all_gather); none without one."""
+    pool = getattr(task, "pool", None)
+    if pool is None:
+        return {}
+    every = comm.gather_uncounted(torch.tensor([pool.bytes_sent, float(pool.num_rows)], dtype=torch.float64))
+    if not float(every[:, 1].max()):
+        return {}
+    return {"negative_pool_bytes_sent_mean": float(every[:, 0].mean()),
+            "negative_pool_bytes_sent_max": float(every[:, 0].max()),
+            "negative_pool_rows_mean": float(every[:, 1].mean())}
 
 
 def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm, gen: torch.Generator,
@@ -316,7 +330,8 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
     placement = placement_columns(graph.num_nodes, graph.x.shape[1] * graph.x.element_size(), comm)
     loop = _prepare(graph, config, comm, (info or {}).get("out", "the input"))
     info = {**(info or {}), "world_size": comm.world_size, "config": config.to_dict(), "task": config.task,
-            "num_parameters": num_parameters(loop.model), "steps_per_round": loop.steps_per_round, **placement}
+            "num_parameters": num_parameters(loop.model), "steps_per_round": loop.steps_per_round, **placement,
+            **_pool_columns(loop.task, comm)}
     if resume:
         all_ranks_ready(comm, "load its checkpoint", lambda: _restore(loop, runs, config, comm, graph.generation))
     else:

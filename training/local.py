@@ -98,7 +98,7 @@ def train_local(model, optimizer, task, config, generator: torch.Generator, *, s
     term; ``drift`` (:class:`training.reconcile.scaffold.ControlVariates`) corrects every
     gradient before the optimiser step.
     """
-    x = task.graph.x
+    x = task.features  # the local rows, and a link task's negative pool after them
     contrast = global_model is not None and previous_model is not None and config.uses_con
     if contrast:
         global_model.eval()

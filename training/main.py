@@ -32,8 +32,8 @@ __all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "defau
 log = logging.getLogger("training.main")
 
 # flag dest → TrainConfig field (when they differ)
-_RENAMES = {"layers": "num_layers", "eval_negatives": "link_eval_negatives", "timeout": "timeout_s",
-            "eval": "eval_mode"}
+_RENAMES = {"layers": "num_layers", "eval_negatives": "link_eval_negatives", "eval_pool": "link_eval_pool",
+            "timeout": "timeout_s", "eval": "eval_mode"}
 #: ``--strategy``: ASEPR's local graphs with reconciliation, or the fully-decentralized baseline.
 STRATEGY_CHOICES = ("asepr", "fds")
 
@@ -97,6 +97,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--link-val-fraction", type=float, default=d.link_val_fraction)
     p.add_argument("--link-test-fraction", type=float, default=d.link_test_fraction)
     p.add_argument("--eval-negatives", type=int, default=d.link_eval_negatives)
+    p.add_argument("--eval-pool", type=int, default=d.link_eval_pool,
+                   help="link: evaluation negatives are drawn among all vertices, or among a shared sample of "
+                        f"this many when the graph has more (default {d.link_eval_pool})")
+    p.add_argument("--negative-pool", type=int, default=None,
+                   help="link: remote vertices each rank receives once, with their sampled computation graph, "
+                        "to draw training negatives from (default 0); 0: none")
+    p.add_argument("--remote-negatives", type=float, default=d.remote_negatives,
+                   help=f"link: share of the training negatives drawn from that pool (default {d.remote_negatives:g})")
     p.add_argument("--feature-norm", choices=["l2", "l1", "none"], default=d.feature_norm,
                    help="row normalisation of the features (default l2)")
     p.add_argument("--feature-projection", type=int, default=d.feature_projection,

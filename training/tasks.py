@@ -7,8 +7,14 @@
   hold out the *same* edges; held-out edges are removed from message passing (halo and
   reverse copies too). Loss: binary cross-entropy of dot-product scores against as many
   uniform negatives. Metrics over each held-out edge ``(u, v)`` ranked against
-  ``link_eval_negatives`` corrupted edges ``(u, w)``: MRR, Hits@50 (ties count half, as
-  in OGB) and ROC-AUC.
+  ``link_eval_negatives`` corrupted edges ``(u, w)``, ``w`` uniform among the vertices
+  of the whole graph (:meth:`LinkTask.eval_negatives`; not the rank's own, which on an
+  attribute-driven partition are all alike and made held-out edges harder to rank than
+  in the centralized run): MRR, Hits@50 (ties count half, as in OGB) and ROC-AUC.
+  With ``negative_pool`` > 0 and several ranks, a share ``remote_negatives`` of the
+  training negatives are other partitions' vertices, which travel once with their
+  sampled computation graph and are embedded by the local model
+  (:mod:`training.negatives`); the rest are uniform among the rank's own rows.
 
 Scoring is global: every rank scores its own master nodes (or own edges) and the
 sums are all_reduced. ``score(outputs, comm)`` scores given model outputs (the exact
@@ -25,14 +31,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from training.comm import Comm
 from training.data import LocalGraph
 from training.models import graph_operator
+from training.negatives import NegativePool, exchange_pool
 from training.sampler import NeighborSampler
 
-__all__ = ["Batch", "LinkTask", "NodeTask", "auc_from_histograms", "make_task"]
+__all__ = ["Batch", "EvalNegatives", "LinkTask", "NodeTask", "auc_from_histograms", "make_task"]
 
 AUC_BINS = 1 << 14
 HITS_K = 50
@@ -78,6 +86,18 @@ def _mix(*values: int) -> int:
     return h & 0x7FFFFFFFFFFFFFFF
 
 
+@dataclass
+class EvalNegatives:
+    """A link task's evaluation negatives (:meth:`LinkTask.eval_negatives`): ``size``
+    candidate vertices; this rank's master ``rows`` fill the candidates at ``positions``;
+    ``negatives[split]`` holds, per held-out edge, candidate positions."""
+
+    size: int
+    rows: torch.Tensor
+    positions: torch.Tensor
+    negatives: dict[str, torch.Tensor]
+
+
 class NodeTask:
     """Node classification on a local graph (see the module docstring)."""
 
@@ -98,6 +118,11 @@ class NodeTask:
     @property
     def out_dim(self) -> int:
         return self.num_classes
+
+    @property
+    def features(self) -> torch.Tensor:
+        """The rows :meth:`batches` index (``Batch.n_id``): the local graph's."""
+        return self.graph.x
 
     @property
     def num_train(self) -> int:
@@ -181,7 +206,9 @@ class LinkTask:
     name = "link"
     metric = "mrr"
 
-    def __init__(self, graph: LocalGraph, config):
+    def __init__(self, graph: LocalGraph, config, comm: Comm | None = None):
+        """With ``comm``, the negative pool is exchanged here (a collective: every rank of
+        ``comm`` constructs its task); without, there is none."""
         self.graph = graph
         self.config = config
         gid = graph.global_nid.numpy()
@@ -195,14 +222,20 @@ class LinkTask:
         self.edge_index = ei[:, torch.from_numpy(keep)]
         self.num_nodes = graph.num_nodes
         self.mp = graph_operator(config.model, self.edge_index, graph.num_nodes)
+        self.pool = (exchange_pool(graph.x, graph.global_nid, graph.is_master, self.edge_index,
+                                   config.negative_pool, config.fanouts, comm, config.seed)
+                     if comm is not None else NegativePool.empty(int(graph.x.shape[1])))
+        # Training runs on the local rows followed by the pool's (a graph apart).
+        n = self.num_nodes
+        self.features = torch.cat([graph.x, self.pool.x]) if self.pool.num_rows else graph.x
+        self.train_edge_index = torch.cat([self.edge_index, self.pool.edge_index + n], dim=1)
+        self.num_train_nodes = n + self.pool.num_rows
+        self.pool_roots = self.pool.roots + n
+        self.train_mp = (graph_operator(config.model, self.train_edge_index, self.num_train_nodes)
+                         if self.pool.num_rows else self.mp)
         self._sampler = None
         self._kd_pairs = None
-        # Evaluation negatives are drawn once (the same every round, so curves compare).
-        g = torch.Generator().manual_seed(_mix(config.seed, 0xE7A1, *graph.part_ids))
-        self.eval_neg = {
-            name: torch.randint(0, max(self.num_nodes, 1), (pos.shape[1], config.link_eval_negatives), generator=g)
-            for name, pos in (("val", self.val_pos), ("test", self.test_pos))
-        }
+        self._eval: EvalNegatives | None = None  # drawn at the first score (a collective)
 
     def _role(self, gu: np.ndarray, gv: np.ndarray) -> np.ndarray:
         """0 train, 1 val, 2 test, from a hash of the unordered global pair."""
@@ -235,24 +268,34 @@ class LinkTask:
         return (F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos))
                 + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg)))
 
+    def negatives(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        """``count`` training negatives, rows of :attr:`features`: each a pool root with
+        probability ``remote_negatives`` (when there is a pool), else uniform among the
+        rank's own rows."""
+        w = torch.randint(0, max(self.num_nodes, 1), (count,), generator=generator)
+        roots = self.pool_roots
+        if len(roots) and self.config.remote_negatives > 0:
+            remote = torch.rand(count, generator=generator) < self.config.remote_negatives
+            w[remote] = roots[torch.randint(0, len(roots), (int(remote.sum()),), generator=generator)]
+        return w
+
     def batches(self, generator: torch.Generator) -> Iterator[Batch]:
-        n = max(self.num_nodes, 1)
         pos = self.train_pos
         if not pos.shape[1]:
             return
         if not self.config.batch_size:
             neg_u = pos[0]
-            neg_v = torch.randint(0, n, (pos.shape[1],), generator=generator)
+            neg_v = self.negatives(pos.shape[1], generator)
             anchors = torch.arange(self.num_nodes)
-            yield Batch(None, self.mp,
+            yield Batch(None, self.train_mp,
                         lambda z: self._pair_loss(z, pos[0], pos[1], neg_u, neg_v), anchors)
             return
         if self._sampler is None:
-            self._sampler = NeighborSampler(self.edge_index, self.num_nodes)
+            self._sampler = NeighborSampler(self.train_edge_index, self.num_train_nodes)
         order = torch.randperm(pos.shape[1], generator=generator)
         for chunk in torch.split(order, self.config.batch_size):
             u, v = pos[0, chunk], pos[1, chunk]
-            w = torch.randint(0, n, (len(chunk),), generator=generator)
+            w = self.negatives(len(chunk), generator)
             seeds, inverse = torch.unique(torch.cat([u, v, w]), return_inverse=True)
             n_id, ei = self._sampler.sample(seeds, self.config.fanouts, generator)
             k = len(chunk)
@@ -278,6 +321,36 @@ class LinkTask:
         return F.binary_cross_entropy_with_logits(student / t, torch.sigmoid(teacher / t)) * t * t
 
     # -- evaluation ----------------------------------------------------------------------
+    def eval_negatives(self, comm: Comm) -> EvalNegatives:
+        """The evaluation negatives, drawn once, the same every round (a collective the
+        first time: the graph's vertex count is all_reduced).
+
+        The candidates are every vertex of the whole graph (``global_nid`` up to the
+        largest any rank holds), or a seeded sample of ``link_eval_pool`` of them shared by
+        all ranks: the same for every strategy, so that a partition's similar vertices do
+        not make its held-out edges harder to rank than the centralized run's. With one
+        rank holding the whole graph they are drawn exactly as uniform rows.
+        """
+        if self._eval is None:
+            gid = self.graph.global_nid
+            top = torch.tensor([int(gid.max()) + 1 if len(gid) else 0], dtype=torch.int64)
+            comm.all_reduce(top, "eval", op=dist.ReduceOp.MAX if comm.distributed else None)
+            size, cap = int(top[0]), self.config.link_eval_pool
+            if size <= cap:
+                pool = torch.arange(size)
+            else:
+                shared = torch.Generator().manual_seed(_mix(self.config.seed, 0xE7A2))
+                pool = torch.randperm(size, generator=shared)[:cap].sort().values
+            g = torch.Generator().manual_seed(_mix(self.config.seed, 0xE7A1, *self.graph.part_ids))
+            neg = {name: torch.randint(0, max(len(pool), 1), (pos.shape[1], self.config.link_eval_negatives),
+                                       generator=g)
+                   for name, pos in (("val", self.val_pos), ("test", self.test_pos))}
+            masters = torch.nonzero(self.graph.is_master).view(-1)
+            at = torch.searchsorted(pool, gid[masters]).clamp(max=max(len(pool) - 1, 0))
+            hit = pool[at] == gid[masters] if len(pool) else torch.zeros(len(masters), dtype=torch.bool)
+            self._eval = EvalNegatives(len(pool), masters[hit], at[hit], neg)
+        return self._eval
+
     @torch.no_grad()
     def evaluate(self, model, comm: Comm) -> dict[str, float]:
         """:meth:`score` of ``model``'s embeddings on this rank's graph (a collective)."""
@@ -294,17 +367,27 @@ class LinkTask:
         dict
             ``{"val": MRR, "test": MRR, "val_hits@50", "test_hits@50", "val_auc", "test_auc"}``.
         """
+        ev = self.eval_negatives(comm)
+        width = z.shape[1]
+        # The candidates' rows, each from its master's rank (one all_reduce), with a count
+        # column: a candidate no rank holds is left out of the ranking.
+        table = torch.zeros((ev.size, width + 1), dtype=z.dtype)
+        table[ev.positions, :width] = z[ev.rows]
+        table[ev.positions, width] = 1
+        comm.all_reduce(table, "eval")
+        candidates, present = table[:, :width], table[:, width] > 0
         parts = []
         for name, pos in (("val", self.val_pos), ("test", self.test_pos)):
-            neg_v = self.eval_neg[name]
+            neg_v = ev.negatives[name]
+            valid = present[neg_v]
             p = self._scores(z, pos[0], pos[1])
-            q = (z[pos[0]].unsqueeze(1) * z[neg_v]).sum(-1)
-            optimistic = (q > p.unsqueeze(1)).sum(1)
-            pessimistic = (q >= p.unsqueeze(1)).sum(1)
+            q = (z[pos[0]].unsqueeze(1) * candidates[neg_v]).sum(-1)
+            optimistic = ((q > p.unsqueeze(1)) & valid).sum(1)
+            pessimistic = ((q >= p.unsqueeze(1)) & valid).sum(1)
             rank = 0.5 * (optimistic + pessimistic).to(torch.float64) + 1
             sums = torch.tensor([float((1.0 / rank).sum()), float((rank <= HITS_K).sum()), float(len(rank))],
                                 dtype=torch.float64)
-            parts += [sums, _histogram(p), _histogram(q.reshape(-1))]
+            parts += [sums, _histogram(p), _histogram(q[valid])]
         flat = comm.all_reduce(torch.cat(parts), "eval")
         out = {}
         stride = 3 + 2 * AUC_BINS
@@ -317,11 +400,12 @@ class LinkTask:
         return out
 
 
-def make_task(graph: LocalGraph, config, num_classes: int):
-    """The task object for ``config.task`` on ``graph``."""
+def make_task(graph: LocalGraph, config, num_classes: int, comm: Comm | None = None):
+    """The task object for ``config.task`` on ``graph`` (with ``comm``, a collective: a
+    link task exchanges its negative pool)."""
     if config.task == "node":
         return NodeTask(graph, num_classes, config)
-    return LinkTask(graph, config)
+    return LinkTask(graph, config, comm)
 
 
 def round_seed(seed: int, round_index: int, rank: int, purpose: int = 0) -> int:
