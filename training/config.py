@@ -171,8 +171,7 @@ class TrainConfig:
         vertices of the other partitions with their sampled computation graph (once, at
         setup; :mod:`training.negatives`), and draws a share ``remote_negatives`` (in
         [0, 1]) of its training negatives among them, embedded by its own model; the
-        rest are uniform among its own rows. ``negative_pool`` 0 (the default for node
-        classification, where it is unused): none.
+        rest are uniform among its own rows. ``negative_pool`` 0 (the default): none.
     feature_norm
         ``"l2"`` (default) divides each node's feature row by its L2 norm (rows of zeros
         stay zero), ``"l1"`` by its L1 norm (PyG's ``NormalizeFeatures``), ``"none"``
@@ -245,7 +244,7 @@ class TrainConfig:
     link_test_fraction: float = 0.10
     link_eval_negatives: int = 100
     link_eval_pool: int = 1 << 14
-    negative_pool: int | None = None
+    negative_pool: int = 0
     remote_negatives: float = 0.5
     feature_norm: str = "l2"
     feature_projection: int = 0
@@ -290,8 +289,6 @@ class TrainConfig:
             object.__setattr__(self, "mu", 1.0 if self.task == "node" else 0.01)
         if self.sync_every is None:
             object.__setattr__(self, "sync_every", 10 if self.task == "node" else 0)
-        if self.negative_pool is None:
-            object.__setattr__(self, "negative_pool", 0)
         if not 0 <= float(self.remote_negatives) <= 1:
             raise bad("remote_negatives", "a share in [0, 1]")
         if self.kd_lr is None:

@@ -100,9 +100,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-pool", type=int, default=d.link_eval_pool,
                    help="link: evaluation negatives are drawn among all vertices, or among a shared sample of "
                         f"this many when the graph has more (default {d.link_eval_pool})")
-    p.add_argument("--negative-pool", type=int, default=None,
+    p.add_argument("--negative-pool", type=int, default=d.negative_pool,
                    help="link: remote vertices each rank receives once, with their sampled computation graph, "
-                        "to draw training negatives from (default 0); 0: none")
+                        f"to draw training negatives from (default {d.negative_pool}); 0: none")
     p.add_argument("--remote-negatives", type=float, default=d.remote_negatives,
                    help=f"link: share of the training negatives drawn from that pool (default {d.remote_negatives:g})")
     p.add_argument("--feature-norm", choices=["l2", "l1", "none"], default=d.feature_norm,

@@ -41,7 +41,7 @@ def cora_parts(cora_input, tmp_path_factory):
     return parts
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -50,7 +50,7 @@ def _free_port() -> int:
 def spawn_ranks(world: int, trainer_args: list[str], *, extra_env: dict | None = None) -> list[subprocess.Popen]:
     """Start ``python -m training.main`` as ``world`` ranks with plain RANK/WORLD_SIZE/MASTER_*
     variables (the non-torchrun launch path); stdout and stderr are captured."""
-    port = _free_port()
+    port = free_port()
     procs = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),

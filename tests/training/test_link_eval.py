@@ -8,13 +8,13 @@ to rank than the centralized run's)."""
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tests.training.conftest import free_port
 from training.centralized import load_input_graph
 from training.comm import Comm
 from training.config import TrainConfig
@@ -24,12 +24,6 @@ from training.models import GNN
 from training.tasks import HITS_K, LinkTask
 
 LINK = TrainConfig(model="sage", task="link", hidden=16, seed=2)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _model(in_dim: int) -> GNN:
@@ -58,7 +52,7 @@ def _rank(rank: int, world: int, port: int, out: str, result_dir: str) -> None:
 @pytest.fixture(scope="module")
 def ranks(cora_parts, tmp_path_factory):
     result_dir = tmp_path_factory.mktemp("link-eval")
-    mp.start_processes(_rank, args=(2, _free_port(), str(cora_parts(2)), str(result_dir)), nprocs=2, join=True,
+    mp.start_processes(_rank, args=(2, free_port(), str(cora_parts(2)), str(result_dir)), nprocs=2, join=True,
                        start_method="fork")
     return [torch.load(result_dir / f"rank{r}.pt") for r in range(2)]
 

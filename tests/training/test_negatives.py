@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import socket
 
 import numpy as np
 import pytest
@@ -17,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tests.training.conftest import run_ranks
+from tests.training.conftest import free_port, run_ranks
 from training.checkpoint import RunDir
 from training.comm import Comm
 from training.config import TrainConfig
@@ -28,11 +27,6 @@ from training.tasks import LinkTask
 CONFIG = TrainConfig(task="link", negative_pool=300, remote_negatives=0.5, hidden=32, seed=5)
 CHANCE = 2 * math.log(2)
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank(rank: int, world: int, port: int, out: str, result_dir: str) -> None:
@@ -59,7 +53,7 @@ def _rank(rank: int, world: int, port: int, out: str, result_dir: str) -> None:
 def pools(cora_parts, tmp_path_factory):
     out = cora_parts(2)
     result_dir = tmp_path_factory.mktemp("pools")
-    mp.start_processes(_rank, args=(2, _free_port(), str(out), str(result_dir)), nprocs=2, join=True,
+    mp.start_processes(_rank, args=(2, free_port(), str(out), str(result_dir)), nprocs=2, join=True,
                        start_method="fork")
     graphs = [load_local_graph(out, [r]) for r in range(2)]
     return graphs, [torch.load(result_dir / f"rank{r}.pt") for r in range(2)]
