@@ -4,6 +4,13 @@ Order of precedence (DESIGN §8): ``--scheduler-address``, ``--scheduler-file``,
 ``DASK_SCHEDULER_ADDRESS`` environment variable, and otherwise a ``LocalCluster`` of
 ``--workers`` single-threaded worker processes (``--workers 0``: no cluster, the
 stages run on threads of this process).
+
+Without ``--workers`` a machine of up to two cores runs on threads: there, worker
+processes only compete with the driver's streaming stages for the same two cores, and
+their start-up and the transfers between processes cost more than they return
+(``asepr partition -k 16`` on the 20M-edge ``asepr synth`` graph, 2 cores: 23.3 s on
+threads against 33.1 s with two worker processes, ``docs/results/scale/``). Larger
+machines start up to four worker processes, as before (not measured here).
 """
 
 from __future__ import annotations
@@ -22,8 +29,10 @@ log = logging.getLogger(__name__)
 
 
 def default_workers() -> int:
-    """Local worker processes when nothing else is said: up to 4."""
-    return max(1, min(4, os.cpu_count() or 1))
+    """Local worker processes when nothing else is said: none (threads) on up to two
+    cores, otherwise up to 4 (see the module docstring)."""
+    cores = os.cpu_count() or 1
+    return 0 if cores <= 2 else min(4, cores)
 
 
 def add_dask_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,8 +41,8 @@ def add_dask_arguments(p: argparse.ArgumentParser) -> None:
                                                "default: $DASK_SCHEDULER_ADDRESS, else a local cluster")
     g.add_argument("--scheduler-file", help="scheduler file written by `dask scheduler --scheduler-file`")
     g.add_argument("--workers", type=int, default=None,
-                   help=f"local cluster: worker processes (default {default_workers()}; 0 runs the "
-                        "stages on threads of this process)")
+                   help=f"local cluster: worker processes (default on this machine: {default_workers()}; "
+                        "0 runs the stages on threads of this process, the default on up to two cores)")
     g.add_argument("--memory-limit", default=None,
                    help="local cluster: memory limit per worker, e.g. 2GiB (default: dask's 'auto')")
 
@@ -70,12 +79,14 @@ def dask_client(
         return
     if workers is not None and workers < 0:
         raise AseprError(format_problem("--workers", "a count >= 0", str(workers)))
+    if workers is None:
+        workers = default_workers()
     if workers == 0:
         yield None
         return
     from distributed import Client, LocalCluster
 
-    n = workers or default_workers()
+    n = workers
     cluster = LocalCluster(
         n_workers=n,
         threads_per_worker=1,

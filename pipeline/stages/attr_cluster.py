@@ -402,6 +402,9 @@ def scatter_labels(
     """Place per-shard ``(global_nid, cluster id)`` into one ``int32 [N]`` array."""
     attr_cluster_id = np.full(num_nodes, -1, dtype=np.int32)
     seen = np.zeros(num_nodes, dtype=bool)
+    # Row of each id within its shard: of repeated ids only the last row keeps its own
+    # (O(rows), without the sort np.unique would need).
+    position = np.empty(num_nodes, dtype=np.int32)
     for shard, (ids, labels) in zip(shards, parts):
         bad = (ids < 0) | (ids >= num_nodes)
         if bad.any():
@@ -413,7 +416,9 @@ def scatter_labels(
                     "run `asepr validate` on the input and fix what it reports.",
                 )
             )
-        if seen[ids].any() or len(np.unique(ids)) != len(ids):
+        rows = np.arange(len(ids), dtype=np.int32)
+        position[ids] = rows
+        if seen[ids].any() or not np.array_equal(position[ids], rows):
             raise InputError(
                 format_problem(
                     f"file {shard.url}, column 'id'",

@@ -21,6 +21,7 @@ from pipeline.stages.attr_cluster import (
     AttrModel,
     attribute_clusters,
     sample_rows,
+    scatter_labels,
 )
 from pipeline.stages.kmeans import fit_sample, kmeans_pp
 from pipeline.stages.attr_column import column_clusters
@@ -219,6 +220,29 @@ def test_errors(tmp_path, blob_inputs):
     model = AttrModel(np.eye(2, dtype=np.float32), None, 2)
     with pytest.raises(InputError, match=r"\[n, 2\]"):
         model.predict(np.ones((3, 5)))
+
+
+def test_scatter_labels_places_labels_and_rejects_repeated_or_missing_ids(tmp_path):
+    shards = discover_shards(_two_node_shards(tmp_path))
+    ids = [np.array([3, 0, 4]), np.array([1, 2])]
+    labels = [np.array([7, 8, 9]), np.array([5, 6])]
+    placed = scatter_labels(list(zip(ids, labels)), shards, 5, "test")
+    assert placed.tolist() == [8, 5, 6, 7, 9]
+    # repeated within one shard, across shards, and an id without a row
+    for bad_ids, match in (([np.array([3, 0, 3]), np.array([1, 2])], "exactly once"),
+                           ([np.array([3, 0, 4]), np.array([1, 4])], "exactly once"),
+                           ([np.array([3, 0, 4]), np.array([1])], r"without a row, e\.g\. 2")):
+        parts = [(i, np.zeros(len(i), dtype=np.int32)) for i in bad_ids]
+        with pytest.raises(InputError, match=match) as err:
+            scatter_labels(parts, shards, 5, "test")
+        assert "part-" in str(err.value) or "node shards" in str(err.value)
+
+
+def _two_node_shards(tmp_path: Path) -> Path:
+    (tmp_path / "nodes").mkdir()
+    pq.write_table(node_table([3, 0, 4], np.ones((3, 2))), tmp_path / "nodes" / "part-0.parquet")
+    pq.write_table(node_table([1, 2], np.ones((2, 2))), tmp_path / "nodes" / "part-1.parquet")
+    return tmp_path / "nodes"
 
 
 def test_column_clusters_strings_ints_dictionary_and_nulls(tmp_path):
