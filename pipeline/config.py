@@ -76,6 +76,11 @@ class PartitionConfig:
         (tolokers) the two-phase stream is up to 12 % lower; with the fallback ASEP is
         never above 2PS-HDRF, for two more edge passes and one more clustering pass
         (``docs/results/asep-tuning``).
+    concurrent_fallback
+        Run the fallback's stream on a thread beside ASEP's own (default): on a spare
+        core it then costs little wall time, for a second O(|V|) kernel state held at
+        the same time (the plan counts it). False runs it after ASEP's; the assignment
+        is the same either way.
     memory_budget
         ``asep`` and ``hdrf``: bytes the hybrid assignment may hold beyond the O(|V|)
         state (:mod:`pipeline.assign.hybrid`): the edges of the vertices up to a degree
@@ -112,6 +117,7 @@ class PartitionConfig:
     epsilon: float = 0.05
     hdrf_lambda: float = 1.0
     two_phase_fallback: bool = True
+    concurrent_fallback: bool = True
     memory_budget: int = 0
     seed: int = 0
     kmeans_max_passes: int = 10

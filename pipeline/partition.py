@@ -18,6 +18,8 @@ import logging
 import os
 import shutil
 import tempfile
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +45,7 @@ from pipeline.stages.masters import choose_masters, count_edges_per_replica, pop
 from pipeline.stages.metis import metis_membership
 from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
 from pipeline.stages.struct_cluster import Communities, published_clusters, structural_clusters
-from pipeline.stream import iter_edge_batches
+from pipeline.stream import iter_edge_batches, map_shard_ranges
 from storage.errors import InputError, format_problem
 from storage.fs import Shard
 from storage.input import InputDir, open_input, open_parquet
@@ -240,27 +242,90 @@ def _assign(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, st
     return state.replicas, state.loads, settings
 
 
-def _two_phase_fallback(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, attr_ids: np.ndarray,
-                        steering: _Steering, workdir: Path, clock: StageClock,
-                        own: tuple[np.ndarray, np.ndarray, KernelSettings]
+@dataclass
+class _FallbackStream:
+    """2PS-HDRF's stream of the two-phase fallback, as it finished in ``directory``."""
+
+    steering: _Steering
+    directory: Path
+    result: tuple[np.ndarray, np.ndarray, KernelSettings]
+    timings: dict[str, float]
+    seconds: float
+
+
+def _fallback_stream(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, attr_ids: np.ndarray,
+                     workdir: Path) -> _FallbackStream:
+    """Cluster and stream the edges as 2PS-HDRF does, its edge partitions in a new
+    subdirectory of ``workdir`` (removed on an error)."""
+    start = time.perf_counter()
+    alt_run = run.two_phase_config()
+    alt = _Steering(alpha=0.0, beta=0.0, keep_attr_together=False)
+    alt_dir = Path(tempfile.mkdtemp(prefix="two-phase-fallback-", dir=workdir))
+    alt_clock = StageClock()
+    try:
+        _communities(alt_run, edge_shards, degrees.degree, attr_ids, alt, alt_clock)
+        result = _assign(alt_run, edge_shards, degrees, alt, alt_dir, alt_clock)
+    except BaseException:
+        shutil.rmtree(alt_dir, ignore_errors=True)
+        raise
+    return _FallbackStream(alt, alt_dir, result, alt_clock.timings, time.perf_counter() - start)
+
+
+class _Fallback:
+    """The two-phase fallback's stream, on a thread beside ASEP's own (``concurrent``) or
+    run when :meth:`finish` asks for it.
+
+    Both streams are sequential and their kernels release the GIL, so on a machine with
+    a spare core the fallback costs about the wall time by which it outlasts ASEP's
+    clustering and stream, not its own (20M-edge ``asepr synth`` graph, k = 16,
+    ``docs/results/scale``). The price is memory: both O(|V|) kernel states live at once
+    (:mod:`pipeline.plan` models it). The result does not depend on the order.
+    """
+
+    def __init__(self, run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, attr_ids: np.ndarray,
+                 workdir: Path):
+        self._args = (run, edge_shards, degrees, attr_ids, workdir)
+        self._pool: ThreadPoolExecutor | None = None
+        self._future: Future | None = None
+        if run.concurrent_fallback:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asepr-two-phase-fallback")
+            self._future = self._pool.submit(_fallback_stream, *self._args)
+
+    def finish(self) -> _FallbackStream:
+        """The finished stream (waiting for the thread, or running it now)."""
+        if self._future is None:
+            return _fallback_stream(*self._args)
+        try:
+            return self._future.result()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Wait for a running thread (it writes under the workdir) and drop it; after an
+        error elsewhere its own result or error is discarded."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def _two_phase_fallback(fallback: _Fallback, degrees: Degrees, steering: _Steering, workdir: Path,
+                        clock: StageClock, own: tuple[np.ndarray, np.ndarray, KernelSettings]
                         ) -> tuple[np.ndarray, np.ndarray, KernelSettings]:
-    """Stream the edges as 2PS-HDRF does; keep that assignment if it replicates fewer vertices.
+    """Keep 2PS-HDRF's assignment (:class:`_Fallback`) if it replicates fewer vertices.
 
     ``own`` is ASEP's ``(replicas, loads, settings)``, its edge partitions in
     ``workdir``. When the two-phase stream wins, its files replace them and
     ``steering`` takes its communities and mapping (an ingest continues with them and
     with its settings, as it would for a ``2ps-hdrf`` output); on a tie ASEP's stays.
     """
-    alt_run = run.two_phase_config()
-    alt = _Steering(alpha=0.0, beta=0.0, keep_attr_together=False, lift=steering.lift)
-    alt_dir = Path(tempfile.mkdtemp(prefix="two-phase-fallback-", dir=workdir))
-    alt_clock = StageClock()
+    alt = fallback.finish()
     try:
-        _communities(alt_run, edge_shards, degrees.degree, attr_ids, alt, alt_clock)
-        alt_replicas, alt_loads, alt_settings = _assign(alt_run, edge_shards, degrees, alt, alt_dir, alt_clock)
-        # Its kernels' own time, beside ASEP's (the stage's wall time is ticked below).
+        # Its kernels' own time and its stream's wall time, beside ASEP's; the stage's
+        # wall time (what the fallback added to the run's) is ticked below.
         for name in ("clustering kernel", "assignment kernel"):
-            clock.add(f"fallback {name}", alt_clock.timings.get(name, 0.0))
+            clock.add(f"fallback {name}", alt.timings.get(name, 0.0))
+        clock.add("fallback stream", alt.seconds)
+        alt_replicas, alt_loads, alt_settings = alt.result
         replicas_own, replicas_alt = int(popcounts(own[0]).sum()), int(popcounts(alt_replicas).sum())
         chosen = "2ps-hdrf" if replicas_alt < replicas_own else "asep"
         log.info("replicas: ASEP's stream %d, the two-phase stream %d: keeping %s", replicas_own, replicas_alt,
@@ -270,34 +335,56 @@ def _two_phase_fallback(run: PartitionConfig, edge_shards: list[Shard], degrees:
                              "two_phase_rf": replicas_alt / covered}
         if chosen == "asep":
             return own
-        for part_file in alt_dir.glob("edge-parts-*.npy"):
+        for part_file in alt.directory.glob("edge-parts-*.npy"):
             os.replace(part_file, workdir / part_file.name)
         steering.alpha, steering.beta, steering.keep_attr_together = 0.0, 0.0, False
-        steering.communities, steering.mapping = alt.communities, alt.mapping
+        steering.communities, steering.mapping = alt.steering.communities, alt.steering.mapping
         return alt_replicas, alt_loads, alt_settings
     finally:
-        shutil.rmtree(alt_dir, ignore_errors=True)
+        shutil.rmtree(alt.directory, ignore_errors=True)
         clock.tick("two-phase fallback")
 
 
 def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarray, num_parts: int,
-                    batch_rows: int) -> np.ndarray:
+                    batch_rows: int, num_edges: int) -> np.ndarray:
+    """Count the edges of every replica (ranges of the stream on threads, each into its
+    own counters, then summed; ``int32`` while no count can reach 2**31), then choose."""
     offsets = replica_offsets(replicas)
-    counts = np.zeros(offsets[-1], dtype=np.int64)
-    for src, dst, part in iter_assigned(edge_shards, workdir, batch_rows):
-        count_edges_per_replica(src, dst, part, replicas, offsets, counts)
+    dtype = np.int32 if num_edges < 2**31 else np.int64
+
+    def count(shards: range) -> np.ndarray:
+        counts = np.zeros(offsets[-1], dtype=dtype)
+        for src, dst, part in iter_assigned(edge_shards[shards.start:shards.stop], workdir, batch_rows,
+                                            first_shard=shards.start):
+            count_edges_per_replica(src, dst, part, replicas, offsets, counts)
+        return counts
+
+    counts, *others = map_shard_ranges(edge_shards, count) or [np.zeros(offsets[-1], dtype=dtype)]
+    for more in others:
+        counts += more
     return choose_masters(replicas, offsets, counts, num_parts)
+
+
+def _locality(edge_shards: list[Shard], replicas: np.ndarray, master: np.ndarray, batch_rows: int) -> tuple[int, int]:
+    """(local, total) 1-hop incidences (:func:`~pipeline.stages.metrics.locality_batch`),
+    ranges of the stream on threads."""
+    def count(shards: range) -> tuple[int, int]:
+        local = total = 0
+        for batch in iter_edge_batches(edge_shards[shards.start:shards.stop], batch_rows, first_shard=shards.start):
+            a, b = locality_batch(batch.src, batch.dst, replicas, master)
+            local += a
+            total += b
+        return local, total
+
+    sums = map_shard_ranges(edge_shards, count)
+    return sum(a for a, _ in sums), sum(b for _, b in sums)
 
 
 def _measure(result: Assignment, attr_ids: np.ndarray, steering: _Steering) -> None:
     """The metrics of ``result`` (its ``metrics``, ``labels`` and ``locality``)."""
     run = result.config
     with stage("metrics", log):
-        local = total = 0
-        for batch in iter_edge_batches(result.edge_shards, run.batch_rows):
-            a, b = locality_batch(batch.src, batch.dst, result.replicas, result.master)
-            local += a
-            total += b
+        local, total = _locality(result.edge_shards, result.replicas, result.master, run.batch_rows)
         labels = read_node_column(result.node_shards, result.num_nodes, "label")
         result.metrics = partition_metrics(
             result.replicas, result.loads, result.master, attr_ids, labels, (local, total)
@@ -387,19 +474,22 @@ def partition(
         attr = _attribute_clusters(run, source.node_shards, num_nodes, client)
     attr_ids = np.ascontiguousarray(attr.attr_cluster_id, dtype=np.int32)
     clock.tick("attribute clustering")
-    steering = _attribute_weights(run, source.edge_shards, degrees.degree, attr_ids)
-    _communities(run, source.edge_shards, degrees.degree, attr_ids, steering, clock)
 
     owns = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="asepr-assign-") if owns else workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    fallback = (_Fallback(run, source.edge_shards, degrees, attr_ids, workdir)
+                if run.uses_two_phase_fallback else None)
     try:
+        steering = _attribute_weights(run, source.edge_shards, degrees.degree, attr_ids)
+        _communities(run, source.edge_shards, degrees.degree, attr_ids, steering, clock)
         replicas, loads, settings = _assign(run, source.edge_shards, degrees, steering, workdir, clock,
                                             attr_ids if run.uses_attributes else None)
-        if run.uses_two_phase_fallback:
-            replicas, loads, settings = _two_phase_fallback(run, source.edge_shards, degrees, attr_ids, steering,
-                                                            workdir, clock, (replicas, loads, settings))
-        master = _choose_masters(source.edge_shards, workdir, replicas, run.num_parts, run.batch_rows)
+        if fallback is not None:
+            replicas, loads, settings = _two_phase_fallback(fallback, degrees, steering, workdir, clock,
+                                                            (replicas, loads, settings))
+        master = _choose_masters(source.edge_shards, workdir, replicas, run.num_parts, run.batch_rows,
+                                 degrees.num_edges)
         clock.tick("masters")
         result = Assignment(
             config=run, num_nodes=num_nodes, num_edges=degrees.num_edges, edge_shards=source.edge_shards,
@@ -413,6 +503,8 @@ def partition(
         result.metrics["peak_rss_bytes"] = peak_rss_bytes()
         return result
     except BaseException:
+        if fallback is not None:
+            fallback.close()  # its thread writes under workdir
         if owns:
             shutil.rmtree(workdir, ignore_errors=True)
         raise

@@ -54,6 +54,7 @@ from pipeline.assign.state import FIELDS
 from pipeline.config import PartitionConfig
 from pipeline.stages.attr_cluster import RESTARTS, sample_rows
 from pipeline.store.route import EDGE_RECORD, node_record
+from pipeline.stream import stream_ways
 from storage.errors import AseprError, InputError, format_problem
 from storage.input import InputDir, open_input, open_parquet
 from storage.partition_store import CHUNK_BYTES
@@ -520,30 +521,47 @@ def _assignment(run: PartitionConfig, s: _Shape) -> _Need:
     return _Need(driver=driver, written=2 * s.e + first_phase, removed=first_phase)
 
 
-def _fallback(run: PartitionConfig, s: _Shape) -> _Need:
-    """pipeline.partition's two-phase fallback (ASEP): ASEP's ``replicas`` uint64[N, W]
-    and its communities (``community_id``, ``volume`` int64[N]) stay while 2PS-HDRF's
-    clustering and two-phase assignment run; its edge partitions and first-phase file go
-    to a subdirectory (the first phase and the losing stream's partitions are removed)."""
+def _fallback(run: PartitionConfig, s: _Shape, asep_peak: float) -> _Need:
+    """pipeline.partition's two-phase fallback (ASEP): 2PS-HDRF's clustering and
+    two-phase assignment, its edge partitions and first-phase file in a subdirectory
+    (the first phase and the losing stream's partitions are removed).
+
+    ``concurrent_fallback`` (default) runs it on a thread beside ASEP's clustering,
+    mapping and stream, so its largest step adds to ``asep_peak``, the largest of
+    those (``degree`` and ``attr_cluster_id`` are shared); sequentially it runs after
+    them beside ASEP's ``replicas`` uint64[N, W] and communities (``community_id``,
+    ``volume`` int64[N])."""
     twops = run.two_phase_config()
-    kept = 8 * s.words * s.n + 16 * s.n
-    driver = kept + max(_clustering(twops, s).driver, _assignment(twops, s).driver)
+    own = max(_clustering(twops, s).driver, _assignment(twops, s).driver)
+    if run.concurrent_fallback:
+        driver = asep_peak + own - 12 * s.n
+    else:
+        driver = 8 * s.words * s.n + 16 * s.n + own
     return _Need(driver=driver, written=4 * s.e, removed=4 * s.e)
+
+
+def _ways(s: _Shape) -> int:
+    """Threads of an order-free edge pass (:func:`pipeline.stream.map_shard_ranges`)."""
+    return max(1, min(stream_ways(), s.edge_shards))
 
 
 def _masters(run: PartitionConfig, s: _Shape) -> _Need:
     """pipeline.stages.masters: ``replicas`` uint64[N, W], ``offsets`` int64[N+1], the
-    ``popcounts`` int64[N] and then one int64 counter per replica (8·RF·N) and
-    ``master`` int32[N]; the assigned stream adds each batch's ``int16`` partitions."""
+    ``popcounts`` int64[N]; then each stream range's thread keeps one counter per replica
+    (``int32``, RF·N of them, ``int64`` from 2**31 edges) and reads its own stream with
+    each batch's ``int16`` partitions; then ``master`` int32[N]."""
     held = _held(run, s) + 8 * s.words * s.n + 8 * s.n
-    return _Need(driver=held + max(8 * s.n, 8 * s.rf * s.n + 4 * s.n) + s.stream + 2 * s.b)
+    ways = _ways(s)
+    counter = 4 if s.e < 2**31 else 8
+    return _Need(driver=held + max(8 * s.n, ways * (counter * s.rf * s.n + s.stream + 2 * s.b) + 4 * s.n))
 
 
 def _metrics(run: PartitionConfig, s: _Shape) -> _Need:
-    """pipeline.stages.metrics: ``replicas``, ``master`` int32, ``labels`` int64[N] read
-    from the node shards, the ``attr`` int64 copy and the ``any`` masks."""
+    """pipeline.stages.metrics: ``replicas``, ``master`` int32, the locality pass's
+    streams (one per range thread), then ``labels`` int64[N] read from the node shards,
+    the ``attr`` int64 copy and the ``any`` masks."""
     held = _held(run, s) + 8 * s.words * s.n + 4 * s.n
-    return _Need(driver=held + max(s.stream, 8 * s.n + 8 * s.n + (s.words + 1) * s.n))
+    return _Need(driver=held + max(_ways(s) * s.stream, 8 * s.n + 8 * s.n + (s.words + 1) * s.n))
 
 
 def _state(run: PartitionConfig, s: _Shape) -> _Need:
@@ -620,7 +638,8 @@ def _stage_needs(run: PartitionConfig, s: _Shape) -> list[tuple[str, _Need]]:
         needs.append(("mapping", _mapping(s)))
     needs.append(("assignment", _assignment(run, s)))
     if run.uses_two_phase_fallback:
-        needs.append(("two-phase fallback", _fallback(run, s)))
+        asep_peak = max(need.driver for name, need in needs[2:])  # clustering, mapping, assignment
+        needs.append(("two-phase fallback", _fallback(run, s, asep_peak)))
     needs += [("masters", _masters(run, s)),
               ("metrics", _metrics(run, s)), ("state", _state(run, s)), ("route", _route(s)),
               ("finalize edges", _finalize_edges(s)), ("gather nodes", _gather_nodes(s)),

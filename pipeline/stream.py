@@ -9,9 +9,12 @@ bounded by a few batches.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +22,7 @@ import numpy as np
 from storage.fs import Shard
 from storage.input import open_parquet
 
-__all__ = ["EdgeBatch", "iter_edge_batches", "warmup_arrays"]
+__all__ = ["EdgeBatch", "iter_edge_batches", "map_shard_ranges", "shard_ranges", "stream_ways", "warmup_arrays"]
 
 
 @dataclass(frozen=True)
@@ -33,9 +36,9 @@ class EdgeBatch:
     dst: np.ndarray
 
 
-def _produce(shards: list[Shard], batch_rows: int) -> Iterator[EdgeBatch]:
+def _produce(shards: list[Shard], batch_rows: int, first_shard: int = 0) -> Iterator[EdgeBatch]:
     position = 0
-    for index, shard in enumerate(shards):
+    for index, shard in enumerate(shards, start=first_shard):
         pf = open_parquet(shard)
         row0 = 0
         for batch in pf.iter_batches(batch_size=batch_rows, columns=["src", "dst"]):
@@ -61,21 +64,27 @@ def warmup_arrays() -> tuple[np.ndarray, np.ndarray]:
 
 
 _DONE = object()
+T = TypeVar("T")
 
 
 def iter_edge_batches(
-    shards: list[Shard], batch_rows: int = 1 << 20, prefetch: int = 2
+    shards: list[Shard], batch_rows: int = 1 << 20, prefetch: int = 2, first_shard: int = 0
 ) -> Iterator[EdgeBatch]:
-    """Yield the edge batches of ``shards`` in stream order, decoded ahead in a thread."""
+    """Yield the edge batches of ``shards`` in stream order, decoded ahead in a thread.
+
+    ``first_shard`` is the index of ``shards[0]`` in the whole stream (a range of it,
+    :func:`shard_ranges`): the batches' ``shard_index`` count from there, their
+    ``position`` from the range's start.
+    """
     if prefetch <= 0:
-        yield from _produce(shards, batch_rows)
+        yield from _produce(shards, batch_rows, first_shard)
         return
     slots: queue.Queue = queue.Queue(maxsize=prefetch)
     stop = threading.Event()
 
     def worker() -> None:
         try:
-            for item in _produce(shards, batch_rows):
+            for item in _produce(shards, batch_rows, first_shard):
                 while not stop.is_set():
                     try:
                         slots.put(item, timeout=0.1)
@@ -105,3 +114,45 @@ def iter_edge_batches(
                 slots.get_nowait()
             except queue.Empty:
                 thread.join(timeout=0.05)
+
+
+def stream_ways() -> int:
+    """Threads that share an order-free pass over the edges (a count, a sum): one per
+    core, at most 4."""
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def shard_ranges(shards: list[Shard], ways: int) -> list[range]:
+    """At most ``ways`` contiguous, non-empty ranges of shard indices covering ``shards``,
+    with about equal rows each (whole shards: one shard is never split)."""
+    if not shards:
+        return []
+    rows = np.array([open_parquet(s).metadata.num_rows for s in shards], dtype=np.int64)
+    total = int(rows.sum())
+    ways = max(1, min(int(ways), len(shards)))
+    # Cut after the shard whose cumulative rows first reach each multiple of total/ways.
+    ends = np.cumsum(rows)
+    cuts = sorted({int(np.searchsorted(ends, total * w / ways)) + 1 for w in range(1, ways)} | {len(shards)})
+    ranges, start = [], 0
+    for stop in cuts:
+        stop = min(stop, len(shards))
+        if stop > start:
+            ranges.append(range(start, stop))
+            start = stop
+    return ranges
+
+
+def map_shard_ranges(shards: list[Shard], fn: Callable[[range], T], ways: int | None = None) -> list[T]:
+    """``fn(r)`` for each range of :func:`shard_ranges` (``ways`` default
+    :func:`stream_ways`), on one thread per range; the results in stream order.
+
+    For passes whose result does not depend on the order of the edges (counts, sums),
+    with kernels that release the GIL. Every thread is finished before an error
+    propagates.
+    """
+    ranges = shard_ranges(shards, stream_ways() if ways is None else ways)
+    if len(ranges) <= 1:
+        return [fn(r) for r in ranges]
+    with ThreadPoolExecutor(max_workers=len(ranges), thread_name_prefix="asepr-stream-range") as pool:
+        futures = [pool.submit(fn, r) for r in ranges]
+        return [f.result() for f in futures]

@@ -43,6 +43,7 @@ _CONFIG_FLAGS = {
     "seed": "seed",
     "batch_rows": "batch_rows",
     "two_phase_fallback": "two_phase_fallback",
+    "concurrent_fallback": "concurrent_fallback",
     "memory_budget": "memory_budget",
 }
 
@@ -87,6 +88,10 @@ def register(subparsers, add_common) -> None:
                    default=None,
                    help="asep: keep its own stream; by default it also streams the edges as 2PS-HDRF does "
                         "(2 more edge passes, 1 more clustering pass) and keeps the assignment with fewer replicas")
+    p.add_argument("--sequential-fallback", dest="concurrent_fallback", action="store_const", const=False,
+                   default=None,
+                   help="asep: stream the two-phase fallback after ASEP's own stream instead of beside it on "
+                        "a thread (less memory: one kernel state at a time; the same assignment)")
     p.add_argument("--seed", type=int, help="seed (k-means, projections, hash baselines)")
     p.add_argument("--batch-rows", type=int, help="edge rows per streamed batch")
     p.add_argument("--halo", type=int, choices=(0, 1), default=None,

@@ -36,10 +36,12 @@ def edge_parts_path(workdir: str | Path, shard_index: int) -> Path:
     return Path(workdir) / f"edge-parts-{shard_index:05d}.npy"
 
 
-def iter_assigned(edge_shards: list[Shard], workdir: str | Path,
-                  batch_rows: int = 1 << 20) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Yield ``(src, dst, part)`` batches in stream order, ``part`` read from ``workdir``'s files."""
-    for batch in iter_edge_batches(edge_shards, batch_rows):
+def iter_assigned(edge_shards: list[Shard], workdir: str | Path, batch_rows: int = 1 << 20,
+                  first_shard: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Yield ``(src, dst, part)`` batches in stream order, ``part`` read from ``workdir``'s files
+    (``first_shard``: the stream index of ``edge_shards[0]``, as in
+    :func:`~pipeline.stream.iter_edge_batches`)."""
+    for batch in iter_edge_batches(edge_shards, batch_rows, first_shard=first_shard):
         parts = np.load(edge_parts_path(workdir, batch.shard_index), mmap_mode="r")
         yield batch.src, batch.dst, np.asarray(parts[batch.row0 : batch.row0 + len(batch.src)])
 

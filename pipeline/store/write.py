@@ -220,9 +220,10 @@ def _input_info_from_shards(input_url, edge_shards, node_shards) -> dict[str, An
 
 
 def _run_key(config: dict[str, Any], halo: int, input_info: dict[str, Any]) -> str:
+    # How the fallback is scheduled changes no result, so it does not make a new run.
     identity = {
         "format_version": [MANIFEST_VERSION, STORE_VERSION],
-        "config": config,
+        "config": {k: v for k, v in config.items() if k != "concurrent_fallback"},
         "halo": halo,
         "edges": [s["sha256"] for s in input_info["edges"]],
         "nodes": [s["sha256"] for s in input_info["nodes"]],

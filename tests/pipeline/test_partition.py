@@ -102,9 +102,15 @@ def test_two_phase_fallback_keeps_the_stream_with_fewer_replicas(inputs):
         for name, run in (("asep", own), ("2ps-hdrf", twops)):
             with partition(inputs[1], config=run) as a:
                 runs[name] = (_check_invariants(a, src, dst), a.metrics["replication_factor"], a.kernel.mode)
+        with partition(inputs[8], config=replace(config, concurrent_fallback=False)) as a:
+            sequential = (_check_invariants(a, src, dst), a.master.copy(), a.metrics["two_phase_fallback"])
         with partition(inputs[8], config=config) as a:
             parts = _check_invariants(a, src, dst)
             outcome = a.metrics["two_phase_fallback"]
+            # The fallback on its thread beside ASEP's stream: the same result as after it.
+            assert parts.tolist() == sequential[0].tolist() and a.master.tolist() == sequential[1].tolist()
+            assert outcome == sequential[2]
+            assert a.timings["fallback stream"] > 0
         assert outcome["asep_rf"] == pytest.approx(runs["asep"][1])
         assert outcome["two_phase_rf"] == pytest.approx(runs["2ps-hdrf"][1])
         expected = "2ps-hdrf" if runs["2ps-hdrf"][1] < runs["asep"][1] else "asep"
@@ -114,6 +120,32 @@ def test_two_phase_fallback_keeps_the_stream_with_fewer_replicas(inputs):
         assert a.kernel.mode == runs[expected][2]
         chosen.add(expected)
     assert chosen == {"asep", "2ps-hdrf"}  # both branches ran
+
+
+@pytest.mark.parametrize("failing", ["asep", "2ps-hdrf"])
+def test_a_failed_stream_removes_the_workdir_after_the_other_finishes(inputs, monkeypatch, tmp_path, failing):
+    # Either stream failing (ASEP's on the main thread, the fallback's on its own) fails
+    # the run with that error; the other stream is waited for, so nothing writes into the
+    # workdir after it is removed.
+    import importlib
+
+    module = importlib.import_module("pipeline.partition")
+    real = module._assign
+    finished = []
+
+    def assign(run, *args, **kwargs):
+        if run.algo == failing:
+            raise OSError(f"disk full while streaming {failing}")
+        result = real(run, *args, **kwargs)
+        finished.append(run.algo)
+        return result
+
+    monkeypatch.setattr(module, "_assign", assign)
+    monkeypatch.setattr(module.tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(OSError, match=f"streaming {failing}"):
+        partition(inputs[1], config=PartitionConfig(num_parts=4, num_attr_clusters=8))
+    assert finished == [a for a in ("asep", "2ps-hdrf") if a != failing]
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("algo", ["asep", "hdrf"])
@@ -194,3 +226,28 @@ def test_an_opened_input_is_listed_once_and_timed_by_stage(inputs):
                                    "structural clustering", "mapping", "assignment kernel", "assignment",
                                    "masters", "metrics"]
         assert a.kernel.cap == a.metrics["cap"]
+
+
+@pytest.mark.parametrize("ways", [1, 2, 3, 5, 8, 20])
+def test_stream_ranges_cover_the_shards_in_order_and_order_free_passes_agree(inputs, ways, monkeypatch):
+    # shard_ranges: contiguous, non-empty, at most `ways`, every shard once, in order,
+    # balanced by rows; masters and 1-hop locality counted over the ranges on threads
+    # equal the single-thread pass.
+    from pipeline.stream import map_shard_ranges, shard_ranges
+    from storage.input import open_input
+
+    shards = open_input(inputs[8]).edge_shards
+    ranges = shard_ranges(shards, ways)
+    assert [i for r in ranges for i in r] == list(range(len(shards)))
+    assert len(ranges) == min(ways, len(shards)) and all(len(r) for r in ranges)
+    assert max(len(r) for r in ranges) - min(len(r) for r in ranges) <= 1  # equal-sized shards here
+    assert map_shard_ranges(shards, lambda r: list(r), ways) == [list(r) for r in ranges]
+
+    import pipeline.stream as stream
+
+    results = {}
+    for threads in (1, ways):
+        monkeypatch.setattr(stream, "stream_ways", lambda t=threads: t)
+        with partition(inputs[8], config=PartitionConfig(num_parts=4, num_attr_clusters=8)) as a:
+            results[threads] = (a.master.tolist(), a.locality, a.metrics["one_hop_locality"])
+    assert results[1] == results[ways]

@@ -193,6 +193,11 @@ def test_the_fallback_stage_is_planned_for_asep_only_and_a_budget_is_capped_at_t
     assert "two-phase fallback" in stages()
     assert "two-phase fallback" not in stages(two_phase_fallback=False)
     assert "two-phase fallback" not in stages(algo="hdrf")
+    # On its thread the fallback's state adds to ASEP's largest step; after it, only to
+    # what ASEP keeps: the concurrent plan is the larger, by less than one more state.
+    concurrent, sequential = stages()["two-phase fallback"], stages(concurrent_fallback=False)["two-phase fallback"]
+    asep = max(stages()[name].driver for name in ("structural clustering", "mapping", "assignment"))
+    assert sequential.driver < concurrent.driver < asep + sequential.driver
     # A budget beyond the whole graph plans what the hybrid can hold, not the budget.
     whole, huge = stages(memory_budget=10**7), stages(memory_budget=2**40)
     assert huge["assignment"].driver == whole["assignment"].driver < stages()["assignment"].driver + 10**7
