@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from storage.decoded import read_decoded
 from storage.fs import Shard
 from storage.input import open_parquet
 
@@ -39,6 +40,11 @@ class EdgeBatch:
 def _produce(shards: list[Shard], batch_rows: int, first_shard: int = 0) -> Iterator[EdgeBatch]:
     position = 0
     for index, shard in enumerate(shards, start=first_shard):
+        if shard.decoded is not None:  # the validator's raw copy (storage.decoded)
+            for row0, src, dst in read_decoded(shard, batch_rows):
+                yield EdgeBatch(index, row0, position, src, dst)
+                position += len(src)
+            continue
         pf = open_parquet(shard)
         row0 = 0
         for batch in pf.iter_batches(batch_size=batch_rows, columns=["src", "dst"]):

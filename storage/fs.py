@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +38,17 @@ class Shard:
         The path as the user would write it, for messages.
     size
         The file size in bytes.
+    decoded
+        An edge shard's decoded copy, ``(src path, dst path)`` of raw ``int64`` files
+        (:mod:`storage.decoded`), which the edge stream reads instead of the Parquet
+        file; None (default) without one.
     """
 
     fs: Any
     path: str
     url: str
     size: int
+    decoded: tuple[str, str] | None = field(default=None, compare=False)
 
     def open(self, mode: str = "rb"):
         return self.fs.open(self.path, mode)

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from storage.decoded import DecodedWriter
 from storage.dedup import EdgeDedup
 from storage.errors import AseprError, InputError, format_problem
 from storage.fs import Shard, discover_shards, fingerprint
@@ -315,12 +316,17 @@ def _validate_edge_batch(shard: Shard, row0: int, batch: pa.RecordBatch, columns
     return ends[0], ends[1]
 
 
-def _checked_edges(edge_files, batch_rows: int, num_ids: int, expected: str, fix: str):
-    """Yield ``(src, dst)`` of every edge batch, each checked by :func:`_validate_edge_batch`."""
-    for shard, columns in edge_files:
+def _checked_edges(edge_files, batch_rows: int, num_ids: int, expected: str, fix: str,
+                   decoded: DecodedWriter | None = None):
+    """Yield ``(src, dst)`` of every edge batch, each checked by :func:`_validate_edge_batch`
+    (and appended to ``decoded``'s copy of its shard)."""
+    for index, (shard, columns) in enumerate(edge_files):
         pf = open_parquet(shard)
         for row0, batch in _iter_batches(pf, shard, columns, batch_rows):
-            yield _validate_edge_batch(shard, row0, batch, columns, num_ids, expected, fix)
+            src, dst = _validate_edge_batch(shard, row0, batch, columns, num_ids, expected, fix)
+            if decoded is not None:
+                decoded.add(index, src, dst)
+            yield src, dst
 
 
 def _split_dict(split_counts: np.ndarray) -> dict[str, int]:
@@ -343,6 +349,7 @@ def validate_input(
     batch_rows: int = 1 << 20,
     spill_dir: str | None = None,
     storage_options: dict | None = None,
+    decoded_dir: str | None = None,
 ) -> ValidationReport:
     """Validate an input directory (or explicit edge and node locations), streaming.
 
@@ -363,6 +370,9 @@ def validate_input(
         Count duplicate edges exactly (spills edge keys to ``spill_dir``).
     batch_rows
         Rows per record batch; memory per batch scales with it.
+    decoded_dir
+        An existing directory to write each edge shard's checked ``src`` and ``dst``
+        into, as raw files for later passes (:mod:`storage.decoded`); None: none.
 
     Raises
     ------
@@ -372,7 +382,7 @@ def validate_input(
     with stage("validate", log) as info:
         report = _validate_impl(
             input_url, edges, nodes, undirected, num_classes, check_duplicates,
-            batch_rows, spill_dir, storage_options,
+            batch_rows, spill_dir, storage_options, decoded_dir,
         )
         info.update(nodes=report.num_nodes, edges=report.num_edges)
     return report
@@ -438,8 +448,22 @@ def _check_all_nodes_seen(state: _NodeState, base_url: str) -> None:
 
 
 def _edge_pass(edge_files, num_nodes: int, num_edges: int, undirected: bool, check_duplicates: bool,
-               batch_rows: int, spill_dir: str | None) -> tuple[np.ndarray, int, int | None]:
-    """Check every edge; return ``(degree, self_loops, duplicate_edges or None)``."""
+               batch_rows: int, spill_dir: str | None, decoded_dir: str | None = None
+               ) -> tuple[np.ndarray, int, int | None]:
+    """Check every edge; return ``(degree, self_loops, duplicate_edges or None)``; with
+    ``decoded_dir``, write the decoded copies there (:mod:`storage.decoded`)."""
+    decoded = DecodedWriter(decoded_dir, len(edge_files)) if decoded_dir is not None else None
+    try:
+        return _count_edges(edge_files, num_nodes, num_edges, undirected, check_duplicates, batch_rows,
+                            spill_dir, decoded)
+    finally:
+        if decoded is not None:
+            decoded.close()
+
+
+def _count_edges(edge_files, num_nodes: int, num_edges: int, undirected: bool, check_duplicates: bool,
+                 batch_rows: int, spill_dir: str | None, decoded: DecodedWriter | None
+                 ) -> tuple[np.ndarray, int, int | None]:
     degree = np.zeros(num_nodes, dtype=np.int64)
     self_loops = 0
     dedup = (
@@ -451,10 +475,11 @@ def _edge_pass(edge_files, num_nodes: int, num_edges: int, undirected: bool, che
     fix = "every edge endpoint needs a node row; add the node or drop the edge (ids must be dense 0..N-1)."
     try:
         position = 0
-        for src, dst in _checked_edges(edge_files, batch_rows, num_nodes, expected, fix):
+        for src, dst in _checked_edges(edge_files, batch_rows, num_nodes, expected, fix, decoded):
             self_loops += int(np.count_nonzero(src == dst))
-            degree += np.bincount(src, minlength=num_nodes)
-            degree += np.bincount(dst, minlength=num_nodes)
+            # O(batch), not bincount's O(N) per batch (at 50M nodes 20 ms against 360 ms).
+            np.add.at(degree, src, 1)
+            np.add.at(degree, dst, 1)
             if dedup is not None:
                 dedup.add(src, dst, np.arange(position, position + len(src), dtype=np.int64))
             position += len(src)
@@ -467,7 +492,7 @@ def _edge_pass(edge_files, num_nodes: int, num_edges: int, undirected: bool, che
 
 def _validate_impl(
     input_url, edges, nodes, undirected, num_classes, check_duplicates,
-    batch_rows, spill_dir, storage_options,
+    batch_rows, spill_dir, storage_options, decoded_dir=None,
 ) -> ValidationReport:
     meta, edge_shards, node_shards, base_url = _open_sources(input_url, edges, nodes, storage_options)
     if undirected is None:
@@ -487,7 +512,7 @@ def _validate_impl(
     _check_all_nodes_seen(state, base_url)
     del state.seen
     degree, self_loops, duplicates = _edge_pass(
-        edge_files, num_nodes, num_edges, undirected, check_duplicates, batch_rows, spill_dir)
+        edge_files, num_nodes, num_edges, undirected, check_duplicates, batch_rows, spill_dir, decoded_dir)
 
     label_counts = state.label_counts
     classes = num_classes if num_classes is not None else len(label_counts)

@@ -56,6 +56,7 @@ import pyarrow.parquet as pq
 from storage import failpoints
 from storage.atomic import atomic_file, refuse_symlink, write_json_atomic
 from storage.confine import confined_path
+from storage.decoded import DECODED_PREFIX
 from storage.errors import AseprError, StoreError, format_problem
 from storage.fs import resolve, url_of
 from storage.manifest import (
@@ -124,7 +125,7 @@ def local_output(out: str | Path, storage_options: dict | None) -> Path:
 def _owned_name(name: str) -> bool:
     return (
         name in (MANIFEST_NAME, NODE_MAP_NAME, STAGING_NAME, STATE_NAME)
-        or name.startswith((LOCK_NAME, f".{MANIFEST_NAME}.", f"{MANIFEST_NAME}.partial-"))
+        or name.startswith((LOCK_NAME, f".{MANIFEST_NAME}.", f"{MANIFEST_NAME}.partial-", DECODED_PREFIX))
         or (name.startswith("part-") and name.endswith(".zarr"))
     )
 

@@ -33,6 +33,7 @@ import hashlib
 import logging
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ from pipeline.store.commit import (
 )
 from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
 from pipeline.store.tasks import Progress, bar_for, run_tasks, timed, worker_peak_rss
+from storage.decoded import DECODED_PREFIX, decoded_shards
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard, fingerprint, resolve, url_of
 from storage.lock import OutputLock
@@ -254,6 +256,20 @@ def _writable_output(out: str | Path, storage_options: dict | None) -> Iterator[
     finally:
         if created:
             remove_if_empty(out_path)
+
+
+@contextlib.contextmanager
+def _decoded_copy(out: Path) -> Iterator[Path]:
+    """A new directory in the (locked) output for the validator's decoded edge copy
+    (:mod:`storage.decoded`), removed on the way out, as are those of killed runs."""
+    for stale in out.glob(f"{DECODED_PREFIX}*"):
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+    path = Path(tempfile.mkdtemp(prefix=DECODED_PREFIX, dir=out))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _begin(out: Path, run_key: str, overwrite: bool) -> tuple[Staging, int, dict | None]:
@@ -477,13 +493,14 @@ def partition_to_store(
     from pipeline.partition import partition
 
     halo = _check_halo(halo)
-    with _writable_output(out, storage_options) as out_path:
+    with _writable_output(out, storage_options) as out_path, _decoded_copy(out_path) as decoded_dir:
         timings: dict[str, float] = {}
         start = time.perf_counter()
         with stage("validate", log):
             source = open_input(input_url, storage_options)
             config = config.resolved(source).effective()
-            report = validate_input(source, undirected=config.undirected, check_duplicates=False)
+            report = validate_input(source, undirected=config.undirected, check_duplicates=False,
+                                    decoded_dir=str(decoded_dir))
         timings["validate"] = time.perf_counter() - start
         input_info = _input_info_from_report(input_url, report, storage_options)
         run_key = _run_key(config.to_dict(), halo, input_info)
@@ -495,9 +512,15 @@ def partition_to_store(
             saved = None
         if saved is None:
             staging.reset_work()
+            # The streaming passes read the validator's decoded copy; everything after
+            # them (and what is saved) names the input's own shards.
+            decoded = dataclasses.replace(source, edge_shards=decoded_shards(
+                source.edge_shards, [info.rows for info in report.edge_shards], decoded_dir))
             with bar_for(progress, "assign", 1) as bar:
-                assignment = partition(source, config=config, client=client, workdir=staging.work, report=report)
+                assignment = partition(decoded, config=config, client=client, workdir=staging.work, report=report)
                 bar.update(1)
+            assignment.edge_shards = source.edge_shards
+            shutil.rmtree(decoded_dir, ignore_errors=True)
             try:
                 _stage_state(staging, assignment, generation, input_info)
                 saved = _save_assignment(assignment, staging.work, run_key, halo)

@@ -373,6 +373,28 @@ def test_bad_input_fails_before_anything_is_written(tmp_path, small_input, break
         assert verify_output(out, input_url=small_input[0]).ok
 
 
+def test_the_decoded_edge_copy_is_removed_and_a_killed_runs_copy_too(tmp_path, small_input):
+    # The validator's decoded copy lives in the locked output while the streams read it;
+    # a run leaves none behind, removes one a killed run left, and gives the same stores.
+    from storage.decoded import DECODED_PREFIX
+
+    out = tmp_path / "out"
+    first = partition_to_store(small_input[0], out, PartitionConfig(num_parts=3))
+    assert not list(out.glob(f"{DECODED_PREFIX}*"))
+    stale = out / f"{DECODED_PREFIX}killed"
+    stale.mkdir()
+    (stale / "edges-00000.src").write_bytes(b"x" * 8)
+    again = partition_to_store(small_input[0], out, PartitionConfig(num_parts=3, seed=0, concurrent_fallback=False),
+                               overwrite=True)
+    assert not list(out.glob(f"{DECODED_PREFIX}*"))
+    assert again["generation"] == first["generation"] + 1
+    with partition(small_input[0], config=PartitionConfig(num_parts=3)) as a:  # Parquet streams
+        parts = np.concatenate([np.asarray(a.edge_parts(i)) for i in range(len(a.edge_shards))])
+    stored = {entry["part_id"]: entry["counts"]["edges"] for entry in again["partitions"]}
+    assert [stored[p] for p in range(3)] == np.bincount(parts, minlength=3).tolist()
+    assert verify_output(out, input_url=small_input[0]).ok
+
+
 def test_unwritable_or_foreign_output_is_refused_clearly(tmp_path, small_input):
     root, _ = small_input
     blocker = tmp_path / "a-file"
