@@ -24,6 +24,8 @@ Empty shards (zero rows) are legal but reported as warnings.
 from __future__ import annotations
 
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -102,9 +104,12 @@ def _check_duplicate_shards(shards: list[Shard], infos: list[ShardInfo]) -> None
 
     Empty shards (0 rows) are legal and may well be byte-identical, so they are skipped.
     """
+    # hashlib releases the GIL on large blocks: the shards hash side by side.
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1, len(shards)))) as pool:
+        digests = list(pool.map(fingerprint, shards))
     seen: dict[str, Shard] = {}
-    for shard, info in zip(shards, infos):
-        info.sha256 = fingerprint(shard)
+    for shard, info, digest in zip(shards, infos, digests):
+        info.sha256 = digest
         if info.rows == 0:
             continue
         if info.sha256 in seen:
