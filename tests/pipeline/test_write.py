@@ -373,6 +373,24 @@ def test_bad_input_fails_before_anything_is_written(tmp_path, small_input, break
         assert verify_output(out, input_url=small_input[0]).ok
 
 
+def test_node_rows_in_any_order_reach_their_partitions(tmp_path):
+    # Node shards in id order take the gather's slice path, shuffled ones its search
+    # path: both give every partition the right rows (features, labels, splits).
+    arrays = make_input(tmp_path / "in", seed=5)
+    for shard in sorted((tmp_path / "in" / "nodes").glob("*.parquet")):
+        table = pq.read_table(shard)
+        order = np.random.default_rng(1).permutation(table.num_rows)
+        pq.write_table(table.take(order), tmp_path / "shuffled.parquet")
+        (tmp_path / "shuffled.parquet").replace(shard.with_name(f"s-{shard.name}"))
+        shard.unlink()
+    for ordered in (True, False):
+        root = tmp_path / "in" if not ordered else tmp_path / "sorted"
+        if ordered:
+            make_input(root, seed=5)
+        partition_to_store(root, tmp_path / f"out-{ordered}", PartitionConfig(num_parts=3, algo="hash"))
+        check_output(tmp_path / f"out-{ordered}", arrays)
+
+
 def test_the_decoded_edge_copy_is_removed_and_a_killed_runs_copy_too(tmp_path, small_input):
     # The validator's decoded copy lives in the locked output while the streams read it;
     # a run leaves none behind, removes one a killed run left, and gives the same stores.
