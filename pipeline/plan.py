@@ -443,7 +443,7 @@ def _held(run: PartitionConfig, s: _Shape) -> float:
 
 
 def _validate(run: PartitionConfig, s: _Shape) -> _Need:
-    """storage.validate: node pass ``seen`` bool[N] + reading a node shard, or one node
+    """storage.validate, its two passes at once: node pass ``seen`` bool[N] + reading a node shard, or one node
     batch (16 MiB of features, their ``isfinite`` mask, ids, labels); edge pass
     ``degree`` int64[N] + the batch and its range masks. ``asepr partition`` also writes
     the decoded edge copy (:mod:`storage.decoded`, 16 B per edge), removed when the
@@ -451,7 +451,8 @@ def _validate(run: PartitionConfig, s: _Shape) -> _Need:
     node_rows = min(s.n_s, max(1024, min(run.batch_rows, _NODE_BATCH_BYTES // (4 * max(1, s.d)))))
     node_pass = s.n + max(s.node_read, 2 * node_rows * (5 * s.d + 17))
     edge_pass = 8 * s.n + 2 * EDGE_ROW * s.b + 4 * s.b
-    return _Need(driver=max(node_pass, edge_pass), written=DECODED_ROW * s.e, removed=DECODED_ROW * s.e)
+    # The two passes run side by side (storage.validate).
+    return _Need(driver=node_pass + edge_pass, written=DECODED_ROW * s.e, removed=DECODED_ROW * s.e)
 
 
 def _kmeans(run: PartitionConfig, s: _Shape) -> _Need:

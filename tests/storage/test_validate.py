@@ -282,6 +282,22 @@ MALFORMED = {
 }
 
 
+def test_a_node_error_wins_over_an_edge_error_found_beside_it(tmp_path):
+    # The node and edge passes run side by side; with a bad node row and a bad edge, the
+    # node problem is reported, as when the passes ran one after the other; the edge
+    # problem alone is reported too.
+    root = tmp_path / "in"
+    write_input(root)
+    _, edge_needles = _id_too_large(root)
+    with pytest.raises(InputError) as err:
+        validate_input(root)
+    assert all(n in str(err.value) for n in edge_needles)
+    _, node_needles = _nan_feature(root)
+    with pytest.raises(InputError) as err:
+        validate_input(root)
+    assert all(n in str(err.value) for n in node_needles) and "'dst'" not in str(err.value)
+
+
 @pytest.mark.parametrize("case", sorted(MALFORMED))
 def test_malformed_input_is_rejected(tmp_path, case, capsys):
     corrupt, with_meta = MALFORMED[case]
