@@ -1,3 +1,6 @@
 cd /tmp
 asepr bench scale --sizes 5000000 20000000 50000000 100000000 --verify --out docs/results/scale --workdir WORK
-# rerun 2026-12-01 02:23 to 02:29 at commit e60b096 (the two-phase fallback and alpha = beta = 0.5), alone on the machine (flock -x), load 1.3-3.6
+bash docs/results/scale/workers.sh WORK > docs/results/scale/workers.md
+# rerun 2026-12-01 (session 10) alone on the machine (flock -x), after the speed changes of issue 15
+# (threads by default on 2 cores, concurrent fallback, threaded masters/metrics, decoded edge copy,
+# concurrent node/edge validation, radix group-by in route, sliced node gather)

@@ -1,0 +1,64 @@
+"""The per-pass costs behind session 10's speed changes (issue 15), in CPU seconds.
+
+Usage: python docs/results/scale/micro.py INPUT > docs/results/scale/micro.md
+INPUT: an `asepr synth` input (the 20M-edge one of bench scale). CPU time of this process
+(time.process_time), so a loaded machine inflates the figures less than wall time;
+each figure is the best of 3.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from pipeline.stream import iter_edge_batches
+from storage.decoded import decoded_shards
+from storage.input import open_input
+from storage.validate import validate_input
+
+
+def best(fn, repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.process_time()
+        fn()
+        times.append(time.process_time() - start)
+    return min(times)
+
+
+def main(path: str) -> None:
+    source = open_input(path)
+    rows = []
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(path))) as tmp:
+        report = validate_input(source, check_duplicates=False, decoded_dir=tmp)
+        copy = decoded_shards(source.edge_shards, [i.rows for i in report.edge_shards], tmp)
+        edges = report.num_edges
+        for name, shards in (("Parquet", source.edge_shards), ("decoded copy", copy)):
+            rows.append((f"one pass over {edges:,} edges, {name}",
+                         best(lambda: [None for _ in iter_edge_batches(shards, 1 << 20, prefetch=0)])))
+    rng = np.random.default_rng(0)
+    for nodes in (2_000_000, 50_000_000):
+        ids = rng.integers(0, nodes, 1 << 20)
+        degree = np.zeros(nodes, dtype=np.int64)
+        rows.append((f"degree count of a 1M-row batch, {nodes:,} nodes, bincount",
+                     best(lambda: np.add(degree, np.bincount(ids, minlength=nodes), out=degree))))
+        rows.append((f"degree count of a 1M-row batch, {nodes:,} nodes, np.add.at",
+                     best(lambda: np.add.at(degree, ids, 1))))
+    part = rng.integers(0, 16, 1 << 20)
+    for dtype in (np.int64, np.int16):
+        key = part.astype(dtype)
+        rows.append((f"stable argsort of 1M partition ids (k = 16) as {np.dtype(dtype).name}",
+                     best(lambda: np.argsort(key, kind="stable"))))
+    print(f"`python docs/results/scale/micro.py {path}`, {time.strftime('%Y-%m-%d %H:%M')}, "
+          f"load average {os.getloadavg()[0]:.1f}; CPU seconds, best of 3.\n")
+    print("| measurement | CPU s |\n|---|---|")
+    for name, seconds in rows:
+        print(f"| {name} | {seconds:.3f} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
