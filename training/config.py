@@ -149,6 +149,10 @@ class TrainConfig:
         graphs (coauthor-cs, amazon-photo, facebook-pagepage, k = 8) it is level with the
         ungated correction, and on the report graphs it trades amazon-computers k = 8
         (−0.7 points) for coauthor-physics k = 8 (docs/results/train-scaffold).
+    scaffold_threshold
+        ``scaffold`` with ``scaffold_shrink``: in [0, 1]; > 0 opens the gate fully while
+        the agreement is at least this and closes it below (a test, not a weight); 0
+        scales by the agreement.
     sync_warmup
         Epochs at the start of the run in which the ranks reconcile after every
         optimiser step (with ``sync_every`` > 0), before local SGD takes over: post-local
@@ -232,6 +236,7 @@ class TrainConfig:
     scaffold_clip: float = 0.5
     scaffold_memory: float = 0.0
     scaffold_shrink: bool = False
+    scaffold_threshold: float = 0.0
     server_opt: str = "fedavg"
     server_lr: float | None = None
     server_momentum: float = 0.9
@@ -323,6 +328,8 @@ class TrainConfig:
             raise bad("scaffold_clip", "a number >= 0")
         if not 0 <= float(self.scaffold_memory) < 1:
             raise bad("scaffold_memory", "a number in [0, 1)")
+        if not 0 <= float(self.scaffold_threshold) <= 1:
+            raise bad("scaffold_threshold", "a number in [0, 1]")
         if not float(self.sync_warmup) >= 0:
             raise bad("sync_warmup", "a number of epochs >= 0")
         for name in ("mu", "weight_decay"):

@@ -85,6 +85,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scaffold-shrink", action=argparse.BooleanOptionalAction, default=d.scaffold_shrink,
                    help="scaffold: scale the correction by the agreement of consecutive corrections (their "
                         "drift share)")
+    p.add_argument("--scaffold-threshold", type=float, default=d.scaffold_threshold,
+                   help="scaffold with --scaffold-shrink: open the gate fully while the agreement is at least "
+                        f"this, close it below (default {d.scaffold_threshold:g}: scale by the agreement)")
     p.add_argument("--server-opt", choices=SERVER_OPTIMIZERS, default=d.server_opt,
                    help="server optimiser of the averaged update (default fedavg: the average itself)")
     p.add_argument("--server-lr", type=float, default=None, help="default 1 (fedavg, fedavgm), 0.01 (fedadam)")

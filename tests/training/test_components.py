@@ -374,6 +374,14 @@ def test_shrink_gates_the_correction_by_the_agreement_of_consecutive_corrections
     other.load_state_dict(cv.state_dict(), "x.pt")
     assert (other.gate, other.agreement) == (pytest.approx(0.25), pytest.approx(cv.agreement))
     assert ControlVariates(model).agreement_payload().numel() == 0
+    # With a threshold the gate is all or nothing: open at or above it, shut below.
+    cv = ControlVariates(model, shrink=True, threshold=0.3)
+    cv.update(torch.zeros(size), drift, torch.tensor([0.45]))
+    assert cv.gate == 1.0 and torch.allclose(corrected_minus_raw(cv), drift)
+    cv.update(torch.zeros(size), drift, torch.tensor([0.29]))
+    assert cv.gate == 0.0 and torch.count_nonzero(corrected_minus_raw(cv)) == 0
+    with pytest.raises(ValueError, match="threshold"):
+        ControlVariates(model, shrink=True, threshold=1.5)
 
 
 def test_a_boolean_setting_round_trips_through_the_run_config_and_a_wrong_type_is_named():

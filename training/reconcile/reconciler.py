@@ -61,8 +61,8 @@ class Reconciler:
         self.server = ServerOptimizer(config.server_opt, config.server_lr, config.server_momentum,
                                       config.server_beta2, config.server_tau)
         self.correction = GlobalCorrection(task, config, model, comm) if config.uses_corr else None
-        self.drift = ControlVariates(model, config.scaffold_clip, config.scaffold_memory,
-                                     config.scaffold_shrink) if config.uses_scaffold else None
+        self.drift = ControlVariates(model, config.scaffold_clip, config.scaffold_memory, config.scaffold_shrink,
+                                     config.scaffold_threshold) if config.uses_scaffold else None
         self.scratch = copy.deepcopy(model)
 
     def __call__(self, global_flat: torch.Tensor, local_flat: torch.Tensor, weight: float,
