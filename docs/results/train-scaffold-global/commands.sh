@@ -70,3 +70,40 @@ $H/hl.sh headline-b10 "4 8" "centralized avg avg+scaffold fds" -- $B10
 # first: run.sh diag-global-full /work/scratch/s8/train/cache coauthor-physics -- --seeds 0 --scaffold-control global --scaffold-batches 0
 # then: tune.sh global-full --scaffold-control global --scaffold-batches 0
 # queue3 was stopped after its second line; queue4 ran the rest.
+
+# ---- tail.sh (diagnostic)
+# DIAGNOSTIC (uncommitted patch docs/results/train-scaffold-global/tail-weight.patch applied in /tmp/h18-tail):
+# path estimate, a segment of s steps enters c_r with weight s/10.
+cd /tmp
+for ds in coauthor-physics amazon-computers; do
+uptime >> /work/scratch/s10/helper18/diag-tail-$ds.log
+PYTHONPATH=/tmp/h18-tail flock -s /work/scratch/s10/cpu.lock /work/main/.venv/bin/python -m workflows bench train \
+  --datasets $ds -k 8 --strategies avg+scaffold --seeds 0 --rounds 15 --local-epochs 2 --feature-projection 256 \
+  --cache /work/scratch/s8/train/cache --out /work/scratch/s10/helper18/diag-tail-$ds >> /work/scratch/s10/helper18/diag-tail-$ds.log 2>&1
+echo "rc=$?" >> /work/scratch/s10/helper18/diag-tail-$ds.log
+uptime >> /work/scratch/s10/helper18/diag-tail-$ds.log
+done
+
+# ---- tail2.sh (diagnostic)
+# DIAGNOSTIC (patch tail-weight.patch in /tmp/h18-tail): report cells k = 8 seeds 1 2, then the tuning graphs.
+cd /tmp
+B="/work/main/.venv/bin/python -m workflows bench train -k 8 --strategies avg+scaffold --rounds 15 --local-epochs 2 --feature-projection 256"
+run() { name=$1; shift; uptime >> /work/scratch/s10/helper18/$name.log
+  PYTHONPATH=/tmp/h18-tail flock -s /work/scratch/s10/cpu.lock $B "$@" --out /work/scratch/s10/helper18/$name >> /work/scratch/s10/helper18/$name.log 2>&1
+  echo "rc=$?" >> /work/scratch/s10/helper18/$name.log; uptime >> /work/scratch/s10/helper18/$name.log; }
+run tail-report-s12 --datasets coauthor-physics amazon-computers --seeds 1 2 --cache /work/scratch/s8/train/cache
+run tune-tail --datasets coauthor-cs amazon-photo --seeds 0 1 --cache /work/scratch/s8/train/alpha/cache0.5
+run fb-tail --datasets facebook-pagepage --seeds 0 1 --cache /work/scratch/s9/lead/cache
+
+# headline-b10-k4: the bench over the kept amazon-computers k=4 runs of headline-b10 (reuse only) to write their table
+
+# ---- tail3.sh (diagnostic; tail2.sh was stopped after its first run)
+# DIAGNOSTIC (patch tail-weight.patch in /tmp/h18-tail): the tuning graphs, in parallel with tail2's first run.
+cd /tmp
+B="/work/main/.venv/bin/python -m workflows bench train -k 8 --strategies avg+scaffold --rounds 15 --local-epochs 2 --feature-projection 256"
+run() { name=$1; shift; uptime >> /work/scratch/s10/helper18/$name.log
+  PYTHONPATH=/tmp/h18-tail flock -s /work/scratch/s10/cpu.lock $B "$@" --out /work/scratch/s10/helper18/$name >> /work/scratch/s10/helper18/$name.log 2>&1
+  echo "rc=$?" >> /work/scratch/s10/helper18/$name.log; uptime >> /work/scratch/s10/helper18/$name.log; }
+run fb-tail --datasets facebook-pagepage --seeds 0 1 --cache /work/scratch/s9/lead/cache &
+run tune-tail --datasets amazon-photo coauthor-cs --seeds 0 1 --cache /work/scratch/s8/train/alpha/cache0.5
+wait

@@ -22,6 +22,7 @@ VARIANTS = {  # name -> run directories (tuning graphs), run directory (coauthor
     "global, full batch, clip 0 (unbounded)": (["tune-global-full-clip0", "fb-global-full-clip0"],
                                                "diag-global-full-clip0"),
     "global, 10 mini-batches": (["tune-global-b10", "fb-global-b10"], "diag-global-b10"),
+    "path, tail-weighted segments (diagnostic patch)": (["tune-tail", "fb-tail"], "diag-tail-coauthor-physics"),
 }
 
 
@@ -57,11 +58,11 @@ def tuning_table() -> None:
         print(_line(name, both.groupby("dataset").test_at_best_val.mean(), _physics(physics)))
 
 
-def headline_table(run: str) -> None:
-    path = HERE / run / "train.parquet"
-    if not path.exists():
+def headline_table(title: str, runs: list[str]) -> None:
+    parts = [pd.read_parquet(HERE / run / "train.parquet") for run in runs if (HERE / run / "train.parquet").exists()]
+    if not parts:
         return
-    df = pd.read_parquet(path)
+    df = pd.concat(parts)
     path_runs = pd.read_parquet(HERE / "../train-headline-s9/train.parquet")
     # centralized, avg and fds: the runs of ../train-headline-s9, which the bench reused here.
     others = path_runs[path_runs.strategy != "avg+scaffold"]
@@ -69,10 +70,10 @@ def headline_table(run: str) -> None:
     cells = both.groupby(["dataset", "k", "strategy"]).test_at_best_val.agg(["mean", "count"])
     old = path_runs[path_runs.strategy == "avg+scaffold"].groupby(["dataset", "k"]).test_at_best_val.mean()
     print()
-    print(f"{run}:")
+    print(f"{title}:")
     print()
-    print("| cell | global `avg+scaffold` | seeds | path (`../train-headline-s9`) | fds | centralized | avg | "
-          "global − fds | global − centralized |")
+    print("| cell | this `avg+scaffold` | seeds | path (`../train-headline-s9`) | fds | centralized | avg | "
+          "− fds | − centralized |")
     print("|---" * 9 + "|")
     mine = df[df.strategy == "avg+scaffold"].groupby(["dataset", "k"]).size()
     for dataset, k in mine.index:
@@ -87,5 +88,7 @@ def headline_table(run: str) -> None:
 
 if __name__ == "__main__":
     tuning_table()
-    headline_table("headline-b10")
-    headline_table("headline-full")
+    headline_table("global, 10 mini-batches", ["headline-b10", "headline-b10-k4"])
+    headline_table("global, full batch", ["headline-full"])
+    headline_table("path, tail-weighted segments (diagnostic patch tail-weight.patch)",
+                   ["diag-tail-coauthor-physics", "diag-tail-amazon-computers", "tail-report-s12"])
