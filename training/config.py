@@ -16,8 +16,8 @@ from typing import Any
 
 from storage.errors import format_problem
 
-__all__ = ["EVAL_MODES", "FDS_PARTITIONERS", "MODELS", "RECONCILE_PARTS", "SERVER_OPTIMIZERS", "STRATEGIES", "TASKS", "TrainConfig",
-           "load_config", "parse_reconcile"]
+__all__ = ["EVAL_MODES", "FDS_PARTITIONERS", "MODELS", "RECONCILE_PARTS", "SCAFFOLD_CONTROLS", "SERVER_OPTIMIZERS",
+           "STRATEGIES", "TASKS", "TrainConfig", "load_config", "parse_reconcile"]
 
 MODELS = ("sage", "gcn", "gat")
 #: ``--fds-partition``: the fds baseline's vertex partition (:mod:`training.fds.partition`).
@@ -29,6 +29,9 @@ EVAL_MODES = ("exact", "local")
 RECONCILE_PARTS = ("avg", "kd", "con", "corr", "scaffold")
 #: ``--server-opt``: the server optimisers of :mod:`training.reconcile.server`.
 SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam")
+#: ``--scaffold-control``: where ``scaffold``'s control variates are estimated
+#: (:mod:`training.reconcile.scaffold`).
+SCAFFOLD_CONTROLS = ("path", "global")
 #: The named strategies the benchmark compares (any "+"-combination containing avg is valid).
 STRATEGIES = ("avg", "avg+kd", "avg+con", "avg+kd+con", "avg+corr", "avg+scaffold")
 
@@ -153,6 +156,17 @@ class TrainConfig:
         ``scaffold`` with ``scaffold_shrink``: in [0, 1]; > 0 opens the gate fully while
         the agreement is at least this and closes it below (a test, not a weight); 0
         scales by the agreement.
+    scaffold_weigh_segments
+        ``scaffold`` along the path with ``sync_every`` > 0: a segment shorter than
+        ``sync_every`` steps (a round's tail) moves the control variate only by its share
+        of a full segment (:class:`training.reconcile.scaffold.ControlVariates`).
+    scaffold_control, scaffold_batches
+        ``scaffold``: where a rank's control variate is estimated
+        (:mod:`training.reconcile.scaffold`): ``"path"`` (default), the mean gradient of
+        the segment of local steps just trained; ``"global"``, the gradient at the
+        synchronised global model, over ``scaffold_batches`` mini-batches (0: the whole
+        local training set in one full-batch pass), computed after every
+        synchronisation (docs/results/train-scaffold-global).
     sync_warmup
         Epochs at the start of the run in which the ranks reconcile after every
         optimiser step (with ``sync_every`` > 0), before local SGD takes over: post-local
@@ -237,6 +251,9 @@ class TrainConfig:
     scaffold_memory: float = 0.0
     scaffold_shrink: bool = False
     scaffold_threshold: float = 0.0
+    scaffold_weigh_segments: bool = False
+    scaffold_control: str = "path"
+    scaffold_batches: int = 0
     server_opt: str = "fedavg"
     server_lr: float | None = None
     server_momentum: float = 0.9
@@ -330,6 +347,11 @@ class TrainConfig:
             raise bad("scaffold_memory", "a number in [0, 1)")
         if not 0 <= float(self.scaffold_threshold) <= 1:
             raise bad("scaffold_threshold", "a number in [0, 1]")
+        if self.scaffold_control not in SCAFFOLD_CONTROLS:
+            raise ValueError(f'Unsupported scaffold_control "{self.scaffold_control}". Valid choices are '
+                             + ", ".join(f'"{k}"' for k in SCAFFOLD_CONTROLS) + ".")
+        if int(self.scaffold_batches) < 0:
+            raise bad("scaffold_batches", "an integer >= 0")
         if not float(self.sync_warmup) >= 0:
             raise bad("sync_warmup", "a number of epochs >= 0")
         for name in ("mu", "weight_decay"):

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from storage.errors import AseprError, format_problem
-from training.config import EVAL_MODES, FDS_PARTITIONERS, MODELS, SERVER_OPTIMIZERS, TASKS, TrainConfig, load_config
+from training.config import (EVAL_MODES, FDS_PARTITIONERS, MODELS, SCAFFOLD_CONTROLS, SERVER_OPTIMIZERS, TASKS,
+                             TrainConfig, load_config)
 
 __all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main"]
 
@@ -88,6 +89,16 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scaffold-threshold", type=float, default=d.scaffold_threshold,
                    help="scaffold with --scaffold-shrink: open the gate fully while the agreement is at least "
                         f"this, close it below (default {d.scaffold_threshold:g}: scale by the agreement)")
+    p.add_argument("--scaffold-weigh-segments", action=argparse.BooleanOptionalAction,
+                   default=d.scaffold_weigh_segments,
+                   help="scaffold: a segment shorter than --sync-every steps (a round's tail) moves the control "
+                        "variate only by its share of a full segment")
+    p.add_argument("--scaffold-control", choices=SCAFFOLD_CONTROLS, default=d.scaffold_control,
+                   help="scaffold: estimate a rank's control variate along its path of local steps (path, the "
+                        "default) or as its gradient at the synchronised global model (global)")
+    p.add_argument("--scaffold-batches", type=int, default=d.scaffold_batches,
+                   help="scaffold --scaffold-control global: mini-batches of that gradient (default "
+                        f"{d.scaffold_batches}: the whole local training set, full-batch)")
     p.add_argument("--server-opt", choices=SERVER_OPTIMIZERS, default=d.server_opt,
                    help="server optimiser of the averaged update (default fedavg: the average itself)")
     p.add_argument("--server-lr", type=float, default=None, help="default 1 (fedavg, fedavgm), 0.01 (fedadam)")

@@ -157,13 +157,17 @@ def _finished(run_dir: Path, config: TrainConfig) -> list[dict[str, Any]] | None
     mine = config.to_dict()
     # Settings that cannot change this run's result: how it ran, and scaffold's bound
     # without scaffold (a run from before the field existed is still the same run).
-    scaffold = {"scaffold_clip", "scaffold_memory", "scaffold_shrink", "scaffold_threshold"}
+    scaffold = {"scaffold_clip", "scaffold_memory", "scaffold_shrink", "scaffold_threshold", "scaffold_control",
+                "scaffold_batches", "scaffold_weigh_segments"}
     ignored = {"timeout_s", "threads"} | (set() if config.uses_scaffold else scaffold)
+    if config.scaffold_control == "path":
+        ignored.add("scaffold_batches")
     if config.task == "node":  # link prediction's evaluation pool and training negatives
         ignored |= {"link_eval_pool", "negative_pool", "remote_negatives"}
     # A run saved before a setting existed ran as the older code did: no memory, no gate.
     # (A link run saved before link_eval_pool existed was evaluated differently: rerun.)
-    older = {"scaffold_memory": 0.0, "scaffold_shrink": False, "scaffold_threshold": 0.0}
+    older = {"scaffold_memory": 0.0, "scaffold_shrink": False, "scaffold_threshold": 0.0, "scaffold_control": "path",
+             "scaffold_weigh_segments": False}
     return rows if all(saved.get(k, older.get(k)) == v for k, v in mine.items() if k not in ignored) else None
 
 

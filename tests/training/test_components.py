@@ -384,6 +384,37 @@ def test_shrink_gates_the_correction_by_the_agreement_of_consecutive_corrections
         ControlVariates(model, shrink=True, threshold=1.5)
 
 
+def test_a_short_segment_moves_the_control_variate_by_its_share_of_a_full_one():
+    from training.reconcile import ControlVariates
+
+    torch.manual_seed(4)
+    model = torch.nn.Linear(3, 2)
+    size = num_parameters(model)
+
+    def segment(cv, steps):
+        cv.begin()
+        grads = []
+        for _ in range(steps):
+            model.zero_grad()
+            model(torch.randn(4, 3)).pow(2).sum().backward()
+            grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone())
+            cv.correct()
+        return torch.stack(grads).mean(0)
+
+    old = torch.randn(size)
+    for weigh, expected_share in ((10, 0.2), (0, 1.0)):
+        cv = ControlVariates(model, segment_steps=weigh)
+        cv.update(old, torch.zeros(size))
+        cv.segments = 5  # past the plain-mean warm-up
+        mean = segment(cv, 2)  # a 2-step tail of 10-step segments
+        assert torch.allclose(cv.estimate(), old + expected_share * (mean - old), atol=1e-6)
+    cv = ControlVariates(model, segment_steps=10)
+    cv.update(old, torch.zeros(size))
+    cv.segments = 5
+    mean = segment(cv, 10)  # a full segment replaces it
+    assert torch.allclose(cv.estimate(), mean, atol=1e-6)
+
+
 def test_a_boolean_setting_round_trips_through_the_run_config_and_a_wrong_type_is_named():
     config = TrainConfig(scaffold_shrink=True)
     assert TrainConfig.from_dict(config.to_dict()) == config

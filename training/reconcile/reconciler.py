@@ -8,7 +8,10 @@ Every rank runs, on the same inputs, in this order:
 2. the server optimiser (:class:`ServerOptimizer`): θ ← step(θ_global, θ_avg), which is
    θ_avg itself with the default ``fedavg`` at server learning rate 1;
 3. ``kd``: ensemble distillation of θ into the local models' mean output (:func:`distill`);
-4. ``corr``: the global correction steps (:class:`GlobalCorrection`).
+4. ``corr``: the global correction steps (:class:`GlobalCorrection`);
+5. with ``scaffold_control`` ``"global"``: each rank's gradient at the new θ
+   (:func:`local_gradient`) becomes its control variate instead of step 1's path
+   estimate, and their weighted mean travels in a second all_reduce.
 
 With ``sync_every`` the ranks synchronise several times per round: 1–2 run at every
 synchronisation, 3–4 once per round, after its last one (LLCG corrects once per round,
@@ -30,11 +33,11 @@ import torch
 from storage.errors import StoreError, format_problem
 from training.checkpoint import expect_keys, load_optimizer_state
 from training.comm import Comm
-from training.models import num_parameters
+from training.models import num_parameters, unflatten_into
 from training.reconcile.average import weighted_average
 from training.reconcile.correct import GlobalCorrection
 from training.reconcile.distill import distill
-from training.reconcile.scaffold import ControlVariates
+from training.reconcile.scaffold import ControlVariates, local_gradient
 from training.reconcile.server import ServerOptimizer
 
 __all__ = ["Reconciler"]
@@ -62,7 +65,9 @@ class Reconciler:
                                       config.server_beta2, config.server_tau)
         self.correction = GlobalCorrection(task, config, model, comm) if config.uses_corr else None
         self.drift = ControlVariates(model, config.scaffold_clip, config.scaffold_memory, config.scaffold_shrink,
-                                     config.scaffold_threshold) if config.uses_scaffold else None
+                                     config.scaffold_threshold,
+                                     config.sync_every if config.scaffold_weigh_segments else 0
+                                     ) if config.uses_scaffold else None
         self.scratch = copy.deepcopy(model)
 
     def __call__(self, global_flat: torch.Tensor, local_flat: torch.Tensor, weight: float,
@@ -84,7 +89,7 @@ class Reconciler:
             Whether this is the round's last synchronisation (``kd`` and ``corr`` run then only).
         """
         config = self.config
-        if self.drift is None:
+        if self.drift is None or config.scaffold_control == "global":
             avg_flat = weighted_average(local_flat, weight, self.comm)
         else:
             estimate = self.drift.estimate()
@@ -100,7 +105,20 @@ class Reconciler:
                                                   weight, generator)
         if self.correction is not None and end_of_round:
             new_flat, losses["corr_loss"] = self.correction(new_flat, generator)
+        if self.drift is not None and config.scaffold_control == "global":
+            self._control_at(new_flat, weight, generator)
         return new_flat, losses
+
+    def _control_at(self, global_flat: torch.Tensor, weight: float, generator: torch.Generator) -> None:
+        """SCAFFOLD's option I at the global point: this rank's gradient at ``global_flat``
+        is its new ``c_r``, and their ``weight``-weighted mean (one all_reduce, with the
+        gate's agreement) the new ``c``."""
+        unflatten_into(self.scratch, global_flat)
+        estimate = self.drift.estimate(local_gradient(self.scratch, self.task, generator,
+                                                      self.config.scaffold_batches))
+        m = estimate.numel()
+        both = weighted_average(torch.cat([estimate, self.drift.agreement_payload()]), weight, self.comm)
+        self.drift.update(estimate, both[:m], both[m:])
 
     def state_dict(self) -> dict[str, Any]:
         """``{"server": ServerOptimizer.state_dict()}``, and with ``corr`` its optimiser's
