@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 
 from pipeline.config import PartitionConfig
 from pipeline.store.write import partition_to_store
@@ -45,6 +48,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _forked_rank(rank: int, world: int, port: int, fn, args) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        fn(rank, world, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def fork_ranks(world: int, fn, *args) -> None:
+    """Run ``fn(rank, world, *args)`` in ``world`` forked gloo ranks; a failure is raised here."""
+    mp.start_processes(_forked_rank, args=(world, free_port(), fn, args), nprocs=world, join=True,
+                       start_method="fork")
 
 
 def spawn_ranks(world: int, trainer_args: list[str], *, extra_env: dict | None = None) -> list[subprocess.Popen]:

@@ -5,14 +5,12 @@ steps on the whole Cora graph over the union of the ranks' seeds."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import socket
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+from tests.training.conftest import fork_ranks
 from training.centralized import load_input_graph
 from training.comm import Comm
 from training.config import TrainConfig
@@ -25,25 +23,7 @@ CONFIG = TrainConfig(reconcile="avg+corr", corr_steps=3, corr_batch_size=40, fan
                      dropout=0.0, corr_lr=0.05, feature_norm="none", weight_decay=0.0)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
-
-def _fork_ranks(world: int, fn, *args) -> None:
-    """Run ``fn(rank, world, *args)`` in ``world`` forked gloo ranks; a failure is raised here."""
-    mp.start_processes(_ranked, args=(world, _free_port(), fn, args), nprocs=world, join=True, start_method="fork")
-
-
-def _ranked(rank: int, world: int, port: int, fn, args) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        fn(rank, world, *args)
-    finally:
-        dist.destroy_process_group()
 
 
 def _in_neighbours(edge_index: torch.Tensor, global_nid: torch.Tensor) -> dict[int, list[int]]:
@@ -81,7 +61,7 @@ def _check_neighbourhoods(rank: int, world: int, out, full) -> None:
 
 
 def test_neighbourhoods_are_the_whole_graphs(cora_input, cora_parts):
-    _fork_ranks(2, _check_neighbourhoods, cora_parts(2), load_input_graph(cora_input))
+    fork_ranks(2, _check_neighbourhoods, cora_parts(2), load_input_graph(cora_input))
 
 
 def _check_steps(rank: int, world: int, out, full, config) -> None:
@@ -121,4 +101,4 @@ def _check_steps(rank: int, world: int, out, full, config) -> None:
 
 def test_one_layer_correction_equals_whole_graph_steps(cora_input, cora_parts):
     config = dataclasses.replace(CONFIG, num_layers=1, fanouts=(1000,))
-    _fork_ranks(2, _check_steps, cora_parts(2), load_input_graph(cora_input), config)
+    fork_ranks(2, _check_steps, cora_parts(2), load_input_graph(cora_input), config)

@@ -6,15 +6,12 @@ difference at that point, as a hand computation on each rank's partition finds i
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
-from tests.training.conftest import free_port
+from tests.training.conftest import fork_ranks
 from training.comm import Comm
 from training.config import TrainConfig
 from training.data import load_local_graph
@@ -27,19 +24,6 @@ CONFIG = TrainConfig(reconcile="avg+scaffold", scaffold_control="global", scaffo
                      hidden=16, dropout=0.0, weight_decay=0.0, feature_norm="none", scaffold_clip=0.0, threads=1)
 
 
-def _ranked(rank: int, world: int, port: int, fn, args) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        fn(rank, world, *args)
-    finally:
-        dist.destroy_process_group()
-
-
-def _fork_ranks(world: int, fn, *args) -> None:
-    """Run ``fn(rank, world, *args)`` in ``world`` forked gloo ranks; a failure is raised here."""
-    mp.start_processes(_ranked, args=(world, free_port(), fn, args), nprocs=world, join=True, start_method="fork")
 
 
 def _start(config: TrainConfig, in_dim: int) -> torch.Tensor:
@@ -89,7 +73,7 @@ def _hand_gradient(out, part_ids, config: TrainConfig, at: torch.Tensor, batches
 
 
 def _run(out, parts, config: TrainConfig, tmp_path) -> list[dict]:
-    _fork_ranks(2, _sync, out, parts, config, tmp_path)
+    fork_ranks(2, _sync, out, parts, config, tmp_path)
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
 
 
