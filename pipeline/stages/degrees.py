@@ -28,6 +28,7 @@ from storage.errors import InputError, format_problem
 from storage.fs import Shard
 from storage.resources import stage
 from storage.input import open_parquet
+from storage.validate import count_ids
 
 if TYPE_CHECKING:
     import distributed
@@ -83,7 +84,7 @@ def _shard_degrees(shard: Shard, num_nodes: int, batch_rows: int) -> tuple[np.nd
             ids = np.concatenate(
                 [_endpoint_ids(shard, c, rows, batch.column(c), num_nodes) for c in ("src", "dst")]
             )
-            _accumulate(degree, ids)
+            count_ids(degree, ids)
             rows += batch.num_rows
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         raise InputError(
@@ -95,16 +96,6 @@ def _shard_degrees(shard: Shard, num_nodes: int, batch_rows: int) -> tuple[np.nd
             )
         ) from exc
     return degree, rows
-
-
-def _accumulate(degree: np.ndarray, ids: np.ndarray) -> None:
-    """``degree += bincount(ids)`` without an O(N) temporary when the batch is small."""
-    if len(ids) * 4 >= len(degree):
-        degree += np.bincount(ids, minlength=len(degree))
-    elif len(ids):
-        # A batch much smaller than N: sort-based counts cost O(b log b), not O(N).
-        nid, count = np.unique(ids, return_counts=True)
-        degree[nid] += count
 
 
 def _endpoint_ids(
