@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from storage.errors import InputError, format_problem
 from storage.input import open_input, open_parquet
@@ -98,6 +97,5 @@ def run_centralized(input_url: str | Path, run_dir: str | Path, config: TrainCon
     log.info("centralized: %d nodes, %d edges loaded in %.1f s", graph.num_nodes,
              graph.own_edges.shape[1], load_seconds)
     config = centralized_config(config)
-    torch.set_num_threads(config.threads or torch.get_num_threads())
     return train_rounds(graph, run_dir, config, comm=Comm(), on_round=on_round,
                         info={"input": str(input_url), "strategy": "centralized"}, load_seconds=load_seconds)

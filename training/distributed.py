@@ -65,7 +65,7 @@ from training.inference import Evaluator
 from training.local import batch_stream, steps_per_round, sync_segments, train_local
 from training.models import build_model, flatten, num_parameters, unflatten_into
 from training.reconcile import Reconciler
-from training.rounds import all_ranks_ready, commit_round, evaluates, metrics_row, placement_columns, start_run, threads
+from training.rounds import all_ranks_ready, commit_round, configure_cpu, evaluates, metrics_row, placement_columns, start_run
 from training.tasks import make_task, round_seed
 
 __all__ = ["TrainerError", "exit_with_parent", "global_weights", "init_process_group", "run_trainer", "train_rounds"]
@@ -164,7 +164,7 @@ def run_trainer(out: str | Path, run_dir: str | Path, config: TrainConfig, *, re
         Called on rank 0 with each metrics row once its round is committed.
     """
     comm = comm or Comm()
-    torch.set_num_threads(threads(config, comm.world_size))
+    configure_cpu(config, comm.world_size)
     t_load = time.perf_counter()
 
     def load() -> tuple[LocalGraph, int]:

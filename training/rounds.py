@@ -82,6 +82,19 @@ def threads(config: TrainConfig, world: int) -> int:
     return config.threads or max(1, (os.cpu_count() or 1) // max(world, 1))
 
 
+def configure_cpu(config: TrainConfig, world: int) -> None:
+    """Set this process's torch CPU threads (:func:`threads`) and flush denormal floats to zero.
+
+    Weights that only weight decay moves (a unit whose ReLU input stays negative) and Adam's
+    moments of such weights decay geometrically into the denormal range, where x86 float
+    arithmetic is 10-100x slower: in a link-prediction run on amazon-computers 16 % of the
+    weights and 19 % of the first moments were denormal after 30 epochs, and the following
+    5-epoch round took 540 s instead of 24 s. Values below 1.2e-38 are zero for any model.
+    """
+    torch.set_num_threads(threads(config, world))
+    torch.set_flush_denormal(True)
+
+
 def evaluates(config: TrainConfig, round_index: int) -> bool:
     """Whether the global model after round ``round_index`` (0-based) of ``local_epochs``
     epochs is evaluated: when the round reaches a multiple of ``eval_every`` epochs, and

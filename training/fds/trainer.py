@@ -74,11 +74,11 @@ from training.models import build_model, flatten, graph_operator, num_parameters
 from training.rounds import (
     all_ranks_ready,
     commit_round,
+    configure_cpu,
     evaluates_epoch,
     metrics_row,
     placement_columns,
     start_run,
-    threads,
 )
 from training.tasks import NodeTask, round_seed
 
@@ -125,7 +125,7 @@ def run_fds(input_url: str | Path, run_dir: str | Path, config: TrainConfig, *, 
     """
     config = fds_config(config)
     comm = comm or Comm()
-    torch.set_num_threads(threads(config, comm.world_size))
+    configure_cpu(config, comm.world_size)
     runs = RunDir(run_dir)
     source = open_input(input_url, storage_options)
     num_nodes, num_edges = count_input_rows(source)
