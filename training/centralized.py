@@ -31,6 +31,7 @@ from training.comm import Comm
 from training.config import TrainConfig
 from training.data import LocalGraph, build_local_graph
 from training.distributed import train_rounds
+from training.rounds import configure_cpu
 
 __all__ = ["centralized_config", "load_input_graph", "run_centralized"]
 
@@ -97,5 +98,6 @@ def run_centralized(input_url: str | Path, run_dir: str | Path, config: TrainCon
     log.info("centralized: %d nodes, %d edges loaded in %.1f s", graph.num_nodes,
              graph.own_edges.shape[1], load_seconds)
     config = centralized_config(config)
+    configure_cpu(config, 1)
     return train_rounds(graph, run_dir, config, comm=Comm(), on_round=on_round,
                         info={"input": str(input_url), "strategy": "centralized"}, load_seconds=load_seconds)
