@@ -48,7 +48,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=MODELS, default=d.model)
     p.add_argument("--reconcile", default=None,
                    help='"avg" joined by "+" with any of "kd", "con", "corr", "scaffold", e.g. "avg+corr" '
-                        '(default avg+scaffold node, avg link)')
+                        '(default avg+scaffold)')
     p.add_argument("--strategy", choices=STRATEGY_CHOICES, default="asepr",
                    help="asepr: local graphs and reconciliation (OUT: a partition output); fds: the "
                         "fully-decentralized DistDGL-style baseline (OUT: the INPUT directory)")
