@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from training.config import TrainConfig
 from training.centralized import run_centralized
+from training.config import TrainConfig
 from training.rounds import configure_cpu
 
 
