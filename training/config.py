@@ -242,7 +242,7 @@ class TrainConfig:
     weight_decay: float = 5e-4
     rounds: int = 10
     local_epochs: int = 5
-    reconcile: str | None = None
+    reconcile: str = "avg+scaffold"
     mu: float | None = None
     tau: float = 0.5
     kd_steps: int = 10
@@ -294,11 +294,6 @@ class TrainConfig:
             raise ValueError(f'Unsupported feature_norm "{self.feature_norm}". Valid choices are "l1", "l2", "none".')
         if self.model not in MODELS:
             raise ValueError(f'Unsupported model "{self.model}". Valid choices are "sage", "gcn", "gat".')
-        if self.reconcile is None:
-            # avg+scaffold, as measured on the tuning graphs (node classification:
-            # docs/results/train-tuning/drift; link prediction, on Cora:
-            # docs/results/train-link-scaffold).
-            object.__setattr__(self, "reconcile", "avg+scaffold")
         object.__setattr__(self, "reconcile", "+".join(parse_reconcile(self.reconcile)))
         if self.eval_mode not in EVAL_MODES:
             raise ValueError(f'Unsupported eval_mode "{self.eval_mode}". Valid choices are "exact", "local".')

@@ -46,9 +46,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
     p.add_argument("--task", choices=TASKS, default=d.task)
     p.add_argument("--model", choices=MODELS, default=d.model)
-    p.add_argument("--reconcile", default=None,
+    p.add_argument("--reconcile", default=d.reconcile,
                    help='"avg" joined by "+" with any of "kd", "con", "corr", "scaffold", e.g. "avg+corr" '
-                        '(default avg+scaffold)')
+                        f'(default {d.reconcile})')
     p.add_argument("--strategy", choices=STRATEGY_CHOICES, default="asepr",
                    help="asepr: local graphs and reconciliation (OUT: a partition output); fds: the "
                         "fully-decentralized DistDGL-style baseline (OUT: the INPUT directory)")

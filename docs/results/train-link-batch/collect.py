@@ -9,7 +9,7 @@ strategy at its better batch, and the same global batch (centralized 4,096 again
 """
 from __future__ import annotations
 
-import csv
+import importlib.util
 import re
 import shutil
 import statistics
@@ -20,13 +20,16 @@ HERE = Path(__file__).resolve().parent
 BATCH_DIRS = {1024: "ac-b1024", 4096: "ac"}
 
 
-def summary(run: Path) -> dict:
-    with open(run / "metrics.csv") as f:
-        rows = list(csv.DictReader(f))
-    r = rows[-1]
-    return {"epochs": int(r["epoch"]), "loss_first": float(rows[0]["loss"]), "loss": float(r["loss"]),
-            "best_val": float(r["best_val"]), "best_epoch": int(r["best_epoch"]),
-            "test": float(r["test_at_best_val"]), "final_test": float(r["test"])}
+def _scaffold_collect():
+    """``../train-link-scaffold/collect.py``, whose ``summary`` reads a run here too."""
+    path = HERE.parent / "train-link-scaffold" / "collect.py"
+    spec = importlib.util.spec_from_file_location("train_link_scaffold_collect", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+summary = _scaffold_collect().summary
 
 
 def load(work: Path) -> dict[tuple[str, int, int], dict]:
