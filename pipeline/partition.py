@@ -49,6 +49,7 @@ from pipeline.stream import iter_edge_batches, map_shard_ranges
 from storage.errors import InputError, format_problem
 from storage.fs import Shard
 from storage.input import InputDir, open_input, open_parquet
+from storage.node_table import NodeTable
 from storage.reader import read_node_column
 from storage.report import ValidationReport
 from storage.resources import StageClock, peak_rss_bytes, stage
@@ -155,15 +156,15 @@ def _num_nodes(source: InputDir, report: ValidationReport | None) -> int:
     return int(source.num_nodes)
 
 
-def _attribute_clusters(run: PartitionConfig, node_shards: list[Shard], num_nodes: int, client) -> AttrClusters:
+def _attribute_clusters(run: PartitionConfig, source: InputDir, num_nodes: int, client) -> AttrClusters:
     """③: a categorical column's values, or k-means of the features."""
     if run.attr_column:
-        return column_clusters(node_shards, num_nodes, run.attr_column, client=client)
+        return column_clusters(source.node_shards, num_nodes, run.attr_column, client=client)
     return attribute_clusters(
-        node_shards, num_nodes, run.attr_clusters, seed=run.seed,
+        source.node_shards, num_nodes, run.attr_clusters, seed=run.seed,
         max_passes=run.kmeans_max_passes, tol=run.kmeans_tol,
         sample_size=run.kmeans_sample, projection_dim=run.projection_dim,
-        projection_threshold=run.projection_threshold, client=client,
+        projection_threshold=run.projection_threshold, client=client, table=source.node_table,
     )
 
 
@@ -380,12 +381,14 @@ def _locality(edge_shards: list[Shard], replicas: np.ndarray, master: np.ndarray
     return sum(a for a, _ in sums), sum(b for _, b in sums)
 
 
-def _measure(result: Assignment, attr_ids: np.ndarray, steering: _Steering) -> None:
-    """The metrics of ``result`` (its ``metrics``, ``labels`` and ``locality``)."""
+def _measure(result: Assignment, attr_ids: np.ndarray, steering: _Steering, table: NodeTable | None) -> None:
+    """The metrics of ``result`` (its ``metrics``, ``labels`` and ``locality``); the labels
+    from ``table`` when there is one."""
     run = result.config
     with stage("metrics", log):
         local, total = _locality(result.edge_shards, result.replicas, result.master, run.batch_rows)
-        labels = read_node_column(result.node_shards, result.num_nodes, "label")
+        labels = (table.column("y") if table is not None
+                  else read_node_column(result.node_shards, result.num_nodes, "label"))
         result.metrics = partition_metrics(
             result.replicas, result.loads, result.master, attr_ids, labels, (local, total)
         )
@@ -471,7 +474,7 @@ def partition(
         degrees = compute_degrees(source.edge_shards, num_nodes, client=client, batch_rows=run.batch_rows)
     clock.tick("degrees")
     if attr is None:
-        attr = _attribute_clusters(run, source.node_shards, num_nodes, client)
+        attr = _attribute_clusters(run, source, num_nodes, client)
     attr_ids = np.ascontiguousarray(attr.attr_cluster_id, dtype=np.int32)
     clock.tick("attribute clustering")
 
@@ -498,7 +501,7 @@ def partition(
             communities=steering.communities, mapping=steering.mapping, metrics={},
             timings=clock.timings, owns_workdir=owns, kernel=settings,
         )
-        _measure(result, attr_ids, steering)
+        _measure(result, attr_ids, steering, source.node_table)
         clock.tick("metrics")
         result.metrics["peak_rss_bytes"] = peak_rss_bytes()
         return result

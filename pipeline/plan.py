@@ -30,15 +30,16 @@ worker baselines, and what reading a node shard costs (:data:`NODE_READ_FACTOR`)
 The replication factor RF is unknown before the run. The plan takes random edge
 hashing's at the mean degree, ``k (1 - (1 - 1/k) ** (2|E|/|V|))``, which bounds
 hashing's own RF (the expression is concave in the degree) and lies above what the
-streaming algorithms reach, unless a known RF is given. RF sets the masters' counters,
-the node gather and the node rows of the stores.
+streaming algorithms reach, unless a known RF is given. RF sets the masters' counters
+and the node rows of the stores.
 
-Disk: everything is staged under ``OUT/.asepr-staging/`` until the commit (edge
-partitions 2 B per edge, routed edges 16 B per edge row and halo copy, gathered node
-rows ``RF·|V|·(17 + 4d)``, the ``global_nid`` lists, the new stores, ``state.zarr``,
-the node map), so the output's filesystem needs their sum; attribute clustering writes
-nothing (it fits on an in-memory sample, then labels the shards in one pass). Store
-sizes use the compression ratios measured in :mod:`storage.partition_store`.
+Disk: everything is staged under ``OUT/`` until the commit (the decoded node table
+``|V|·(4d + 9)``, edge partitions 2 B per edge, routed edges 16 B per edge row and halo
+copy, the ``global_nid`` lists, the new stores, ``state.zarr``, the node map; the
+decoded edge copy, 16 B per edge, only until the assignment is saved), so the output's
+filesystem needs their sum; attribute clustering writes nothing (it fits on an
+in-memory sample, then labels the decoded table in one pass). Store sizes use the
+compression ratios measured in :mod:`storage.partition_store`.
 """
 
 from __future__ import annotations
@@ -53,11 +54,12 @@ from pipeline.assign.hybrid import held_bytes
 from pipeline.assign.state import FIELDS
 from pipeline.config import PartitionConfig
 from pipeline.stages.attr_cluster import RESTARTS, sample_rows
-from pipeline.store.route import EDGE_RECORD, node_record
+from pipeline.store.route import EDGE_RECORD
 from pipeline.stream import stream_ways
 from storage.decoded import DECODED_ROW
 from storage.errors import AseprError, InputError, format_problem
 from storage.input import InputDir, open_input, open_parquet
+from storage.node_table import WINDOW_BYTES, node_table_bytes
 from storage.partition_store import CHUNK_BYTES
 from storage.schema import check_node_schema, feature_matrix
 
@@ -108,8 +110,8 @@ STREAM_BATCHES = 5
 EDGE_ROW = EDGE_RECORD.itemsize
 
 # As the stages read: k-means feature batches (pipeline.stages.attr_cluster), node batches
-# of the validator and the gather (storage.validate, pipeline.store.route), a finalizer's
-# block of node rows (storage.partition_store).
+# of the validator (storage.validate), a finalizer's block of node rows
+# (storage.partition_store).
 _KMEANS_BATCH_BYTES = 64 * MIB
 _KMEANS_BATCH_ROWS = 65_536
 _NODE_BATCH_BYTES = 16 * MIB
@@ -413,6 +415,7 @@ class _Shape:
     node_shards: int
     edge_shards: int
     node_read: float  # peak bytes of reading the largest node shard with its features
+    label_threads: int = 1  # threads labelling the decoded node table (pipeline.stages.attr_cluster)
 
     @property
     def words(self) -> int:
@@ -447,39 +450,38 @@ def _validate(run: PartitionConfig, s: _Shape) -> _Need:
     batch (16 MiB of features, their ``isfinite`` mask, ids, labels); edge pass
     ``degree`` int64[N] + the batch and its range masks. ``asepr partition`` also writes
     the decoded edge copy (:mod:`storage.decoded`, 16 B per edge), removed when the
-    assignment is saved."""
+    assignment is saved, and the decoded node table (:mod:`storage.node_table`,
+    ``4d + 9`` B per node), kept until the run ends."""
     node_rows = min(s.n_s, max(1024, min(run.batch_rows, _NODE_BATCH_BYTES // (4 * max(1, s.d)))))
     node_pass = s.n + max(s.node_read, 2 * node_rows * (5 * s.d + 17))
     edge_pass = 8 * s.n + 2 * EDGE_ROW * s.b + 4 * s.b
     # The two passes run side by side (storage.validate).
-    return _Need(driver=node_pass + edge_pass, written=DECODED_ROW * s.e, removed=DECODED_ROW * s.e)
+    return _Need(driver=node_pass + edge_pass, written=DECODED_ROW * s.e + node_table_bytes(s.n, s.d),
+                 removed=DECODED_ROW * s.e)
 
 
 def _kmeans(run: PartitionConfig, s: _Shape) -> _Need:
-    """pipeline.stages.attr_cluster, nothing written: the sample tasks read a shard's
-    feature column and return their ``float32 [m_s, d']`` share of the sample; the driver
-    fits on the ``m``-row sample (a copy of its non-zero rows, the 20 B per row of an
-    assignment, and k-means++'s ``2 + ln C`` float64 distance rows, three at a time); a
-    label task reads a shard again and embeds a batch in float64 (as before), holds its
-    shard's ``int64`` ids, ``int32`` labels and ``float64`` distances, and returns the
-    first two. The driver holds ``degree``, receives every shard's ids and labels (12 B
-    per node) and scatters them into ``attr_cluster_id`` int32[N] with a ``seen``
-    bool[N]; when the sample is every row (``m = N``) it also holds every embedded row
-    and its id. A column's clusters: the same labels, no sample."""
-    labels_driver = 8 * s.n + 12 * s.n + 5 * s.n + 8 * s.n_s
+    """pipeline.stages.attr_cluster, nothing written, from the decoded node table (what
+    ``asepr partition`` runs): the driver gathers the ``m`` sampled rows (``float32
+    [m, d]``) and fits on their embedding (a copy of its non-zero rows, the 20 B per row
+    of an assignment, and k-means++'s ``2 + ln C`` float64 distance rows, three at a
+    time); then ``label_threads`` threads each read a block of rows and embed it in
+    float64 into ``attr_cluster_id`` int32[N], beside ``degree``. When the sample is every
+    row (``m = N``) it also holds every embedded row and its id. A column's clusters:
+    tasks read the shards; the driver receives every shard's ids and labels (12 B per
+    node) and scatters them with a ``seen`` bool[N]."""
     if run.attr_column:
+        labels_driver = 8 * s.n + 12 * s.n + 5 * s.n + 8 * s.n_s
         return _Need(driver=labels_driver, task=12 * s.n_s + 2 * 16 * min(s.n_s, run.batch_rows),
                      tasks=s.node_shards)
-    rows = min(s.n_s, max(1, min(_KMEANS_BATCH_ROWS, _KMEANS_BATCH_BYTES // (8 + 4 * s.d))))
+    rows = min(s.n, max(1, min(_KMEANS_BATCH_ROWS, _KMEANS_BATCH_BYTES // (8 + 4 * s.d))))
     m = sample_rows(s.n, run.attr_clusters, s.d, s.d_emb, run.kmeans_sample, run.kmeans_max_passes,
                     RESTARTS)
     every = m >= s.n
-    fit = 8 * s.n + 2 * 4 * m * s.d_emb + m * (20 + 24 * (2 + math.log(run.attr_clusters)))
+    fit = 8 * s.n + 4 * m * s.d + 2 * 4 * m * s.d_emb + m * (20 + 24 * (2 + math.log(run.attr_clusters)))
     kept = s.n * (8 + 4 * s.d_emb) if every else 0
-    sample_task = 4 * min(m, s.n_s) * s.d_emb + (s.n_s * (8 + 4 * s.d_emb) if every else 0)
-    label_task = 20 * s.n_s + rows * (8 + 12 * s.d + 21 * s.d_emb + 20)
-    return _Need(driver=max(fit, labels_driver + kept),
-                 task=max(sample_task, label_task, s.node_read), tasks=s.node_shards)
+    labels = 12 * s.n + s.label_threads * rows * (4 * s.d + 8 * s.d + 21 * s.d_emb + 20)
+    return _Need(driver=max(fit, labels + kept))
 
 
 def _clustering(run: PartitionConfig, s: _Shape) -> _Need:
@@ -598,27 +600,15 @@ def _finalize_edges(s: _Shape) -> _Need:
     return _Need(task=task, tasks=s.k, written=stores + s.k * 8 * s.n_p, kept=stores)
 
 
-def _gather_nodes(s: _Shape) -> _Need:
-    """pipeline.store.route.gather_node_shard: reading its node shard, or the k mapped
-    ``global_nid`` lists (the pages of the task's id range: 8·RF B per node row) and one
-    node batch (16 MiB of features) with one partition's records. Writes ``RF·|V|``
-    node records."""
-    record = node_record(s.d).itemsize
-    rows = min(s.n_s, max(1024, min(1 << 20, _NODE_BATCH_BYTES // max(1, 4 * s.d))))
-    task = max(s.node_read, 8 * s.rf * s.n_s + rows * (2 * record + 24))
-    return _Need(task=task, tasks=s.node_shards, written=s.rf * s.n * record)
-
-
 def _finalize_nodes(s: _Shape) -> _Need:
-    """pipeline.store.finalize.finalize_nodes, per partition: the row index (``files``
-    int32, ``records`` and ``local`` int64, concatenated from pieces: 40 B per row),
-    ``order`` int64, ``y`` int64 and ``split`` int8; one block of node records (64 MiB
-    of features), its contiguous ``x`` and the mapped spill pages it reads."""
-    record = node_record(s.d).itemsize
+    """pipeline.store.finalize.finalize_nodes_from_table, per partition: its
+    ``global_nid``, ``y`` int64 and ``split`` int8 (17 B per row); one block of rows (64
+    MiB of features) gathered from the decoded node table into a contiguous ``x``, the
+    ids' offsets in the mapped window, and the window's pages (:data:`WINDOW_BYTES`)."""
     chunk_rows = max(1, CHUNK_BYTES // (4 * max(1, s.d)))
     block_rows = chunk_rows * max(1, _STORE_BLOCK_BYTES // (chunk_rows * 4 * max(1, s.d)))
     block = min(s.n_p, block_rows)
-    task = s.n_p * (40 + 8 + 9) + block * (2 * record + 4 * s.d)
+    task = s.n_p * 17 + block * (2 * 4 * s.d + 16) + WINDOW_BYTES
     stores = s.k * s.n_p * (4 * s.d / _RATIO["x"] + 8 / _RATIO["y"] + 1 / _RATIO["flags"])
     return _Need(task=task, tasks=s.k, written=stores, kept=stores)
 
@@ -646,8 +636,8 @@ def _stage_needs(run: PartitionConfig, s: _Shape) -> list[tuple[str, _Need]]:
         needs.append(("two-phase fallback", _fallback(run, s, asep_peak)))
     needs += [("masters", _masters(run, s)),
               ("metrics", _metrics(run, s)), ("state", _state(run, s)), ("route", _route(s)),
-              ("finalize edges", _finalize_edges(s)), ("gather nodes", _gather_nodes(s)),
-              ("finalize nodes", _finalize_nodes(s)), ("node map", _node_map(s))]
+              ("finalize edges", _finalize_edges(s)), ("finalize nodes", _finalize_nodes(s)),
+              ("node map", _node_map(s))]
     return needs
 
 
@@ -735,6 +725,7 @@ def plan_run(
         n_s=max(1, sizes.max_node_shard_rows), e_s=max(1, sizes.max_edge_shard_rows),
         node_shards=max(1, sizes.node_shards), edge_shards=max(1, sizes.edge_shards),
         node_read=NODE_READ_FACTOR * sizes.max_node_shard_bytes,
+        label_threads=max(1, min(4, os.cpu_count() or 1)),
     )
     threads = threads or os.cpu_count() or 1
     needs = _stage_needs(run, shape)

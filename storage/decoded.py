@@ -27,7 +27,7 @@ import numpy as np
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard
 
-__all__ = ["DECODED_PREFIX", "DECODED_ROW", "DecodedWriter", "decoded_shards", "read_decoded"]
+__all__ = ["DECODED_PREFIX", "DECODED_ROW", "DecodedWriter", "decoded_shards", "read_decoded", "remove_decoded"]
 
 #: Name prefix of a run's decoded-copy directory inside the output directory.
 DECODED_PREFIX = ".asepr-decoded-"
@@ -74,6 +74,15 @@ class DecodedWriter:
             for fd in fds:
                 os.close(fd)
         self._files = {}
+
+
+def remove_decoded(directory: str | Path, num_shards: int) -> None:
+    """Delete the decoded edge copies of ``num_shards`` shards in ``directory`` (other
+    files there stay)."""
+    for index in range(num_shards):
+        for path in _paths(directory, index):
+            if os.path.lexists(path):
+                os.unlink(path)
 
 
 def decoded_shards(shards: list[Shard], rows: list[int], directory: str | Path) -> list[Shard]:

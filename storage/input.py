@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from storage.errors import InputError, format_problem
 from storage.fs import Shard, discover_shards, join, resolve, url_of
+from storage.node_table import NodeTable
 from storage.schema import META_NAME
 
 __all__ = ["InputDir", "input_paths", "open_input", "open_parquet", "read_meta"]
@@ -56,6 +57,9 @@ class InputDir:
         ``meta.json`` with its read fields type-checked; ``{}`` when there is none.
     storage_options
         Passed to fsspec for every file of the input.
+    node_table
+        The validator's decoded copy of the node shards (:mod:`storage.node_table`),
+        which the node passes read instead of the Parquet files; None (default) without one.
     """
 
     url: str
@@ -65,6 +69,7 @@ class InputDir:
     node_shards: list[Shard]
     meta: dict[str, Any]
     storage_options: dict | None = None
+    node_table: NodeTable | None = None
 
     @property
     def undirected(self) -> bool:

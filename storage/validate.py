@@ -38,6 +38,7 @@ from storage.dedup import EdgeDedup
 from storage.errors import AseprError, InputError, format_problem
 from storage.fs import Shard, discover_shards, fingerprint
 from storage.input import InputDir, input_paths, open_input, open_parquet, read_meta
+from storage.node_table import NodeTableWriter
 from storage.report import ShardInfo, ValidationReport
 from storage.resources import stage
 from storage.schema import FeatureLayout, check_edge_schema, check_node_schema, feature_matrix
@@ -143,16 +144,19 @@ class _NodeState:
 
 
 def _validate_node_batch(state: _NodeState, shard: Shard, row0: int, batch: pa.RecordBatch,
-                         layout: FeatureLayout, present: list[str]) -> None:
-    """Check one node batch and add its labels and splits to ``state``."""
+                         layout: FeatureLayout, present: list[str], table: NodeTableWriter | None) -> None:
+    """Check one node batch and add its labels and splits to ``state`` (and its rows to
+    ``table``'s decoded copy)."""
     ids = _check_node_ids(state, shard, row0, batch.column("id"))
-    _check_features(state, shard, row0, batch, layout, ids)
-    if "label" in present:
-        _count_labels(state, shard, row0, batch.column("label"))
+    feat = _check_features(state, shard, row0, batch, layout, ids)
+    labels = _count_labels(state, shard, row0, batch.column("label")) if "label" in present else None
     if "split" in present:
-        _count_splits(state, shard, row0, batch.column("split"))
+        splits = _count_splits(state, shard, row0, batch.column("split"))
     else:
+        splits = None
         state.split_counts[0] += batch.num_rows
+    if table is not None:
+        table.add(ids, feat, labels, splits)
 
 
 def _check_node_ids(state: _NodeState, shard: Shard, row0: int, ids_arr: pa.Array) -> np.ndarray:
@@ -196,8 +200,8 @@ def _check_node_ids(state: _NodeState, shard: Shard, row0: int, ids_arr: pa.Arra
 
 
 def _check_features(state: _NodeState, shard: Shard, row0: int, batch: pa.RecordBatch,
-                    layout: FeatureLayout, ids: np.ndarray) -> None:
-    """Feature vectors of one width across all shards, and finite."""
+                    layout: FeatureLayout, ids: np.ndarray) -> np.ndarray:
+    """Feature vectors of one width across all shards, and finite; returns them."""
     rows = f"rows {row0}..{row0 + batch.num_rows - 1}"
     try:
         feat = feature_matrix(batch, layout)
@@ -211,7 +215,7 @@ def _check_features(state: _NodeState, shard: Shard, row0: int, batch: pa.Record
             )
         ) from exc
     if not batch.num_rows:
-        return
+        return feat
     width = feat.shape[1]
     if state.feat_dim is None:
         state.feat_dim, state.feat_origin = width, shard.url
@@ -239,10 +243,11 @@ def _check_features(state: _NodeState, shard: Shard, row0: int, batch: pa.Record
                 "impute or zero the missing values before writing.",
             )
         )
+    return feat
 
 
-def _count_labels(state: _NodeState, shard: Shard, row0: int, label_arr: pa.Array) -> None:
-    """Labels non-null and in ``[-1, C)``; counts the known ones per class."""
+def _count_labels(state: _NodeState, shard: Shard, row0: int, label_arr: pa.Array) -> np.ndarray:
+    """Labels non-null and in ``[-1, C)``; counts the known ones per class; returns them."""
     _no_nulls(shard, "label", row0, label_arr)
     labels = label_arr.to_numpy()
     upper = state.num_classes
@@ -265,10 +270,11 @@ def _count_labels(state: _NodeState, shard: Shard, row0: int, label_arr: pa.Arra
             state.label_counts = counts
         else:
             state.label_counts[: len(counts)] += counts
+    return labels
 
 
-def _count_splits(state: _NodeState, shard: Shard, row0: int, split_arr: pa.Array) -> None:
-    """Split codes non-null and in ``{-1, 0, 1, 2}``; counts them."""
+def _count_splits(state: _NodeState, shard: Shard, row0: int, split_arr: pa.Array) -> np.ndarray:
+    """Split codes non-null and in ``{-1, 0, 1, 2}``; counts them; returns them."""
     _no_nulls(shard, "split", row0, split_arr)
     splits = split_arr.to_numpy()
     bad = ~np.isin(splits, _VALID_SPLITS)
@@ -279,10 +285,11 @@ def _count_splits(state: _NodeState, shard: Shard, row0: int, split_arr: pa.Arra
             "recode the split column as int8 with those values.",
         )
     state.split_counts += np.bincount(splits.astype(np.int64) + 1, minlength=4)[:4]
+    return splits
 
 
-def _node_pass(state: _NodeState, node_files, batch_rows: int) -> None:
-    """Validate every node shard, batch by batch, into ``state``."""
+def _node_pass(state: _NodeState, node_files, batch_rows: int, table: NodeTableWriter | None = None) -> None:
+    """Validate every node shard, batch by batch, into ``state`` (and ``table``)."""
     # Shards are reopened one at a time: a ParquetFile kept alive after it has been
     # read holds on to several MB of buffers (measured ~7 MB per edge shard).
     for shard, layout, present in node_files:
@@ -291,7 +298,7 @@ def _node_pass(state: _NodeState, node_files, batch_rows: int) -> None:
         # Bound a node batch by its feature bytes too: 8,000-wide rows add up fast.
         node_rows = max(1024, min(batch_rows, _NODE_BATCH_BYTES // (4 * (layout.dim or 256))))
         for row0, batch in _iter_batches(pf, shard, columns, node_rows):
-            _validate_node_batch(state, shard, row0, batch, layout, present)
+            _validate_node_batch(state, shard, row0, batch, layout, present, table)
         log.debug("validated node shard %s", shard.url)
 
 
@@ -378,7 +385,8 @@ def validate_input(
         Rows per record batch; memory per batch scales with it.
     decoded_dir
         An existing directory to write each edge shard's checked ``src`` and ``dst``
-        into, as raw files for later passes (:mod:`storage.decoded`); None: none.
+        into, as raw files for later passes (:mod:`storage.decoded`), and the checked
+        node rows (:mod:`storage.node_table`); None: none.
 
     Raises
     ------
@@ -512,7 +520,8 @@ def _count_edges(edge_files, num_nodes: int, num_edges: int, undirected: bool, c
     return degree, self_loops, duplicates
 
 
-def _node_and_edge_passes(state: _NodeState, node_files, base_url: str, batch_rows: int, edge_pass):
+def _node_and_edge_passes(state: _NodeState, node_files, base_url: str, batch_rows: int, edge_pass,
+                          table: NodeTableWriter | None = None):
     """The node pass here and ``edge_pass(stop)`` on a thread beside it; the edge pass's
     result. Both are mostly decoding and numpy (which release the GIL), so on two cores
     they take about the longer one's time. A node error wins, as when the passes ran one
@@ -522,7 +531,11 @@ def _node_and_edge_passes(state: _NodeState, node_files, base_url: str, batch_ro
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="asepr-validate-edges") as pool:
         edges = pool.submit(edge_pass, stop)
         try:
-            _node_pass(state, node_files, batch_rows)
+            try:
+                _node_pass(state, node_files, batch_rows, table)
+            finally:
+                if table is not None:
+                    table.close()
             _check_all_nodes_seen(state, base_url)
         except BaseException:
             stop.set()
@@ -553,7 +566,8 @@ def _validate_impl(
     degree, self_loops, duplicates = _node_and_edge_passes(
         state, node_files, base_url, batch_rows,
         lambda stop: _edge_pass(edge_files, num_nodes, num_edges, undirected, check_duplicates, batch_rows,
-                                spill_dir, decoded_dir, stop))
+                                spill_dir, decoded_dir, stop),
+        NodeTableWriter(decoded_dir, num_nodes) if decoded_dir is not None else None)
 
     label_counts = state.label_counts
     classes = num_classes if num_classes is not None else len(label_counts)

@@ -52,6 +52,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -69,6 +71,7 @@ from storage.fs import Shard
 from storage.resources import StageClock, stage
 from storage.schema import FeatureLayout, check_node_schema, feature_matrix
 from storage.input import open_parquet
+from storage.node_table import NodeTable
 
 if TYPE_CHECKING:
     import distributed
@@ -453,6 +456,7 @@ class _Job:
     client: distributed.Client | None
     prefix: str
     batch_rows: int
+    table: NodeTable | None = None
 
 
 def attribute_clusters(
@@ -469,6 +473,7 @@ def attribute_clusters(
     projection_threshold: int = 256,
     client: distributed.Client | None = None,
     batch_rows: int = 65_536,
+    table: NodeTable | None = None,
 ) -> AttrClusters:
     """Spherical k-means over the node features: fitted on a sample, then one labelling pass.
 
@@ -503,6 +508,10 @@ def attribute_clusters(
         A ``distributed.Client``; None runs on the local thread pool.
     batch_rows
         Maximum rows per record batch (also capped at about 64 MiB per batch).
+    table
+        The validator's decoded copy of these shards (:mod:`storage.node_table`): the
+        sample and the labels read it, on threads of this process, instead of decoding
+        the shards. The clusters are the same (the sample draws the same rows).
 
     Returns
     -------
@@ -530,7 +539,7 @@ def attribute_clusters(
             format_problem("attribute_clusters(node_shards=...)", "at least one node shard", "none")
         )
     with stage("attr_cluster", log) as info:
-        job = _Job(node_shards, client, task_prefix("attr"), batch_rows)
+        job = _Job(node_shards, client, task_prefix("attr"), batch_rows, table)
         result = _kmeans_impl(job, num_nodes, num_clusters, seed, max_passes, tol, sample_size,
                               restarts, projection_dim, projection_threshold)
         info.update(
@@ -608,6 +617,8 @@ def _draw_sample(job: _Job, rows: np.ndarray, feat_dim: int, projection: np.ndar
     every = n_sample == total
     rng = np.random.default_rng(seq)
     picks = None if every else np.sort(rng.choice(total, size=n_sample, replace=False))
+    if job.table is not None:
+        return _table_sample(job.table, projection, picks)
     offsets = np.r_[0, np.cumsum(rows)]
     proj_node = _shared(projection, job, "projection")
     tasks = []
@@ -630,6 +641,8 @@ def _label_all(job: _Job, projection: np.ndarray | None, centroids: np.ndarray, 
                num_nodes: int, kept: list | None) -> tuple[np.ndarray, float]:
     """Step 3: ``(attr_cluster_id, full-data inertia)``; in the client when ``kept`` holds
     every shard's embedded rows, else one Dask task per shard."""
+    if kept is None and job.table is not None:
+        return _table_labels(job, projection, centroids)
     if kept is not None:
         labelled = []
         for ids, x in kept:
@@ -646,9 +659,62 @@ def _label_all(job: _Job, projection: np.ndarray | None, centroids: np.ndarray, 
             ],
             job.client,
         )
-    attr_cluster_id = scatter_labels([(ids, lab) for ids, lab, _ in labelled], job.shards,
-                                     num_nodes, "k-means")
+    if job.table is not None:  # every row, from the table: one piece
+        attr_cluster_id = np.full(num_nodes, -1, dtype=np.int32)
+        attr_cluster_id[labelled[0][0]] = labelled[0][1]
+    else:
+        attr_cluster_id = scatter_labels([(ids, lab) for ids, lab, _ in labelled], job.shards,
+                                         num_nodes, "k-means")
     return attr_cluster_id, math.fsum(x for _, _, x in labelled)
+
+
+def _table_scan(table: NodeTable, num_nodes: int) -> tuple[np.ndarray, int]:
+    """Step 0 from the decoded table: its rows and width."""
+    if table.num_nodes != num_nodes or table.feat_dim < 1:
+        raise InputError(format_problem(
+            f"decoded node table {table.directory}", f"{num_nodes:,} rows of width >= 1",
+            f"{table.num_nodes:,} rows of width {table.feat_dim}", "rerun the command: the copy is rewritten."))
+    return np.array([num_nodes], dtype=np.int64), table.feat_dim
+
+
+def _table_embed(feat: np.ndarray, projection: np.ndarray | None, table: NodeTable) -> np.ndarray:
+    x = embed(feat, projection)
+    if not np.isfinite(x).all():
+        raise InputError(format_problem(f"decoded node table {table.directory}", "finite embedded features",
+                                        "NaN or inf values", "rerun the command: the copy is rewritten."))
+    return x
+
+
+def _table_sample(table: NodeTable, projection: np.ndarray | None,
+                  picks: np.ndarray | None) -> tuple[np.ndarray, list | None]:
+    """Step 1 from the decoded table: the rows ``picks`` (shard-order row numbers; None:
+    every row, kept with their ids as one piece for step 3)."""
+    rows = np.arange(table.num_nodes, dtype=np.int64) if picks is None else picks
+    ids = table.ids_of_rows(rows)
+    if picks is None and not table.has_order:
+        feat = table.rows(0, table.num_nodes)
+    else:
+        feat = table.gather(ids)[0]
+    sample = _table_embed(feat, projection, table)
+    return sample, ([(ids, sample)] if picks is None else None)
+
+
+def _table_labels(job: _Job, projection: np.ndarray | None, centroids: np.ndarray) -> tuple[np.ndarray, float]:
+    """Step 3 from the decoded table: blocks of ids on threads; ``(attr_cluster_id, inertia)``."""
+    table = job.table
+    n = table.num_nodes
+    attr_cluster_id = np.empty(n, dtype=np.int32)
+    block = _rows_per_batch(table.feat_dim, job.batch_rows)
+
+    def label(start: int) -> float:
+        stop = min(n, start + block)
+        labels, dist = _label_rows(_table_embed(table.rows(start, stop), projection, table), centroids)
+        attr_cluster_id[start:stop] = labels
+        return math.fsum(dist)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+        sums = list(pool.map(label, range(0, n, block)))
+    return attr_cluster_id, math.fsum(sums)
 
 
 def _distinct_rows(x: np.ndarray, enough: int) -> int:
@@ -670,7 +736,7 @@ def _kmeans_impl(job: _Job, num_nodes: int, num_clusters: int, seed: int, max_pa
     """Steps 0-3 of the module docstring."""
     seq_projection, seq_sample, seq_init = np.random.SeedSequence(seed).spawn(3)
     clock = StageClock()
-    rows, feat_dim = _scan(job, num_nodes)
+    rows, feat_dim = _scan(job, num_nodes) if job.table is None else _table_scan(job.table, num_nodes)
     total = int(rows.sum())
     if num_clusters > num_nodes:
         log.info("attribute clusters: C = %d clamped to N = %d", num_clusters, num_nodes)

@@ -26,6 +26,7 @@ from pipeline.store.route import EDGE_RECORD, KIND_ASSIGNED, KIND_HALO, node_rec
 from storage import failpoints
 from storage.atomic import save_npy_atomic
 from storage.errors import StoreError, format_problem
+from storage.node_table import NodeTable
 from storage.partition_store import (
     STORE_FORMAT,
     STORE_VERSION,
@@ -36,7 +37,8 @@ from storage.partition_store import (
     write_array,
 )
 
-__all__ = ["finalize_edges", "finalize_nodes", "finish_store", "row_index", "write_structure"]
+__all__ = ["finalize_edges", "finalize_nodes", "finalize_nodes_from_table", "finish_store", "row_index",
+           "write_structure"]
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +237,54 @@ def finalize_nodes(
     digests["nodes/x"] = x_writer.close()
     del order, files, records
     return finish_store(group, part_id, edges_info, digests, y, split, feat_dim=feat_dim, attrs=attrs,
+                        store_path=store_path, final_path=final_path)
+
+
+def _checked_global_nid(path: str, part_id: int, n: int, num_nodes: int) -> np.ndarray:
+    """The partition's sorted ``global_nid`` (:func:`finalize_edges` saved it), checked."""
+    global_nid = np.load(path, allow_pickle=False)
+    ok = (global_nid.ndim == 1 and len(global_nid) == n and np.issubdtype(global_nid.dtype, np.integer)
+          and (n == 0 or (int(global_nid[0]) >= 0 and int(global_nid[-1]) < num_nodes
+                          and bool((np.diff(global_nid) > 0).all()))))
+    if not ok:
+        raise StoreError(format_problem(
+            f"partition {part_id}, node id file {path}",
+            f"{n:,} increasing node ids in [0, {num_nodes:,})",
+            f"{global_nid.dtype} array of shape {global_nid.shape}",
+            "the staging directory is damaged; rerun with --overwrite to start clean."))
+    return global_nid
+
+
+def finalize_nodes_from_table(
+    part_id: int,
+    edges_info: dict[str, Any],
+    *,
+    table: NodeTable,
+    global_nid_path: str,
+    store_path: str,
+    final_path: str,
+    attrs: dict[str, Any],
+) -> dict[str, Any]:
+    """:func:`finalize_nodes` with the rows taken from the validator's decoded node table
+    (:mod:`storage.node_table`) by id, a chunk-aligned block at a time: no gather pass.
+
+    Memory is the partition's ``global_nid`` plus one block of rows.
+    """
+    n = edges_info["counts"]["nodes"]
+    global_nid = _checked_global_nid(global_nid_path, part_id, n, table.num_nodes)
+    group = zarr.open_group(store_path, mode="r+")
+    digests = dict(edges_info["digests"])
+    x_writer = ArrayWriter(group, "nodes/x", (n, table.feat_dim), np.float32)
+    y = np.empty(n, dtype=np.int64)
+    split = np.empty(n, dtype=np.int8)
+    for start in range(0, n, x_writer.block_rows):
+        stop = min(n, start + x_writer.block_rows)
+        x, y[start:stop], split[start:stop] = table.gather(global_nid[start:stop])
+        x_writer.write(x)
+        del x
+    digests["nodes/x"] = x_writer.close()
+    del global_nid
+    return finish_store(group, part_id, edges_info, digests, y, split, feat_dim=table.feat_dim, attrs=attrs,
                         store_path=store_path, final_path=final_path)
 
 

@@ -44,7 +44,7 @@ import numpy as np
 
 from pipeline.assign import edge_parts_path
 from pipeline.config import PartitionConfig
-from pipeline.store.finalize import finalize_edges, finalize_nodes
+from pipeline.store.finalize import finalize_edges, finalize_nodes, finalize_nodes_from_table
 from pipeline.store.commit import (
     Staging,
     commit,
@@ -60,7 +60,8 @@ from pipeline.store.commit import (
 )
 from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
 from pipeline.store.tasks import Progress, bar_for, run_tasks, timed, worker_peak_rss
-from storage.decoded import DECODED_PREFIX, decoded_shards
+from storage.decoded import DECODED_PREFIX, decoded_shards, remove_decoded
+from storage.node_table import NodeTable
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard, fingerprint, resolve, url_of
 from storage.lock import OutputLock
@@ -330,8 +331,23 @@ def _route_and_finalize_edges(staging: Staging, saved: _SavedAssignment, todo: l
 
 def _gather_and_finalize_nodes(staging: Staging, saved: _SavedAssignment, todo: list[int], edge_infos: list[dict],
                                *, feat_dim: int, attrs: dict[str, Any], client, progress: Progress | None,
-                               timings: dict[str, float]) -> list[dict]:
-    """Gather the node rows of the partitions in ``todo``, then finish their stores."""
+                               timings: dict[str, float], node_table: NodeTable | None = None) -> list[dict]:
+    """Gather the node rows of the partitions in ``todo``, then finish their stores.
+
+    With the validator's decoded node table each store takes its rows from it by id
+    (:func:`~pipeline.store.finalize.finalize_nodes_from_table`): no gather pass, no spill.
+    """
+    if node_table is not None:
+        with timed("finalize nodes", timings, client) as info:
+            calls = [
+                ((p, e), {"table": node_table, "global_nid_path": str(staging.global_nid_path(p)),
+                          "store_path": str(staging.partial_store(p)), "final_path": str(staging.store(p)),
+                          "attrs": attrs})
+                for p, e in zip(todo, edge_infos)
+            ]
+            entries = run_tasks("finalize nodes", finalize_nodes_from_table, calls, client, progress)
+            info.update(partitions=len(todo))
+        return entries
     with timed("gather nodes", timings, client) as info:
         global_nid_paths = {p: str(staging.global_nid_path(p)) for p in todo}
         calls = [((shard, j, global_nid_paths, str(staging.gather)), {"feat_dim": feat_dim})
@@ -398,8 +414,10 @@ def _write_generation(
     client,
     progress: Progress | None,
     timings: dict[str, float],
+    node_table: NodeTable | None = None,
 ) -> dict[str, Any]:
-    """Write (or resume) every store of the generation, the node map, and commit them."""
+    """Write (or resume) every store of the generation, the node map, and commit them;
+    the node rows come from ``node_table`` when there is one, else from the node shards."""
     out = staging.out
     k = saved.num_parts
     feat_dim = int(input_info["feat_dim"])
@@ -413,7 +431,8 @@ def _write_generation(
         edge_infos = _route_and_finalize_edges(staging, saved, todo, halo=halo, client=client, progress=progress,
                                                timings=timings)
         for entry in _gather_and_finalize_nodes(staging, saved, todo, edge_infos, feat_dim=feat_dim, attrs=attrs,
-                                                client=client, progress=progress, timings=timings):
+                                                client=client, progress=progress, timings=timings,
+                                                node_table=node_table):
             entries[entry["part_id"]] = entry
 
     with timed("node map", timings, client):
@@ -503,6 +522,7 @@ def partition_to_store(
                                     decoded_dir=str(decoded_dir))
         timings["validate"] = time.perf_counter() - start
         input_info = _input_info_from_report(input_url, report, storage_options)
+        table = NodeTable(decoded_dir, report.num_nodes, report.feat_dim)
         run_key = _run_key(config.to_dict(), halo, input_info)
         staging, generation, committed = _begin(out_path, run_key, overwrite)
         if committed is not None:
@@ -515,12 +535,12 @@ def partition_to_store(
             # The streaming passes read the validator's decoded copy; everything after
             # them (and what is saved) names the input's own shards.
             decoded = dataclasses.replace(source, edge_shards=decoded_shards(
-                source.edge_shards, [info.rows for info in report.edge_shards], decoded_dir))
+                source.edge_shards, [info.rows for info in report.edge_shards], decoded_dir), node_table=table)
             with bar_for(progress, "assign", 1) as bar:
                 assignment = partition(decoded, config=config, client=client, workdir=staging.work, report=report)
                 bar.update(1)
             assignment.edge_shards = source.edge_shards
-            shutil.rmtree(decoded_dir, ignore_errors=True)
+            remove_decoded(decoded_dir, len(source.edge_shards))
             try:
                 _stage_state(staging, assignment, generation, input_info)
                 saved = _save_assignment(assignment, staging.work, run_key, halo)
@@ -532,7 +552,7 @@ def partition_to_store(
         saved.timings = {**saved.timings, "validate": timings["validate"]}
         return _write_generation(
             staging, saved, input_info=input_info, run_key=run_key, generation=generation,
-            halo=halo, client=client, progress=progress, timings=dict(saved.timings),
+            halo=halo, client=client, progress=progress, timings=dict(saved.timings), node_table=table,
         )
 
 

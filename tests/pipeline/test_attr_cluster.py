@@ -435,3 +435,55 @@ def test_sample_rows():
     # the byte budget caps the sample; C rows at least
     assert sample_rows(10**9, 4, 32, 256, 10**8, 10, 3) == SAMPLE_BYTES // (4 * 256)
     assert sample_rows(10**9, 200_000, 32, 256, 10, 10, 3) == 200_000
+
+
+# --- from the validator's decoded node table ----------------------------------------
+
+
+def decoded_table(shards: list, directory: Path):
+    """The decoded node table of ``shards`` (as the validator writes it), opened."""
+    from storage.node_table import NodeTable, NodeTableWriter
+
+    directory.mkdir()
+    n = sum(pq.ParquetFile(s.path).metadata.num_rows for s in shards)
+    writer = NodeTableWriter(directory, n)
+    for shard in shards:
+        table = pq.read_table(shard.path)
+        feat = np.stack(table.column("feat").to_numpy(zero_copy_only=False)).astype(np.float32)
+        writer.add(table.column("id").to_numpy(), feat, None, None)
+    writer.close()
+    return NodeTable(directory, n, writer.feat_dim)
+
+
+@pytest.mark.parametrize("case", ["every row, ids shuffled", "sampled, projected, ids shuffled",
+                                  "sampled, ids in order"])
+def test_decoded_table_gives_the_same_clusters(blob_inputs, sorted_input, tmp_path, case):
+    # The sample draws the same rows from the table as from the shards (by row number,
+    # through the table's row order when the ids are not 0..N-1), so the clusters, the
+    # centroids and the sample's history are the same bits; the full-data inertia is
+    # the same sum in another grouping.
+    if case.startswith("every"):
+        shards, feat, _ = blob_inputs[16]
+        kwargs = dict(seed=3, max_passes=4)
+    elif "projected" in case:
+        feat, _ = blobs(8000, 16, seed=9)
+        shards = write_nodes(tmp_path / "in", feat)
+        kwargs = dict(seed=5, max_passes=4, sample_size=200, projection_threshold=8, projection_dim=8)
+    else:
+        shards, feat = sorted_input
+        kwargs = dict(seed=2, sample_size=500, max_passes=5, batch_rows=4096)
+    n = len(feat)
+    table = decoded_table(shards, tmp_path / "table")
+    assert table.has_order == ("shuffled" in case)
+    width = kwargs.get("projection_dim", 256) if feat.shape[1] > kwargs.get("projection_threshold", 256) \
+        else feat.shape[1]
+    every = sample_rows(n, 6, feat.shape[1], width, kwargs.get("sample_size", 20_000),
+                        kwargs["max_passes"], RESTARTS) == n
+    assert every == case.startswith("every")
+    plain = attribute_clusters(shards, n, 6, **kwargs)
+    fast = attribute_clusters(shards, n, 6, table=table, **kwargs)
+    np.testing.assert_array_equal(fast.attr_cluster_id, plain.attr_cluster_id)
+    np.testing.assert_array_equal(fast.model.centroids, plain.model.centroids)
+    assert fast.inertia_history[:-1] == plain.inertia_history[:-1]
+    assert fast.inertia == pytest.approx(plain.inertia, rel=1e-12)
+    assert fast.inertia == pytest.approx(full_inertia(fast.model, feat, fast.attr_cluster_id), rel=1e-9)

@@ -78,9 +78,9 @@ def test_state_grows_linearly_with_nodes():
                                             replication_factor=3.0))
     assert (_assert_linear([_stage(p, "assignment").driver for p in wide], nodes)
             > _assert_linear([_stage(p, "assignment").driver for p in plans], nodes))
-    # Gathered node rows: RF * (17 + 4d) bytes per node.
-    assert _assert_linear([_stage(p, "gather nodes").written for p in plans], nodes) == pytest.approx(
-        3.0 * (17 + 4 * 32), rel=1e-9)
+    # The decoded node table: 4d + 9 bytes per node (besides the decoded edge copy).
+    assert _assert_linear([_stage(p, "validate").written for p in plans], nodes) == pytest.approx(
+        4 * 32 + 9, rel=1e-9)
 
 
 def test_threads_hold_the_tasks_in_the_driver():
