@@ -40,7 +40,7 @@ from pipeline.stages.attr_cluster import AttrClusters, attribute_clusters
 from pipeline.stages.attr_column import column_clusters
 from pipeline.stages.attr_lift import AttributeLift, attribute_lift
 from pipeline.stages.degrees import Degrees, compute_degrees
-from pipeline.stages.mapping import CommunityMapping, map_communities, vertex_terms
+from pipeline.stages.mapping import CommunityMapping, attr_homes, map_communities, vertex_terms
 from pipeline.stages.masters import choose_masters, count_edges_per_replica, popcounts, replica_offsets
 from pipeline.stages.metis import metis_membership
 from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
@@ -254,17 +254,22 @@ class _FallbackStream:
     seconds: float
 
 
-def _fallback_stream(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, attr_ids: np.ndarray,
+def _fallback_stream(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees,
                      workdir: Path) -> _FallbackStream:
     """Cluster and stream the edges as 2PS-HDRF does, its edge partitions in a new
-    subdirectory of ``workdir`` (removed on an error)."""
+    subdirectory of ``workdir`` (removed on an error).
+
+    Nothing here needs the attribute clusters (2PS-HDRF packs communities by volume
+    alone), so the stream can start before they exist; its mapping's attribute homes
+    are left for :func:`_two_phase_fallback` to place.
+    """
     start = time.perf_counter()
     alt_run = run.two_phase_config()
     alt = _Steering(alpha=0.0, beta=0.0, keep_attr_together=False)
     alt_dir = Path(tempfile.mkdtemp(prefix="two-phase-fallback-", dir=workdir))
     alt_clock = StageClock()
     try:
-        _communities(alt_run, edge_shards, degrees.degree, attr_ids, alt, alt_clock)
+        _communities(alt_run, edge_shards, degrees.degree, None, alt, alt_clock)
         result = _assign(alt_run, edge_shards, degrees, alt, alt_dir, alt_clock)
     except BaseException:
         shutil.rmtree(alt_dir, ignore_errors=True)
@@ -276,16 +281,16 @@ class _Fallback:
     """The two-phase fallback's stream, on a thread beside ASEP's own (``concurrent``) or
     run when :meth:`finish` asks for it.
 
-    Both streams are sequential and their kernels release the GIL, so on a machine with
-    a spare core the fallback costs about the wall time by which it outlasts ASEP's
-    clustering and stream, not its own (20M-edge ``asepr synth`` graph, k = 16,
+    It needs no attribute clusters, so the thread starts before ASEP's k-means. Both
+    streams are sequential and their kernels release the GIL, so on a machine with a
+    spare core the fallback costs about the wall time by which it outlasts ASEP's
+    k-means, clustering and stream, not its own (20M-edge ``asepr synth`` graph, k = 16,
     ``docs/results/scale``). The price is memory: both O(|V|) kernel states live at once
     (:mod:`pipeline.plan` models it). The result does not depend on the order.
     """
 
-    def __init__(self, run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, attr_ids: np.ndarray,
-                 workdir: Path):
-        self._args = (run, edge_shards, degrees, attr_ids, workdir)
+    def __init__(self, run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, workdir: Path):
+        self._args = (run, edge_shards, degrees, workdir)
         self._pool: ThreadPoolExecutor | None = None
         self._future: Future | None = None
         if run.concurrent_fallback:
@@ -309,8 +314,8 @@ class _Fallback:
             self._pool = None
 
 
-def _two_phase_fallback(fallback: _Fallback, degrees: Degrees, steering: _Steering, workdir: Path,
-                        clock: StageClock, own: tuple[np.ndarray, np.ndarray, KernelSettings]
+def _two_phase_fallback(fallback: _Fallback, degrees: Degrees, attr_ids: np.ndarray, steering: _Steering,
+                        workdir: Path, clock: StageClock, own: tuple[np.ndarray, np.ndarray, KernelSettings]
                         ) -> tuple[np.ndarray, np.ndarray, KernelSettings]:
     """Keep 2PS-HDRF's assignment (:class:`_Fallback`) if it replicates fewer vertices.
 
@@ -339,7 +344,10 @@ def _two_phase_fallback(fallback: _Fallback, degrees: Degrees, steering: _Steeri
         for part_file in alt.directory.glob("edge-parts-*.npy"):
             os.replace(part_file, workdir / part_file.name)
         steering.alpha, steering.beta, steering.keep_attr_together = 0.0, 0.0, False
-        steering.communities, steering.mapping = alt.steering.communities, alt.steering.mapping
+        communities, mapping = alt.steering.communities, alt.steering.mapping
+        homes = attr_homes(mapping.community_part, attr_ids, communities.volume, len(alt_loads),
+                           communities.community_id, degrees.degree)
+        steering.communities, steering.mapping = communities, replace(mapping, attr_home=homes)
         return alt_replicas, alt_loads, alt_settings
     finally:
         shutil.rmtree(alt.directory, ignore_errors=True)
@@ -473,23 +481,23 @@ def partition(
     if degrees is None:
         degrees = compute_degrees(source.edge_shards, num_nodes, client=client, batch_rows=run.batch_rows)
     clock.tick("degrees")
-    if attr is None:
-        attr = _attribute_clusters(run, source, num_nodes, client)
-    attr_ids = np.ascontiguousarray(attr.attr_cluster_id, dtype=np.int32)
-    clock.tick("attribute clustering")
-
     owns = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="asepr-assign-") if owns else workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    fallback = (_Fallback(run, source.edge_shards, degrees, attr_ids, workdir)
+    # The fallback's stream needs no attribute clusters: it starts beside their k-means.
+    fallback = (_Fallback(run, source.edge_shards, degrees, workdir)
                 if run.uses_two_phase_fallback else None)
     try:
+        if attr is None:
+            attr = _attribute_clusters(run, source, num_nodes, client)
+        attr_ids = np.ascontiguousarray(attr.attr_cluster_id, dtype=np.int32)
+        clock.tick("attribute clustering")
         steering = _attribute_weights(run, source.edge_shards, degrees.degree, attr_ids)
         _communities(run, source.edge_shards, degrees.degree, attr_ids, steering, clock)
         replicas, loads, settings = _assign(run, source.edge_shards, degrees, steering, workdir, clock,
                                             attr_ids if run.uses_attributes else None)
         if fallback is not None:
-            replicas, loads, settings = _two_phase_fallback(fallback, degrees, steering, workdir, clock,
+            replicas, loads, settings = _two_phase_fallback(fallback, degrees, attr_ids, steering, workdir, clock,
                                                             (replicas, loads, settings))
         master = _choose_masters(source.edge_shards, workdir, replicas, run.num_parts, run.batch_rows,
                                  degrees.num_edges)

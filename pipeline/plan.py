@@ -532,9 +532,9 @@ def _fallback(run: PartitionConfig, s: _Shape, asep_peak: float) -> _Need:
     two-phase assignment, its edge partitions and first-phase file in a subdirectory
     (the first phase and the losing stream's partitions are removed).
 
-    ``concurrent_fallback`` (default) runs it on a thread beside ASEP's clustering,
-    mapping and stream, so its largest step adds to ``asep_peak``, the largest of
-    those (``degree`` and ``attr_cluster_id`` are shared); sequentially it runs after
+    ``concurrent_fallback`` (default) runs it on a thread beside ASEP's attribute
+    clustering, clustering, mapping and stream, so its largest step adds to
+    ``asep_peak``, the largest of those (``degree`` is shared); sequentially it runs after
     them beside ASEP's ``replicas`` uint64[N, W] and communities (``community_id``,
     ``volume`` int64[N])."""
     twops = run.two_phase_config()
@@ -632,7 +632,8 @@ def _stage_needs(run: PartitionConfig, s: _Shape) -> list[tuple[str, _Need]]:
         needs.append(("mapping", _mapping(s)))
     needs.append(("assignment", _assignment(run, s)))
     if run.uses_two_phase_fallback:
-        asep_peak = max(need.driver for name, need in needs[2:])  # clustering, mapping, assignment
+        # It starts beside attribute clustering and runs on beside clustering, mapping, assignment.
+        asep_peak = max(need.driver for name, need in needs[1:])
         needs.append(("two-phase fallback", _fallback(run, s, asep_peak)))
     needs += [("masters", _masters(run, s)),
               ("metrics", _metrics(run, s)), ("state", _state(run, s)), ("route", _route(s)),

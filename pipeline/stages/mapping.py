@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["CommunityMapping", "map_communities", "place_new_communities", "vertex_terms"]
+__all__ = ["CommunityMapping", "attr_homes", "map_communities", "place_new_communities", "vertex_terms"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def _pack(order, volume, group, num_parts, cap, keep_groups):
 
 def map_communities(
     volume: np.ndarray,
-    attr_cluster_id: np.ndarray,
+    attr_cluster_id: np.ndarray | None,
     num_parts: int,
     *,
     epsilon: float = 0.05,
@@ -84,6 +84,8 @@ def map_communities(
         ids whose community emptied).
     attr_cluster_id
         Attribute cluster of every vertex; a community's cluster is its founder's.
+        None (only without ``keep_attr_together``, whose packing ignores it): the
+        mapping's ``attr_home`` is empty, for :func:`attr_homes` to fill in later.
     keep_attr_together
         ASEP's packing (True) or 2PS-L's (False).
     community_id, degree
@@ -93,32 +95,49 @@ def map_communities(
         Without ``keep_attr_together``: order communities of equal volume by
         descending id (the published 2PS-L) instead of ascending.
     """
-    num_attr = int(attr_cluster_id.max()) + 1 if len(attr_cluster_id) else 1
+    if attr_cluster_id is None and keep_attr_together:
+        raise ValueError("keep_attr_together packs by attribute cluster: attr_cluster_id is required")
     live = np.flatnonzero(volume > 0)
-    group = attr_cluster_id.astype(np.int64)  # indexed by community id = founder vertex id
+    group = (attr_cluster_id.astype(np.int64) if attr_cluster_id is not None  # indexed by community id
+             else np.zeros(0, dtype=np.int64))
     cap = (1.0 + epsilon) * float(volume.sum()) / num_parts
     if keep_attr_together:
+        num_attr = int(attr_cluster_id.max()) + 1 if len(attr_cluster_id) else 1
         group_volume = np.bincount(group[live], weights=volume[live], minlength=num_attr)
         # Attribute clusters by descending total volume, then communities by descending volume.
         order = live[np.lexsort((live, -volume[live], group[live], -group_volume[group[live]]))]
     else:
         order = live[np.lexsort((-live if higher_id_first else live, -volume[live]))]
     part_of, load = _pack(order, volume.astype(np.float64), group, num_parts, cap, keep_attr_together)
-    # Home of an attribute cluster: the partition holding most of its vertices' degree
-    # volume (per vertex, so a cluster whose vertices all joined communities founded
-    # by other clusters still gets the right home); -1 for a cluster with no volume.
+    attr_home = (np.zeros(0, dtype=np.int32) if attr_cluster_id is None
+                 else attr_homes(part_of, attr_cluster_id, volume, num_parts, community_id, degree))
+    return CommunityMapping(community_part=part_of, attr_home=attr_home, part_volume=load)
+
+
+def attr_homes(community_part: np.ndarray, attr_cluster_id: np.ndarray, volume: np.ndarray, num_parts: int,
+               community_id: np.ndarray | None = None, degree: np.ndarray | None = None) -> np.ndarray:
+    """``int32 [C]``: the home partition of every attribute cluster.
+
+    The home is the partition holding most of the cluster's vertices' degree volume (per
+    vertex, given ``community_id`` and ``degree``, so a cluster whose vertices all joined
+    communities founded by other clusters still gets the right home; else by community
+    founders); -1 for a cluster with no volume.
+    """
+    num_attr = int(attr_cluster_id.max()) + 1 if len(attr_cluster_id) else 1
+    group = attr_cluster_id.astype(np.int64)
+    live = np.flatnonzero(volume > 0)
     attr_home = np.full(num_attr, -1, dtype=np.int32)
     if len(live):
         share = np.zeros((num_attr, num_parts), dtype=np.float64)
         if community_id is not None and degree is not None:
-            vertex_part = part_of[community_id]
+            vertex_part = community_part[community_id]
             has = vertex_part >= 0
             np.add.at(share, (group[has], vertex_part[has]), degree[has])
         else:
-            np.add.at(share, (group[live], part_of[live]), volume[live])
+            np.add.at(share, (group[live], community_part[live]), volume[live])
         populated = share.sum(axis=1) > 0
         attr_home[populated] = share[populated].argmax(axis=1)
-    return CommunityMapping(community_part=part_of, attr_home=attr_home, part_volume=load)
+    return attr_home
 
 
 @numba.njit(cache=True)
