@@ -118,8 +118,10 @@ _NODE_BATCH_BYTES = 16 * MIB
 _STORE_BLOCK_BYTES = 64 * MIB
 
 # Compression ratios (raw / stored) of the store codecs, from storage.partition_store's
-# measurement; arrays it does not list take the ratio of the closest listed one.
-_RATIO = {"x": 1.08, "global_nid": 7.1, "indptr": 7.1, "indices": 1.53, "y": 19.6, "flags": 8.0,
+# measurement; arrays it does not list take the ratio of the closest listed one. Dense
+# features are stored raw (blosc saves less than storage.partition_store.MIN_SAVING on
+# them): 1.0, the most disk they can take.
+_RATIO = {"x": 1.0, "global_nid": 7.1, "indptr": 7.1, "indices": 1.53, "y": 19.6, "flags": 8.0,
           "state": 2.0}
 #: ``node_map.parquet`` (zstd) per node: the sequential ids compress away, the part ids
 #: and part-local ids do not.

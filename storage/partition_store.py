@@ -62,7 +62,10 @@ Whole stores (all arrays, 85 MiB raw) with lz4+shuffle: chunks of 1 MiB wrote at
 read speed of dense features for no gain on them. So: **Blosc lz4, byte shuffle,
 clevel 5, chunks of about 4 MiB** (whole rows of ``x``), and bit shuffle for the small
 label-like arrays (``y``, ``split``, ``is_master``, ``is_halo``), where it compresses
-2-3 times better at no cost worth measuring.
+2-3 times better at no cost worth measuring. Dense features halve the write speed for
+an 8 % saving, so an array is stored raw when blosc does not shrink its first chunk by
+at least :data:`MIN_SAVING` (:class:`ArrayWriter`); readers see either through zarr's
+metadata, and the content digests do not depend on it.
 """
 
 from __future__ import annotations
@@ -74,6 +77,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numcodecs
 import numpy as np
 import zarr
 from zarr.codecs import BloscCodec, BloscShuffle
@@ -136,6 +140,20 @@ _BITSHUFFLED = {"nodes/y", "nodes/split", "nodes/is_master", "edges/is_halo"}
 def _codec(name: str) -> BloscCodec:
     shuffle = BloscShuffle.bitshuffle if name in _BITSHUFFLED else BloscShuffle.shuffle
     return BloscCodec(cname="lz4", clevel=5, shuffle=shuffle)
+
+
+#: A chunk is stored compressed only if blosc makes it at least this much smaller (the
+#: first chunk of an array decides for all of it). Random float features shrink by
+#: about 7 % at 1.75 ms per MB, which would be most of the cost of writing them.
+MIN_SAVING = 1 / 8
+
+
+def _compressible(name: str, sample: np.ndarray) -> bool:
+    """Whether blosc (:func:`_codec`'s settings) saves :data:`MIN_SAVING` on ``sample``."""
+    shuffle = numcodecs.Blosc.BITSHUFFLE if name in _BITSHUFFLED else numcodecs.Blosc.SHUFFLE
+    raw = np.ascontiguousarray(sample)
+    packed = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=shuffle).encode(raw)
+    return len(packed) <= (1 - MIN_SAVING) * raw.nbytes
 
 
 def _chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -245,22 +263,28 @@ class ArrayWriter:
         self.name = name
         self.dtype = _checked_dtype(name, dtype)
         self.shape = tuple(int(s) for s in shape)
-        self.array = group.create_array(
-            name,
-            shape=self.shape,
-            dtype=self.dtype,
-            chunks=_chunks(self.shape, self.dtype.itemsize),
-            compressors=_codec(name),
-            fill_value=0,
-            # Every chunk is written, so a lost chunk file is an error rather than zeros.
-            config={"write_empty_chunks": True},
-        )
-        chunk_rows = self.array.chunks[0]
+        self._group = group
+        self._chunks = _chunks(self.shape, self.dtype.itemsize)
+        # Created at the first block, whose first chunk decides the compression.
+        self.array: zarr.Array | None = None
+        chunk_rows = self._chunks[0]
         row_bytes = self.dtype.itemsize * int(np.prod(self.shape[1:], dtype=np.int64))
         self.block_rows = chunk_rows * max(1, block_bytes // max(1, chunk_rows * row_bytes))
         self._hash = hashlib.sha256(_digest_header(name, self.dtype, self.shape))
         self._next = 0
         self._crcs = ChunkCrcs(chunk_rows)
+
+    def _create(self, sample: np.ndarray | None) -> zarr.Array:
+        return self._group.create_array(
+            self.name,
+            shape=self.shape,
+            dtype=self.dtype,
+            chunks=self._chunks,
+            compressors=_codec(self.name) if sample is None or _compressible(self.name, sample) else None,
+            fill_value=0,
+            # Every chunk is written, so a lost chunk file is an error rather than zeros.
+            config={"write_empty_chunks": True},
+        )
 
     def write(self, block: np.ndarray) -> None:
         block = np.ascontiguousarray(block, dtype=self.dtype)
@@ -270,6 +294,8 @@ class ArrayWriter:
                 f"{self._next} of {self.shape}."
             )
         if len(block):
+            if self.array is None:
+                self.array = self._create(block[: self._chunks[0]])
             _write_block(self.array, self._next, block)
             self._hash.update(block.view(np.uint8).reshape(-1))
             self._crcs.add(block)
@@ -279,6 +305,8 @@ class ArrayWriter:
         """Check every row was written, record the chunk digests; return the content digest."""
         if self._next != self.shape[0]:
             raise StoreError(f"partition array {self.name}: {self._next} of {self.shape[0]} rows written.")
+        if self.array is None:  # no rows
+            self.array = self._create(None)
         self.array.attrs[CHUNK_DIGESTS] = self._crcs.close()
         return self._hash.hexdigest()
 

@@ -83,13 +83,29 @@ def test_docstring_layout_matches_what_is_written(outputs, halo):
     assert set(attrs) <= set(group.attrs), set(attrs) - set(group.attrs)
 
 
-def test_store_uses_the_measured_codecs_and_chunks(outputs):
+def test_store_uses_the_measured_codecs_and_chunks(outputs, tmp_path):
     group = zarr.open_group(str(outputs[0] / "part-00000.zarr"), mode="r")
     x = group["nodes/x"]
-    (codec,) = x.compressors
-    assert isinstance(codec, zarr.codecs.BloscCodec) and codec.cname.value == "lz4"
+    # Random dense features: blosc would save well under MIN_SAVING, so they are raw;
+    # sorted ids and labels compress.
+    assert x.compressors == ()
+    for name in ("nodes/global_nid", "nodes/y"):
+        (codec,) = group[name].compressors
+        assert isinstance(codec, zarr.codecs.BloscCodec) and codec.cname.value == "lz4"
     assert x.chunks[1] == x.shape[1]  # whole rows
     assert "MB/s" in ps.__doc__  # the measurement behind the choice is written down
+    # Sparse (bag-of-words-like) features compress: blosc; the digests do not depend on it.
+    sparse = np.zeros((5000, 64), np.float32)
+    sparse[::7, 3] = 1.0
+    dense = np.random.default_rng(0).standard_normal((5000, 64)).astype(np.float32)
+    new = ps.create_store(tmp_path / "codecs.zarr")
+    digests = {}
+    for name, data in (("sparse", sparse), ("dense", dense)):
+        digests[name] = ps.write_array(new.require_group(name), "nodes/x", data)
+    assert len(new["sparse/nodes/x"].compressors) == 1 and new["dense/nodes/x"].compressors == ()
+    for name, data in (("sparse", sparse), ("dense", dense)):
+        np.testing.assert_array_equal(new[f"{name}/nodes/x"][:], data)
+        assert ps.zarr_array_digest("nodes/x", new[f"{name}/nodes/x"]) == digests[name]
 
 
 # --- reader --------------------------------------------------------------------------------
