@@ -36,7 +36,7 @@ and the node rows of the stores.
 Disk: everything is staged under ``OUT/`` until the commit (the decoded node table
 ``|V|·(4d + 9)``, edge partitions 2 B per edge, routed edges 16 B per edge row and halo
 copy, the ``global_nid`` lists, the new stores, ``state.zarr``, the node map; the
-decoded edge copy, 16 B per edge, only until the assignment is saved), so the output's
+decoded edge copy, 16 B per edge, only until the route has read it), so the output's
 filesystem needs their sum; attribute clustering writes nothing (it fits on an
 in-memory sample, then labels the decoded table in one pass). Store sizes use the
 compression ratios measured in :mod:`storage.partition_store`.
@@ -387,8 +387,8 @@ class _Need:
     """What a stage holds and writes.
 
     ``driver``: the driver's arrays; ``task``: one task's arrays, for ``tasks`` tasks;
-    ``written``: bytes written, of which ``kept`` stay after the commit and
-    ``removed`` are deleted before the write stages.
+    ``written``: bytes written, of which ``kept`` stay after the commit; ``removed``:
+    bytes (written by it or before) that the stage deletes when it ends.
     """
 
     driver: float = 0.0
@@ -451,15 +451,14 @@ def _validate(run: PartitionConfig, s: _Shape) -> _Need:
     """storage.validate, its two passes at once: node pass ``seen`` bool[N] + reading a node shard, or one node
     batch (16 MiB of features, their ``isfinite`` mask, ids, labels); edge pass
     ``degree`` int64[N] + the batch and its range masks. ``asepr partition`` also writes
-    the decoded edge copy (:mod:`storage.decoded`, 16 B per edge), removed when the
-    assignment is saved, and the decoded node table (:mod:`storage.node_table`,
+    the decoded edge copy (:mod:`storage.decoded`, 16 B per edge), removed once the
+    route has read it, and the decoded node table (:mod:`storage.node_table`,
     ``4d + 9`` B per node), kept until the run ends."""
     node_rows = min(s.n_s, max(1024, min(run.batch_rows, _NODE_BATCH_BYTES // (4 * max(1, s.d)))))
     node_pass = s.n + max(s.node_read, 2 * node_rows * (5 * s.d + 17))
     edge_pass = 8 * s.n + 2 * EDGE_ROW * s.b + 4 * s.b
     # The two passes run side by side (storage.validate).
-    return _Need(driver=node_pass + edge_pass, written=DECODED_ROW * s.e + node_table_bytes(s.n, s.d),
-                 removed=DECODED_ROW * s.e)
+    return _Need(driver=node_pass + edge_pass, written=DECODED_ROW * s.e + node_table_bytes(s.n, s.d))
 
 
 def _kmeans(run: PartitionConfig, s: _Shape) -> _Need:
@@ -584,11 +583,13 @@ def _route(s: _Shape) -> _Need:
     """pipeline.store.route: a task maps its shard's ``int16`` partitions and holds a
     batch as Arrow columns, ``EDGE_RECORD`` records, ``int64`` partitions, the argsort
     and the grouped records (66 B per row); a halo also maps ``master`` int32[N] and
-    groups the copies. Each edge row is written once, plus its halo copies."""
+    groups the copies. Each edge row is written once, plus its halo copies; the decoded
+    edge copy it read is then deleted."""
     task = 2 * s.e_s + 66 * s.b
     if s.halo_copies:
         task += 4 * s.n + 57 * s.b * s.halo_copies
-    return _Need(task=task, tasks=s.edge_shards, written=EDGE_ROW * s.e * (1 + s.halo_copies))
+    return _Need(task=task, tasks=s.edge_shards, written=EDGE_ROW * s.e * (1 + s.halo_copies),
+                 removed=DECODED_ROW * s.e)
 
 
 def _finalize_edges(s: _Shape) -> _Need:
@@ -734,8 +735,13 @@ def plan_run(
     needs = _stage_needs(run, shape)
     base = DRIVER_BASE if driver_base is None else int(driver_base)
     stages = _compose(needs, base=base, workers=workers, threads=threads, remote=remote)
-    # Everything staged coexists until the commit, but for what a stage removes itself.
-    staging = sum(need.written - need.removed for _, need in needs)
+    # Everything staged coexists until the commit, but for what a stage removes (after
+    # its own writes): the peak over the stages.
+    staging = on_disk = 0.0
+    for _, need in needs:
+        on_disk += need.written
+        staging = max(staging, on_disk)
+        on_disk -= need.removed
     committed = sum(need.kept for _, need in needs)
     notes = []
     if run.algo == "metis":

@@ -76,11 +76,10 @@ class DecodedWriter:
         self._files = {}
 
 
-def remove_decoded(directory: str | Path, num_shards: int) -> None:
-    """Delete the decoded edge copies of ``num_shards`` shards in ``directory`` (other
-    files there stay)."""
-    for index in range(num_shards):
-        for path in _paths(directory, index):
+def remove_decoded(shards: list[Shard]) -> None:
+    """Delete the decoded copies attached to ``shards`` (other files stay)."""
+    for shard in shards:
+        for path in shard.decoded or ():
             if os.path.lexists(path):
                 os.unlink(path)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.stream import iter_edge_batches
 from storage import failpoints
 from storage.atomic import refuse_symlink, save_npy_atomic
 from storage.errors import StoreError, format_problem
@@ -135,6 +136,17 @@ def _group_by(part: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray]
     return order, bounds
 
 
+def _changed(shard: Shard, expected: int, found: str) -> None:
+    raise StoreError(
+        format_problem(
+            f"edge shard {shard.url}",
+            f"{expected:,} rows (as when it was partitioned)",
+            found,
+            "the input changed during the run; rerun `asepr partition` with --overwrite.",
+        )
+    )
+
+
 def route_edge_shard(
     shard: Shard,
     shard_index: int,
@@ -152,7 +164,8 @@ def route_edge_shard(
     Parameters
     ----------
     shard, shard_index
-        The edge shard and its position in stream order.
+        The edge shard and its position in stream order; its decoded copy is read
+        when it has one (``Shard.decoded``, :mod:`storage.decoded`).
     parts_path
         The ``.npy`` with the partition id of every row of the shard.
     route_dir
@@ -173,22 +186,14 @@ def route_edge_shard(
     bin_path, idx_path = edge_spill_paths(route_dir, shard_index)
     writer = SegmentWriter(bin_path, idx_path)
     try:
-        pf = open_parquet(shard)
-        if pf.metadata.num_rows != len(parts):
-            raise StoreError(
-                format_problem(
-                    f"edge shard {shard.url}",
-                    f"{len(parts):,} rows (as when it was partitioned)",
-                    f"{pf.metadata.num_rows:,} rows",
-                    "the input changed during the run; rerun `asepr partition` with --overwrite.",
-                )
-            )
         row0 = 0
-        for batch in pf.iter_batches(batch_size=batch_rows, columns=["src", "dst"]):
-            n = batch.num_rows
+        for batch in iter_edge_batches([shard], batch_rows, prefetch=0):
+            n = len(batch.src)
+            if row0 + n > len(parts):
+                _changed(shard, len(parts), "more rows")
             records = np.empty(n, dtype=EDGE_RECORD)
-            records["src"] = batch.column("src").to_numpy()
-            records["dst"] = batch.column("dst").to_numpy()
+            records["src"] = batch.src
+            records["dst"] = batch.dst
             part = np.asarray(parts[row0 : row0 + n])
             write_grouped(writer, records, part, num_parts, KIND_ASSIGNED, counts)
             if halo:
@@ -201,6 +206,8 @@ def route_edge_shard(
                     write_grouped(writer, records[copy], to_src[copy], num_parts, KIND_HALO, counts)
             row0 += n
             failpoints.failpoint("route")
+        if row0 != len(parts):
+            _changed(shard, len(parts), f"{row0:,} rows")
         writer.close()
     except BaseException:
         writer.abort()

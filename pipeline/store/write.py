@@ -300,21 +300,30 @@ def _begin(out: Path, run_key: str, overwrite: bool) -> tuple[Staging, int, dict
 
 
 def _route_and_finalize_edges(staging: Staging, saved: _SavedAssignment, todo: list[int], *, halo: int,
-                              client, progress: Progress | None, timings: dict[str, float]) -> list[dict]:
-    """Route every edge shard not routed yet, then write the CSR of each partition in ``todo``."""
+                              client, progress: Progress | None, timings: dict[str, float],
+                              decoded_edges: list[Shard] | None = None) -> list[dict]:
+    """Route every edge shard not routed yet, then write the CSR of each partition in ``todo``.
+
+    ``decoded_edges``: the edge shards with the validator's decoded copies attached
+    (:mod:`storage.decoded`), which the route reads instead of the Parquet files and
+    then deletes.
+    """
     k = saved.num_parts
     num_edge_shards = len(saved.edge_shards)
     route_spills = [edge_spill_paths(staging.route, i) for i in range(num_edge_shards)]
     with timed("route", timings, client) as info:
+        shards = decoded_edges if decoded_edges is not None else saved.edge_shards
         calls = [
             ((shard, i, saved.parts_path(i), str(staging.route)),
              {"num_parts": k, "halo": halo, "undirected": saved.undirected,
               "master_path": saved.master_path, "batch_rows": int(saved.config.get("batch_rows", 1 << 20))})
-            for i, shard in enumerate(saved.edge_shards)
+            for i, shard in enumerate(shards)
             if not route_spills[i][1].exists()
         ]
         run_tasks("route", route_edge_shard, calls, client, progress)
         info.update(shards=len(calls), skipped=num_edge_shards - len(calls))
+    if decoded_edges is not None:
+        remove_decoded(decoded_edges)
     with timed("finalize edges", timings, client) as info:
         for p in todo:
             shutil.rmtree(staging.partial_store(p), ignore_errors=True)
@@ -415,9 +424,11 @@ def _write_generation(
     progress: Progress | None,
     timings: dict[str, float],
     node_table: NodeTable | None = None,
+    decoded_edges: list[Shard] | None = None,
 ) -> dict[str, Any]:
     """Write (or resume) every store of the generation, the node map, and commit them;
-    the node rows come from ``node_table`` when there is one, else from the node shards."""
+    the node rows come from ``node_table`` when there is one, else from the node shards,
+    and the route reads ``decoded_edges`` when given (:func:`_route_and_finalize_edges`)."""
     out = staging.out
     k = saved.num_parts
     feat_dim = int(input_info["feat_dim"])
@@ -429,7 +440,7 @@ def _write_generation(
         log.warning("resuming: %d of %d partitions already finished (checksums verified)", len(resumed), k)
     if todo:
         edge_infos = _route_and_finalize_edges(staging, saved, todo, halo=halo, client=client, progress=progress,
-                                               timings=timings)
+                                               timings=timings, decoded_edges=decoded_edges)
         for entry in _gather_and_finalize_nodes(staging, saved, todo, edge_infos, feat_dim=feat_dim, attrs=attrs,
                                                 client=client, progress=progress, timings=timings,
                                                 node_table=node_table):
@@ -523,6 +534,7 @@ def partition_to_store(
         timings["validate"] = time.perf_counter() - start
         input_info = _input_info_from_report(input_url, report, storage_options)
         table = NodeTable(decoded_dir, report.num_nodes, report.feat_dim)
+        decoded_edges = decoded_shards(source.edge_shards, [info.rows for info in report.edge_shards], decoded_dir)
         run_key = _run_key(config.to_dict(), halo, input_info)
         staging, generation, committed = _begin(out_path, run_key, overwrite)
         if committed is not None:
@@ -534,13 +546,11 @@ def partition_to_store(
             staging.reset_work()
             # The streaming passes read the validator's decoded copy; everything after
             # them (and what is saved) names the input's own shards.
-            decoded = dataclasses.replace(source, edge_shards=decoded_shards(
-                source.edge_shards, [info.rows for info in report.edge_shards], decoded_dir), node_table=table)
+            decoded = dataclasses.replace(source, edge_shards=decoded_edges, node_table=table)
             with bar_for(progress, "assign", 1) as bar:
                 assignment = partition(decoded, config=config, client=client, workdir=staging.work, report=report)
                 bar.update(1)
             assignment.edge_shards = source.edge_shards
-            remove_decoded(decoded_dir, len(source.edge_shards))
             try:
                 _stage_state(staging, assignment, generation, input_info)
                 saved = _save_assignment(assignment, staging.work, run_key, halo)
@@ -553,6 +563,7 @@ def partition_to_store(
         return _write_generation(
             staging, saved, input_info=input_info, run_key=run_key, generation=generation,
             halo=halo, client=client, progress=progress, timings=dict(saved.timings), node_table=table,
+            decoded_edges=decoded_edges,
         )
 
 
