@@ -36,7 +36,7 @@ and the node rows of the stores.
 Disk: everything is staged under ``OUT/`` until the commit (the decoded node table
 ``|V|·(4d + 9)``, edge partitions 2 B per edge, routed edges 16 B per edge row and halo
 copy, the ``global_nid`` lists, the new stores, ``state.zarr``, the node map; the
-decoded edge copy, 16 B per edge, only until the route has read it), so the output's
+decoded edge copy, 8 B per edge, only until the route has read it), so the output's
 filesystem needs their sum; attribute clustering writes nothing (it fits on an
 in-memory sample, then labels the decoded table in one pass). Store sizes use the
 compression ratios measured in :mod:`storage.partition_store`.
@@ -56,7 +56,7 @@ from pipeline.config import PartitionConfig
 from pipeline.stages.attr_cluster import RESTARTS, sample_rows
 from pipeline.store.route import EDGE_RECORD
 from pipeline.stream import stream_ways
-from storage.decoded import DECODED_ROW
+from storage.decoded import decoded_row
 from storage.errors import AseprError, InputError, format_problem
 from storage.input import InputDir, open_input, open_parquet
 from storage.node_table import WINDOW_BYTES, node_table_bytes
@@ -451,14 +451,14 @@ def _validate(run: PartitionConfig, s: _Shape) -> _Need:
     """storage.validate, its two passes at once: node pass ``seen`` bool[N] + reading a node shard, or one node
     batch (16 MiB of features, their ``isfinite`` mask, ids, labels); edge pass
     ``degree`` int64[N] + the batch and its range masks. ``asepr partition`` also writes
-    the decoded edge copy (:mod:`storage.decoded`, 16 B per edge), removed once the
+    the decoded edge copy (:mod:`storage.decoded`, 8 B per edge, 16 past 2**31 nodes), removed once the
     route has read it, and the decoded node table (:mod:`storage.node_table`,
     ``4d + 9`` B per node), kept until the run ends."""
     node_rows = min(s.n_s, max(1024, min(run.batch_rows, _NODE_BATCH_BYTES // (4 * max(1, s.d)))))
     node_pass = s.n + max(s.node_read, 2 * node_rows * (5 * s.d + 17))
     edge_pass = 8 * s.n + 2 * EDGE_ROW * s.b + 4 * s.b
     # The two passes run side by side (storage.validate).
-    return _Need(driver=node_pass + edge_pass, written=DECODED_ROW * s.e + node_table_bytes(s.n, s.d))
+    return _Need(driver=node_pass + edge_pass, written=decoded_row(s.n) * s.e + node_table_bytes(s.n, s.d))
 
 
 def _kmeans(run: PartitionConfig, s: _Shape) -> _Need:
@@ -589,7 +589,7 @@ def _route(s: _Shape) -> _Need:
     if s.halo_copies:
         task += 4 * s.n + 57 * s.b * s.halo_copies
     return _Need(task=task, tasks=s.edge_shards, written=EDGE_ROW * s.e * (1 + s.halo_copies),
-                 removed=DECODED_ROW * s.e)
+                 removed=decoded_row(s.n) * s.e)
 
 
 def _finalize_edges(s: _Shape) -> _Need:

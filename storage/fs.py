@@ -39,16 +39,16 @@ class Shard:
     size
         The file size in bytes.
     decoded
-        An edge shard's decoded copy, ``(src path, dst path)`` of raw ``int64`` files
-        (:mod:`storage.decoded`), which the edge stream reads instead of the Parquet
-        file; None (default) without one.
+        An edge shard's decoded copy, ``(src path, dst path, id dtype name)`` of raw id
+        files (:mod:`storage.decoded`), which the edge stream reads instead of the
+        Parquet file; None (default) without one.
     """
 
     fs: Any
     path: str
     url: str
     size: int
-    decoded: tuple[str, str] | None = field(default=None, compare=False)
+    decoded: tuple[str, str, str] | None = field(default=None, compare=False)
 
     def open(self, mode: str = "rb"):
         return self.fs.open(self.path, mode)

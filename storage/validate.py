@@ -472,7 +472,7 @@ def _edge_pass(edge_files, num_nodes: int, num_edges: int, undirected: bool, che
     """Check every edge; return ``(degree, self_loops, duplicate_edges or None)``; with
     ``decoded_dir``, write the decoded copies there (:mod:`storage.decoded`). Once
     ``stop`` is set it ends at the next batch with :class:`_Stopped`."""
-    decoded = DecodedWriter(decoded_dir, len(edge_files)) if decoded_dir is not None else None
+    decoded = DecodedWriter(decoded_dir, len(edge_files), num_nodes) if decoded_dir is not None else None
     try:
         return _count_edges(edge_files, num_nodes, num_edges, undirected, check_duplicates, batch_rows,
                             spill_dir, decoded, stop)

@@ -534,7 +534,8 @@ def partition_to_store(
         timings["validate"] = time.perf_counter() - start
         input_info = _input_info_from_report(input_url, report, storage_options)
         table = NodeTable(decoded_dir, report.num_nodes, report.feat_dim)
-        decoded_edges = decoded_shards(source.edge_shards, [info.rows for info in report.edge_shards], decoded_dir)
+        decoded_edges = decoded_shards(source.edge_shards, [info.rows for info in report.edge_shards], decoded_dir,
+                                       report.num_nodes)
         run_key = _run_key(config.to_dict(), halo, input_info)
         staging, generation, committed = _begin(out_path, run_key, overwrite)
         if committed is not None:

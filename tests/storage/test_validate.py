@@ -107,7 +107,7 @@ def test_decoded_copy_streams_the_same_batches_and_is_checked(tmp_path):
     (tmp_path / "copy").mkdir()
     report = validate_input(source, decoded_dir=str(tmp_path / "copy"))
     rows = [info.rows for info in report.edge_shards]
-    shards = decoded_shards(source.edge_shards, rows, tmp_path / "copy")
+    shards = decoded_shards(source.edge_shards, rows, tmp_path / "copy", report.num_nodes)
     for batch_rows in (7, 1 << 20):
         plain = [(b.shard_index, b.row0, b.position, b.src.tolist(), b.dst.tolist())
                  for b in iter_edge_batches(source.edge_shards, batch_rows)]
@@ -115,9 +115,10 @@ def test_decoded_copy_streams_the_same_batches_and_is_checked(tmp_path):
                   for b in iter_edge_batches(shards, batch_rows)]
         assert copied == plain and sum(len(b[3]) for b in plain) == report.num_edges
     src_path = Path(shards[0].decoded[0])
-    src_path.write_bytes(src_path.read_bytes()[:-8])
-    with pytest.raises(StoreError, match=rf"{src_path.name}.*{rows[0] * 8:,} bytes"):
-        decoded_shards(source.edge_shards, rows, tmp_path / "copy")
+    assert src_path.stat().st_size == rows[0] * 4  # int32 ids while N fits
+    src_path.write_bytes(src_path.read_bytes()[:-4])
+    with pytest.raises(StoreError, match=rf"{src_path.name}.*{rows[0] * 4:,} bytes"):
+        decoded_shards(source.edge_shards, rows, tmp_path / "copy", report.num_nodes)
     with pytest.raises(FileExistsError):
         validate_input(source, decoded_dir=str(tmp_path / "copy"))
 

@@ -35,7 +35,7 @@ def main(path: str) -> None:
     rows = []
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(path))) as tmp:
         report = validate_input(source, check_duplicates=False, decoded_dir=tmp)
-        copy = decoded_shards(source.edge_shards, [i.rows for i in report.edge_shards], tmp)
+        copy = decoded_shards(source.edge_shards, [i.rows for i in report.edge_shards], tmp, report.num_nodes)
         edges = report.num_edges
         for name, shards in (("Parquet", source.edge_shards), ("decoded copy", copy)):
             rows.append((f"one pass over {edges:,} edges, {name}",
