@@ -153,16 +153,19 @@ def test_ingest_refuses_a_store_swapped_for_another_partition(out, new_edges):
 
 
 def test_an_undecodable_chunk_is_a_failed_check_not_a_traceback(out, capsys):
-    _break(out / "part-00002.zarr" / "nodes" / "x" / "c" / "0" / "0")
-    with pytest.raises(StoreError, match=r"partition 2 .*array nodes/x, chunk c/0/0: expected a chunk that decodes"):
-        open_partition(out, 2).x[:1]
+    # nodes/y is blosc-compressed (labels compress; random features are stored raw, where
+    # a broken chunk is an altered one, caught by its CRC-32C).
+    assert zarr.open_array(str(out / "part-00002.zarr" / "nodes" / "y")).compressors
+    _break(out / "part-00002.zarr" / "nodes" / "y" / "c" / "0")
+    with pytest.raises(StoreError, match=r"partition 2 .*array nodes/y, chunk c/0: expected a chunk that decodes"):
+        open_partition(out, 2).y[:1]
     assert main(["verify", str(out)]) == 1
     err = capsys.readouterr().err
-    assert "FAIL partition 2: checksum mismatch: array nodes/x, chunk c/0/0: expected a chunk that decodes" in err
+    assert "FAIL partition 2: checksum mismatch: array nodes/y, chunk c/0: expected a chunk that decodes" in err
     assert "problem(s) found" in err and "Traceback" not in err
     assert main(["verify", str(out), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
-    assert not report["ok"] and any("chunk c/0/0" in p for p in report["problems"])
+    assert not report["ok"] and any("nodes/y, chunk c/0" in p for p in report["problems"])
 
 
 # --- null or absent checksums ---------------------------------------------------------------------
