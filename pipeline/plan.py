@@ -34,9 +34,10 @@ streaming algorithms reach, unless a known RF is given. RF sets the masters' cou
 and the node rows of the stores.
 
 Disk: everything is staged under ``OUT/`` until the commit (the decoded node table
-``|V|·(4d + 9)``, edge partitions 2 B per edge, routed edges 16 B per edge row and halo
-copy, the ``global_nid`` lists, the new stores, ``state.zarr``, the node map; the
-decoded edge copy, 8 B per edge, only until the route has read it), so the output's
+``|V|·(4d + 9)``, edge partitions 2 B per edge, routed edges 8 B per edge row and halo
+copy (16 B past 2**31 nodes), the ``global_nid`` lists, the new stores, ``state.zarr``,
+the node map; the decoded edge copy, 8 B per edge, only until the route has read it),
+so the output's
 filesystem needs their sum; attribute clustering writes nothing (it fits on an
 in-memory sample, then labels the decoded table in one pass). Store sizes use the
 compression ratios measured in :mod:`storage.partition_store`.
@@ -54,7 +55,7 @@ from pipeline.assign.hybrid import held_bytes
 from pipeline.assign.state import FIELDS
 from pipeline.config import PartitionConfig
 from pipeline.stages.attr_cluster import RESTARTS, sample_rows
-from pipeline.store.route import EDGE_RECORD
+from pipeline.store.route import EDGE_RECORD, edge_record
 from pipeline.stream import stream_ways
 from storage.decoded import decoded_row
 from storage.errors import AseprError, InputError, format_problem
@@ -581,14 +582,16 @@ def _state(run: PartitionConfig, s: _Shape) -> _Need:
 
 def _route(s: _Shape) -> _Need:
     """pipeline.store.route: a task maps its shard's ``int16`` partitions and holds a
-    batch as Arrow columns, ``EDGE_RECORD`` records, ``int64`` partitions, the argsort
-    and the grouped records (66 B per row); a halo also maps ``master`` int32[N] and
-    groups the copies. Each edge row is written once, plus its halo copies; the decoded
-    edge copy it read is then deleted."""
-    task = 2 * s.e_s + 66 * s.b
+    batch as ``int64`` columns, its records (``int32`` pairs while N <= 2**31, else
+    ``int64``: ``r`` B), ``int64`` partitions, the argsort and the grouped records
+    (``34 + 2r`` B per row); a halo also maps ``master`` int32[N] and groups the copies.
+    Each edge row is written once (``r`` B), plus its halo copies; the decoded edge copy
+    it read is then deleted."""
+    record = edge_record(s.n <= 2**31).itemsize
+    task = 2 * s.e_s + (34 + 2 * record) * s.b
     if s.halo_copies:
         task += 4 * s.n + 57 * s.b * s.halo_copies
-    return _Need(task=task, tasks=s.edge_shards, written=EDGE_ROW * s.e * (1 + s.halo_copies),
+    return _Need(task=task, tasks=s.edge_shards, written=record * s.e * (1 + s.halo_copies),
                  removed=decoded_row(s.n) * s.e)
 
 

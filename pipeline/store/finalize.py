@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from pipeline.store.route import EDGE_RECORD, KIND_ASSIGNED, KIND_HALO, node_record, read_segments
+from pipeline.store.route import KIND_ASSIGNED, KIND_HALO, edge_record, node_record, read_segments
 from storage import failpoints
 from storage.atomic import save_npy_atomic
 from storage.errors import StoreError, format_problem
@@ -71,6 +71,7 @@ def finalize_edges(
     store_path: str,
     global_nid_path: str,
     halo: int,
+    narrow: bool = False,
 ) -> dict[str, Any]:
     """Write partition ``part_id``'s node ids, master flags and CSR into a new store.
 
@@ -84,13 +85,15 @@ def finalize_edges(
         The store's temporary path (created afresh).
     global_nid_path
         Where to save the sorted ``global_nid`` array for the node gather.
+    narrow
+        The spills hold ``int32`` records (:func:`~pipeline.store.route.edge_record`).
 
     Returns
     -------
     dict with ``digests`` (per array), ``counts`` and ``index_dtype``.
     """
-    records = read_segments(route_spills, part_id, EDGE_RECORD)
-    empty = np.zeros(0, dtype=EDGE_RECORD)
+    records = read_segments(route_spills, part_id, edge_record(narrow))
+    empty = np.zeros(0, dtype=edge_record(narrow))
     owned = records.get(KIND_ASSIGNED, empty)
     copies = records.get(KIND_HALO, empty)
     del records

@@ -35,7 +35,9 @@ from storage.input import open_parquet
 
 __all__ = [
     "EDGE_RECORD",
+    "EDGE_RECORD32",
     "SegmentWriter",
+    "edge_record",
     "edge_spill_paths",
     "spill_paths",
     "gather_node_shard",
@@ -49,6 +51,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 EDGE_RECORD = np.dtype([("src", "<i8"), ("dst", "<i8")])
+#: The routed edge record while every id fits ``int32`` (``asepr partition``; N <= 2**31).
+EDGE_RECORD32 = np.dtype([("src", "<i4"), ("dst", "<i4")])
 KIND_ASSIGNED, KIND_HALO = 0, 1
 _NODE_BATCH_BYTES = 16 << 20
 
@@ -64,9 +68,15 @@ def spill_paths(directory: str | Path, kind: str, index: int) -> tuple[Path, Pat
     return base.with_suffix(".bin"), Path(f"{base}.idx.npy")
 
 
-def edge_spill_paths(route_dir: str | Path, shard_index: int) -> tuple[Path, Path]:
-    """The spill of one edge shard's routed rows."""
-    return spill_paths(route_dir, "edges", shard_index)
+def edge_record(narrow: bool = False) -> np.dtype:
+    """The routed edge record: :data:`EDGE_RECORD32` when ``narrow``, else :data:`EDGE_RECORD`."""
+    return EDGE_RECORD32 if narrow else EDGE_RECORD
+
+
+def edge_spill_paths(route_dir: str | Path, shard_index: int, narrow: bool = False) -> tuple[Path, Path]:
+    """The spill of one edge shard's routed rows (``edges32-*`` for narrow records, so a
+    spill of the other width is never read as this one)."""
+    return spill_paths(route_dir, "edges32" if narrow else "edges", shard_index)
 
 
 def node_spill_paths(gather_dir: str | Path, shard_index: int) -> tuple[Path, Path]:
@@ -158,6 +168,7 @@ def route_edge_shard(
     undirected: bool = False,
     master_path: str | None = None,
     batch_rows: int = 1 << 20,
+    narrow: bool = False,
 ) -> list[list[int]]:
     """Route the rows of one edge shard to per-partition segments of one spill file.
 
@@ -175,6 +186,8 @@ def route_edge_shard(
         of its destination, and for an undirected input to that of its source, when
         that is not the partition it was assigned to; ``master_path`` is the
         ``int32 [N]`` master array (``.npy``, memory-mapped).
+    narrow
+        Write :data:`EDGE_RECORD32` records (every id below 2**31), half the bytes.
 
     Returns
     -------
@@ -183,7 +196,8 @@ def route_edge_shard(
     parts = np.load(parts_path, mmap_mode="r")
     master = np.load(master_path, mmap_mode="r") if halo else None
     counts = np.zeros((num_parts, 2), dtype=np.int64)
-    bin_path, idx_path = edge_spill_paths(route_dir, shard_index)
+    bin_path, idx_path = edge_spill_paths(route_dir, shard_index, narrow)
+    record = edge_record(narrow)
     writer = SegmentWriter(bin_path, idx_path)
     try:
         row0 = 0
@@ -191,7 +205,7 @@ def route_edge_shard(
             n = len(batch.src)
             if row0 + n > len(parts):
                 _changed(shard, len(parts), "more rows")
-            records = np.empty(n, dtype=EDGE_RECORD)
+            records = np.empty(n, dtype=record)
             records["src"] = batch.src
             records["dst"] = batch.dst
             part = np.asarray(parts[row0 : row0 + n])

@@ -310,13 +310,15 @@ def _route_and_finalize_edges(staging: Staging, saved: _SavedAssignment, todo: l
     """
     k = saved.num_parts
     num_edge_shards = len(saved.edge_shards)
-    route_spills = [edge_spill_paths(staging.route, i) for i in range(num_edge_shards)]
+    narrow = saved.num_nodes <= 2**31  # every id fits an int32 record
+    route_spills = [edge_spill_paths(staging.route, i, narrow) for i in range(num_edge_shards)]
     with timed("route", timings, client) as info:
         shards = decoded_edges if decoded_edges is not None else saved.edge_shards
         calls = [
             ((shard, i, saved.parts_path(i), str(staging.route)),
              {"num_parts": k, "halo": halo, "undirected": saved.undirected,
-              "master_path": saved.master_path, "batch_rows": int(saved.config.get("batch_rows", 1 << 20))})
+              "master_path": saved.master_path, "batch_rows": int(saved.config.get("batch_rows", 1 << 20)),
+              "narrow": narrow})
             for i, shard in enumerate(shards)
             if not route_spills[i][1].exists()
         ]
@@ -330,7 +332,7 @@ def _route_and_finalize_edges(staging: Staging, saved: _SavedAssignment, todo: l
         calls = [
             ((p,), {"route_spills": route_spills, "master_path": saved.master_path,
                     "store_path": str(staging.partial_store(p)),
-                    "global_nid_path": str(staging.global_nid_path(p)), "halo": halo})
+                    "global_nid_path": str(staging.global_nid_path(p)), "halo": halo, "narrow": narrow})
             for p in todo
         ]
         edge_infos = run_tasks("finalize edges", finalize_edges, calls, client, progress)

@@ -46,8 +46,8 @@ def test_per_edge_parts_grow_linearly_with_edges(workers):
     config = PartitionConfig(num_parts=16)
     plans = _plans(edges, lambda e: plan_run(_sizes(2_000_000, e), config, workers=workers, threads=2,
                                              replication_factor=3.0))
-    # Routed edges are 16 bytes (src, dst int64) per edge row, the assignment 2 (int16).
-    assert _assert_linear([_stage(p, "route").written for p in plans], edges) == pytest.approx(16, abs=1e-6)
+    # Routed edges are 8 bytes (src, dst int32 below 2**31 nodes) per edge row, the assignment 2 (int16).
+    assert _assert_linear([_stage(p, "route").written for p in plans], edges) == pytest.approx(8, abs=1e-6)
     assert _assert_linear([_stage(p, "assignment").written for p in plans], edges) == pytest.approx(2, abs=1e-6)
     # A partition's CSR task holds its edge rows: grows with |E|/k (on threads, the
     # driver's memory kept from the assignment may still exceed it).
