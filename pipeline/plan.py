@@ -111,12 +111,12 @@ STREAM_BATCHES = 5
 EDGE_ROW = EDGE_RECORD.itemsize
 
 # As the stages read: k-means feature batches (pipeline.stages.attr_cluster), node batches
-# of the validator (storage.validate), a finalizer's block of node rows
-# (storage.partition_store).
+# of the validator (storage.validate), a step of a node-table sweep
+# (pipeline.store.finalize).
 _KMEANS_BATCH_BYTES = 64 * MIB
 _KMEANS_BATCH_ROWS = 65_536
 _NODE_BATCH_BYTES = 16 * MIB
-_STORE_BLOCK_BYTES = 64 * MIB
+_SWEEP_BYTES = 16 * MIB
 
 # Compression ratios (raw / stored) of the store codecs, from storage.partition_store's
 # measurement; arrays it does not list take the ratio of the closest listed one. Dense
@@ -419,6 +419,7 @@ class _Shape:
     edge_shards: int
     node_read: float  # peak bytes of reading the largest node shard with its features
     label_threads: int = 1  # threads labelling the decoded node table (pipeline.stages.attr_cluster)
+    sweeps: int = 1  # node-table sweeps at once (one per thread or worker)
 
     @property
     def words(self) -> int:
@@ -607,16 +608,17 @@ def _finalize_edges(s: _Shape) -> _Need:
 
 
 def _finalize_nodes(s: _Shape) -> _Need:
-    """pipeline.store.finalize.finalize_nodes_from_table, per partition: its
-    ``global_nid``, ``y`` int64 and ``split`` int8 (17 B per row); one block of rows (64
-    MiB of features) gathered from the decoded node table into a contiguous ``x``, the
-    ids' offsets in the mapped window, and the window's pages (:data:`WINDOW_BYTES`)."""
-    chunk_rows = max(1, CHUNK_BYTES // (4 * max(1, s.d)))
-    block_rows = chunk_rows * max(1, _STORE_BLOCK_BYTES // (chunk_rows * 4 * max(1, s.d)))
-    block = min(s.n_p, block_rows)
-    task = s.n_p * 17 + block * (2 * 4 * s.d + 16) + WINDOW_BYTES
+    """pipeline.store.finalize.finalize_nodes_from_table: ``sweeps`` tasks (one per
+    thread or worker), each sweeping the decoded node table for ``k / sweeps``
+    partitions: per partition its ``global_nid``, ``y`` int64 and ``split`` int8 (17 B
+    per row) and a one-chunk buffer of ``x``; one step of the table (16 MiB of features
+    with their labels and splits) and the ids taken from it."""
+    sweeps = max(1, min(s.k, s.sweeps))
+    per_sweep = math.ceil(s.k / sweeps)
+    step_rows = _SWEEP_BYTES // (4 * max(1, s.d))
+    task = per_sweep * (17 * s.n_p + CHUNK_BYTES) + step_rows * (4 * s.d + 9) + 8 * min(s.n_p, step_rows)
     stores = s.k * s.n_p * (4 * s.d / _RATIO["x"] + 8 / _RATIO["y"] + 1 / _RATIO["flags"])
-    return _Need(task=task, tasks=s.k, written=stores, kept=stores)
+    return _Need(task=task, tasks=sweeps, written=stores, kept=stores)
 
 
 def _node_map(s: _Shape) -> _Need:
@@ -733,6 +735,7 @@ def plan_run(
         node_shards=max(1, sizes.node_shards), edge_shards=max(1, sizes.edge_shards),
         node_read=NODE_READ_FACTOR * sizes.max_node_shard_bytes,
         label_threads=max(1, min(4, os.cpu_count() or 1)),
+        sweeps=workers or threads or os.cpu_count() or 1,
     )
     threads = threads or os.cpu_count() or 1
     needs = _stage_needs(run, shape)

@@ -182,9 +182,9 @@ class NodeTable:
         """``float32 [stop - start, d]``: the features of ids ``start..stop-1``."""
         return self._read("x", start, stop)
 
-    def column(self, name: str) -> np.ndarray:
-        """The whole ``y`` or ``split`` column (O(N))."""
-        return self._read(name, 0, self.num_nodes)
+    def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """The ``y`` or ``split`` column of ids ``start..stop-1`` (default: all, O(N))."""
+        return self._read(name, start, self.num_nodes if stop is None else stop)
 
     def ids_of_rows(self, rows: np.ndarray) -> np.ndarray:
         """The node ids at shard-order row numbers ``rows`` (sorted)."""

@@ -30,6 +30,7 @@ from storage.node_table import NodeTable
 from storage.partition_store import (
     STORE_FORMAT,
     STORE_VERSION,
+    CHUNK_BYTES,
     ArrayWriter,
     combine_digests,
     create_store,
@@ -38,9 +39,12 @@ from storage.partition_store import (
 )
 
 __all__ = ["finalize_edges", "finalize_nodes", "finalize_nodes_from_table", "finish_store", "row_index",
-           "write_structure"]
+           "sweep_groups", "write_structure"]
 
 log = logging.getLogger(__name__)
+
+#: Bytes of features read per step of a node-table sweep (:func:`finalize_nodes_from_table`).
+_SWEEP_BYTES = 16 << 20
 
 
 def write_structure(store_path: Path, global_nid: np.ndarray, is_master: np.ndarray, indptr: np.ndarray,
@@ -258,37 +262,88 @@ def _checked_global_nid(path: str, part_id: int, n: int, num_nodes: int) -> np.n
     return global_nid
 
 
+class _Swept:
+    """One partition of a sweep: its ids, its ``x`` writer with a one-block buffer, and
+    its ``y`` and ``split`` filled as the sweep passes its ids."""
+
+    def __init__(self, part_id: int, edges_info: dict[str, Any], global_nid: np.ndarray, store_path: str,
+                 feat_dim: int):
+        self.part_id, self.edges_info, self.global_nid = part_id, edges_info, global_nid
+        n = len(global_nid)
+        self.group = zarr.open_group(store_path, mode="r+")
+        self.writer = ArrayWriter(self.group, "nodes/x", (n, feat_dim), np.float32, block_bytes=CHUNK_BYTES)
+        self.block = np.empty((min(n, self.writer.block_rows), feat_dim), dtype=np.float32)
+        self.filled = 0  # rows in ``block``
+        self.done = 0  # rows of the partition taken from the sweep
+        self.y = np.empty(n, dtype=np.int64)
+        self.split = np.empty(n, dtype=np.int8)
+
+    def take(self, x: np.ndarray, y: np.ndarray, split: np.ndarray, start: int, stop: int) -> None:
+        """Take its rows among the sweep's ids ``start..stop-1`` (rows of ``x``, ``y``, ``split``)."""
+        hi = int(np.searchsorted(self.global_nid, stop, side="left"))
+        local = self.global_nid[self.done:hi] - start
+        self.y[self.done:hi] = y[local]
+        self.split[self.done:hi] = split[local]
+        self.done = hi
+        while len(local):
+            room = len(self.block) - self.filled
+            np.take(x, local[:room], axis=0, out=self.block[self.filled:self.filled + min(room, len(local))],
+                    mode="clip")  # ids checked in range: "clip" writes straight into the block
+            self.filled += min(room, len(local))
+            local = local[room:]
+            if self.filled == len(self.block) or self.done == len(self.global_nid) and not len(local):
+                self.writer.write(self.block[:self.filled])
+                self.filled = 0
+
+
+def sweep_groups(node_counts: dict[int, int], groups: int) -> list[list[int]]:
+    """The partitions split into at most ``groups`` sweeps of about equal node rows
+    (largest first, each to the lightest sweep)."""
+    sweeps: list[list[int]] = [[] for _ in range(max(1, min(groups, len(node_counts))))]
+    rows = [0] * len(sweeps)
+    for p in sorted(node_counts, key=lambda q: (-node_counts[q], q)):
+        lightest = rows.index(min(rows))
+        sweeps[lightest].append(p)
+        rows[lightest] += node_counts[p]
+    return [sorted(s) for s in sweeps if s]
+
+
 def finalize_nodes_from_table(
-    part_id: int,
-    edges_info: dict[str, Any],
+    part_ids: list[int],
+    edges_infos: list[dict[str, Any]],
     *,
     table: NodeTable,
-    global_nid_path: str,
-    store_path: str,
-    final_path: str,
+    global_nid_paths: list[str],
+    store_paths: list[str],
+    final_paths: list[str],
     attrs: dict[str, Any],
-) -> dict[str, Any]:
-    """:func:`finalize_nodes` with the rows taken from the validator's decoded node table
-    (:mod:`storage.node_table`) by id, a chunk-aligned block at a time: no gather pass.
+) -> list[dict[str, Any]]:
+    """:func:`finalize_nodes` for several partitions, their rows taken from the
+    validator's decoded node table (:mod:`storage.node_table`) in one sequential sweep.
 
-    Memory is the partition's ``global_nid`` plus one block of rows.
+    A partition's rows are in ``global_nid`` order, so a sweep in id order produces each
+    partition's ``x`` front to back: it is written a chunk at a time from a one-chunk
+    buffer per partition. The table is read once per sweep (instead of mapping most of
+    its pages once per partition), and memory is the partitions' ids, labels and splits
+    plus one chunk each and one block of the table. Returns the manifest entries.
     """
-    n = edges_info["counts"]["nodes"]
-    global_nid = _checked_global_nid(global_nid_path, part_id, n, table.num_nodes)
-    group = zarr.open_group(store_path, mode="r+")
-    digests = dict(edges_info["digests"])
-    x_writer = ArrayWriter(group, "nodes/x", (n, table.feat_dim), np.float32)
-    y = np.empty(n, dtype=np.int64)
-    split = np.empty(n, dtype=np.int8)
-    for start in range(0, n, x_writer.block_rows):
-        stop = min(n, start + x_writer.block_rows)
-        x, y[start:stop], split[start:stop] = table.gather(global_nid[start:stop])
-        x_writer.write(x)
-        del x
-    digests["nodes/x"] = x_writer.close()
-    del global_nid
-    return finish_store(group, part_id, edges_info, digests, y, split, feat_dim=table.feat_dim, attrs=attrs,
-                        store_path=store_path, final_path=final_path)
+    d = table.feat_dim
+    swept = [_Swept(p, info, _checked_global_nid(path, p, info["counts"]["nodes"], table.num_nodes), store, d)
+             for p, info, path, store in zip(part_ids, edges_infos, global_nid_paths, store_paths)]
+    step = max(1, _SWEEP_BYTES // max(1, 4 * d))
+    todo = [s for s in swept if len(s.global_nid)]
+    for start in range(0, table.num_nodes if todo else 0, step):
+        stop = min(table.num_nodes, start + step)
+        x, y, split = table.rows(start, stop), table.column("y", start, stop), table.column("split", start, stop)
+        for s in todo:
+            s.take(x, y, split, start, stop)
+    entries = []
+    for s, final_path, store_path in zip(swept, final_paths, store_paths):
+        digests = dict(s.edges_info["digests"])
+        digests["nodes/x"] = s.writer.close()
+        entries.append(finish_store(s.group, s.part_id, s.edges_info, digests, s.y, s.split, feat_dim=d,
+                                    attrs=attrs, store_path=store_path, final_path=final_path))
+    return entries
 
 
 def finish_store(group: zarr.Group, part_id: int, edges_info: dict[str, Any], digests: dict[str, str],

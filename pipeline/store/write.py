@@ -40,11 +40,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dask
 import numpy as np
 
 from pipeline.assign import edge_parts_path
 from pipeline.config import PartitionConfig
-from pipeline.store.finalize import finalize_edges, finalize_nodes, finalize_nodes_from_table
+from pipeline.store.finalize import finalize_edges, finalize_nodes, finalize_nodes_from_table, sweep_groups
 from pipeline.store.commit import (
     Staging,
     commit,
@@ -340,24 +341,36 @@ def _route_and_finalize_edges(staging: Staging, saved: _SavedAssignment, todo: l
     return edge_infos
 
 
+def _sweeps(client) -> int:
+    """Node-table sweeps to run at once: one per thread or worker."""
+    if client is None:
+        return dask.config.get("num_workers", None) or os.cpu_count() or 1
+    return max(1, len(client.scheduler_info().get("workers", {})))
+
+
 def _gather_and_finalize_nodes(staging: Staging, saved: _SavedAssignment, todo: list[int], edge_infos: list[dict],
                                *, feat_dim: int, attrs: dict[str, Any], client, progress: Progress | None,
                                timings: dict[str, float], node_table: NodeTable | None = None) -> list[dict]:
     """Gather the node rows of the partitions in ``todo``, then finish their stores.
 
-    With the validator's decoded node table each store takes its rows from it by id
+    With the validator's decoded node table the stores take their rows from it in one
+    sequential sweep per group of partitions, a group per thread or worker
     (:func:`~pipeline.store.finalize.finalize_nodes_from_table`): no gather pass, no spill.
     """
     if node_table is not None:
         with timed("finalize nodes", timings, client) as info:
+            infos = dict(zip(todo, edge_infos))
+            groups = sweep_groups({p: infos[p]["counts"]["nodes"] for p in todo}, _sweeps(client))
             calls = [
-                ((p, e), {"table": node_table, "global_nid_path": str(staging.global_nid_path(p)),
-                          "store_path": str(staging.partial_store(p)), "final_path": str(staging.store(p)),
-                          "attrs": attrs})
-                for p, e in zip(todo, edge_infos)
+                ((group, [infos[p] for p in group]),
+                 {"table": node_table, "global_nid_paths": [str(staging.global_nid_path(p)) for p in group],
+                  "store_paths": [str(staging.partial_store(p)) for p in group],
+                  "final_paths": [str(staging.store(p)) for p in group], "attrs": attrs})
+                for group in groups
             ]
-            entries = run_tasks("finalize nodes", finalize_nodes_from_table, calls, client, progress)
-            info.update(partitions=len(todo))
+            entries = [e for group in run_tasks("finalize nodes", finalize_nodes_from_table, calls, client, progress)
+                       for e in group]
+            info.update(partitions=len(todo), sweeps=len(groups))
         return entries
     with timed("gather nodes", timings, client) as info:
         global_nid_paths = {p: str(staging.global_nid_path(p)) for p in todo}
