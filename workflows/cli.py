@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from storage.errors import AseprError
+from storage.resources import limit_malloc_arenas
 
 __all__ = ["build_parser", "main"]
 
@@ -248,6 +249,7 @@ _COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    limit_malloc_arenas()  # before any thread starts: see storage.resources
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args)
