@@ -610,13 +610,15 @@ def _finalize_edges(s: _Shape) -> _Need:
 def _finalize_nodes(s: _Shape) -> _Need:
     """pipeline.store.finalize.finalize_nodes_from_table: ``sweeps`` tasks (one per
     thread or worker), each sweeping the decoded node table for ``k / sweeps``
-    partitions: per partition its ``global_nid``, ``y`` int64 and ``split`` int8 (17 B
-    per row) and a one-chunk buffer of ``x``; one step of the table (16 MiB of features
-    with their labels and splits) and the ids taken from it."""
+    partitions: per partition a one-chunk buffer of each of ``x``, ``y`` and ``split``
+    and a slice of its ids; one step of the table (16 MiB of features with their labels
+    and splits) and the ids taken from it."""
     sweeps = max(1, min(s.k, s.sweeps))
     per_sweep = math.ceil(s.k / sweeps)
     step_rows = _SWEEP_BYTES // (4 * max(1, s.d))
-    task = per_sweep * (17 * s.n_p + CHUNK_BYTES) + step_rows * (4 * s.d + 9) + 8 * min(s.n_p, step_rows)
+    buffers = (min(s.n_p * 4 * s.d, CHUNK_BYTES) + min(s.n_p * 8, CHUNK_BYTES) + min(s.n_p, CHUNK_BYTES)
+               + 8 * 65_536)
+    task = per_sweep * buffers + step_rows * (4 * s.d + 9) + 8 * min(s.n_p, step_rows)
     stores = s.k * s.n_p * (4 * s.d / _RATIO["x"] + 8 / _RATIO["y"] + 1 / _RATIO["flags"])
     return _Need(task=task, tasks=sweeps, written=stores, kept=stores)
 

@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 #: Bytes of features read per step of a node-table sweep (:func:`finalize_nodes_from_table`).
 _SWEEP_BYTES = 16 << 20
+#: Ids read at once from a partition's ``global_nid`` file during a sweep.
+_ID_SLICE = 1 << 16
 
 
 def write_structure(store_path: Path, global_nid: np.ndarray, is_master: np.ndarray, indptr: np.ndarray,
@@ -247,53 +249,102 @@ def finalize_nodes(
                         store_path=store_path, final_path=final_path)
 
 
-def _checked_global_nid(path: str, part_id: int, n: int, num_nodes: int) -> np.ndarray:
-    """The partition's sorted ``global_nid`` (:func:`finalize_edges` saved it), checked."""
-    global_nid = np.load(path, allow_pickle=False)
-    ok = (global_nid.ndim == 1 and len(global_nid) == n and np.issubdtype(global_nid.dtype, np.integer)
-          and (n == 0 or (int(global_nid[0]) >= 0 and int(global_nid[-1]) < num_nodes
-                          and bool((np.diff(global_nid) > 0).all()))))
-    if not ok:
-        raise StoreError(format_problem(
-            f"partition {part_id}, node id file {path}",
-            f"{n:,} increasing node ids in [0, {num_nodes:,})",
-            f"{global_nid.dtype} array of shape {global_nid.shape}",
-            "the staging directory is damaged; rerun with --overwrite to start clean."))
-    return global_nid
+class _Column:
+    """One array of a partition written front to back through a one-block buffer."""
+
+    def __init__(self, group: zarr.Group, name: str, shape: tuple[int, ...], dtype):
+        self.writer = ArrayWriter(group, name, shape, dtype, block_bytes=CHUNK_BYTES)
+        self.block = np.empty((min(shape[0], self.writer.block_rows), *shape[1:]), dtype=dtype)
+        self.filled = 0
+        self.left = shape[0]  # rows not yet taken
+
+    def take(self, source: np.ndarray, rows: np.ndarray) -> None:
+        """Append ``source[rows]`` (rows in range), writing every full block."""
+        while len(rows):
+            m = min(len(self.block) - self.filled, len(rows))
+            # mode="clip" writes straight into the block (rows are in range)
+            np.take(source, rows[:m], axis=0, out=self.block[self.filled:self.filled + m], mode="clip")
+            self.filled += m
+            self.left -= m
+            rows = rows[m:]
+            if self.filled == len(self.block) or not self.left:
+                self.writer.write(self.block[:self.filled])
+                self.filled = 0
 
 
 class _Swept:
-    """One partition of a sweep: its ids, its ``x`` writer with a one-block buffer, and
-    its ``y`` and ``split`` filled as the sweep passes its ids."""
+    """One partition of a sweep: its sorted ids, read from their ``.npy`` as the sweep
+    passes them, and its ``x``, ``y`` and ``split`` written a block at a time."""
 
-    def __init__(self, part_id: int, edges_info: dict[str, Any], global_nid: np.ndarray, store_path: str,
-                 feat_dim: int):
-        self.part_id, self.edges_info, self.global_nid = part_id, edges_info, global_nid
-        n = len(global_nid)
+    def __init__(self, part_id: int, edges_info: dict[str, Any], global_nid_path: str, store_path: str,
+                 table: NodeTable):
+        self.part_id, self.edges_info = part_id, edges_info
+        self.n = edges_info["counts"]["nodes"]
+        self.ids = _IdReader(global_nid_path, part_id, self.n, table.num_nodes)
         self.group = zarr.open_group(store_path, mode="r+")
-        self.writer = ArrayWriter(self.group, "nodes/x", (n, feat_dim), np.float32, block_bytes=CHUNK_BYTES)
-        self.block = np.empty((min(n, self.writer.block_rows), feat_dim), dtype=np.float32)
-        self.filled = 0  # rows in ``block``
-        self.done = 0  # rows of the partition taken from the sweep
-        self.y = np.empty(n, dtype=np.int64)
-        self.split = np.empty(n, dtype=np.int8)
+        self.columns = {"x": _Column(self.group, "nodes/x", (self.n, table.feat_dim), np.float32),
+                        "y": _Column(self.group, "nodes/y", (self.n,), np.int64),
+                        "split": _Column(self.group, "nodes/split", (self.n,), np.int8)}
 
-    def take(self, x: np.ndarray, y: np.ndarray, split: np.ndarray, start: int, stop: int) -> None:
-        """Take its rows among the sweep's ids ``start..stop-1`` (rows of ``x``, ``y``, ``split``)."""
-        hi = int(np.searchsorted(self.global_nid, stop, side="left"))
-        local = self.global_nid[self.done:hi] - start
-        self.y[self.done:hi] = y[local]
-        self.split[self.done:hi] = split[local]
-        self.done = hi
-        while len(local):
-            room = len(self.block) - self.filled
-            np.take(x, local[:room], axis=0, out=self.block[self.filled:self.filled + min(room, len(local))],
-                    mode="clip")  # ids checked in range: "clip" writes straight into the block
-            self.filled += min(room, len(local))
-            local = local[room:]
-            if self.filled == len(self.block) or self.done == len(self.global_nid) and not len(local):
-                self.writer.write(self.block[:self.filled])
-                self.filled = 0
+    def take(self, step: dict[str, np.ndarray], start: int, stop: int) -> None:
+        """Take its rows among the sweep step's ids ``start..stop-1``."""
+        local = self.ids.until(stop) - start
+        for name, column in self.columns.items():
+            column.take(step[name], local)
+
+    def digests(self) -> dict[str, str]:
+        self.ids.close()
+        return {f"nodes/{name}": column.writer.close() for name, column in self.columns.items()}
+
+
+class _IdReader:
+    """A partition's sorted ``global_nid`` (:func:`finalize_edges` saved it as ``.npy``),
+    read in increasing slices and checked as it goes: increasing, in ``[0, N)``, ``n``
+    ids. Memory is one slice, not the partition's ids."""
+
+    def __init__(self, path: str, part_id: int, n: int, num_nodes: int):
+        self.path, self.part_id, self.n, self.num_nodes = path, part_id, n, num_nodes
+        self._file = open(path, "rb")
+        version = np.lib.format.read_magic(self._file)
+        if version not in ((1, 0), (2, 0)):
+            self._bad(f"a .npy file of format version {version}")
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+            np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read_header(self._file)
+        if len(shape) != 1 or shape[0] != n or fortran or dtype != np.dtype(np.int64):
+            self._bad(f"{dtype} array of shape {shape}")
+        self.read = 0
+        self.last = -1
+        self._pending = np.zeros(0, dtype=np.int64)
+
+    def _bad(self, found: str) -> None:
+        raise StoreError(format_problem(
+            f"partition {self.part_id}, node id file {self.path}",
+            f"{self.n:,} increasing node ids in [0, {self.num_nodes:,})", found,
+            "the staging directory is damaged; rerun with --overwrite to start clean."))
+
+    def until(self, stop: int) -> np.ndarray:
+        """The next ids below ``stop``."""
+        out = []
+        while True:
+            if not len(self._pending) and self.read < self.n:
+                count = min(self.n - self.read, _ID_SLICE)
+                self._pending = np.fromfile(self._file, dtype=np.int64, count=count)
+                if len(self._pending) != count:
+                    self._bad(f"a file of {self.read + len(self._pending):,} ids")
+                if (self._pending[0] <= self.last or (np.diff(self._pending) <= 0).any()
+                        or self._pending[-1] >= self.num_nodes or self._pending[0] < 0):
+                    self._bad(f"ids out of order or range near id #{self.read:,}")
+                self.read += count
+                self.last = int(self._pending[-1])
+            cut = int(np.searchsorted(self._pending, stop, side="left"))
+            out.append(self._pending[:cut])
+            self._pending = self._pending[cut:]
+            if len(self._pending) or self.read == self.n:
+                return np.concatenate(out) if len(out) > 1 else out[0]
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def sweep_groups(node_counts: dict[int, int], groups: int) -> list[list[int]]:
@@ -322,34 +373,36 @@ def finalize_nodes_from_table(
     validator's decoded node table (:mod:`storage.node_table`) in one sequential sweep.
 
     A partition's rows are in ``global_nid`` order, so a sweep in id order produces each
-    partition's ``x`` front to back: it is written a chunk at a time from a one-chunk
-    buffer per partition. The table is read once per sweep (instead of mapping most of
-    its pages once per partition), and memory is the partitions' ids, labels and splits
-    plus one chunk each and one block of the table. Returns the manifest entries.
+    partition's ``x``, ``y`` and ``split`` front to back: they are written a chunk at a
+    time from one-chunk buffers. The table is read once per sweep (instead of mapping
+    most of its pages once per partition), and memory is three chunks per partition,
+    one slice of each one's ids and one step of the table, whatever |V|. Returns the
+    manifest entries.
     """
-    d = table.feat_dim
-    swept = [_Swept(p, info, _checked_global_nid(path, p, info["counts"]["nodes"], table.num_nodes), store, d)
+    swept = [_Swept(p, info, path, store, table)
              for p, info, path, store in zip(part_ids, edges_infos, global_nid_paths, store_paths)]
-    step = max(1, _SWEEP_BYTES // max(1, 4 * d))
-    todo = [s for s in swept if len(s.global_nid)]
+    step = max(1, _SWEEP_BYTES // max(1, 4 * table.feat_dim))
+    todo = [s for s in swept if s.n]
     for start in range(0, table.num_nodes if todo else 0, step):
         stop = min(table.num_nodes, start + step)
-        x, y, split = table.rows(start, stop), table.column("y", start, stop), table.column("split", start, stop)
+        rows = {"x": table.rows(start, stop), "y": table.column("y", start, stop),
+                "split": table.column("split", start, stop)}
         for s in todo:
-            s.take(x, y, split, start, stop)
+            s.take(rows, start, stop)
     entries = []
     for s, final_path, store_path in zip(swept, final_paths, store_paths):
-        digests = dict(s.edges_info["digests"])
-        digests["nodes/x"] = s.writer.close()
-        entries.append(finish_store(s.group, s.part_id, s.edges_info, digests, s.y, s.split, feat_dim=d,
-                                    attrs=attrs, store_path=store_path, final_path=final_path))
+        digests = {**s.edges_info["digests"], **s.digests()}
+        entries.append(finish_store(s.group, s.part_id, s.edges_info, digests, None, None,
+                                    feat_dim=table.feat_dim, attrs=attrs, store_path=store_path,
+                                    final_path=final_path))
     return entries
 
 
 def finish_store(group: zarr.Group, part_id: int, edges_info: dict[str, Any], digests: dict[str, str],
-                 y: np.ndarray, split: np.ndarray, *, feat_dim: int, attrs: dict[str, Any], store_path: str,
-                 final_path: str) -> dict[str, Any]:
-    """Write a store's labels and splits, then its attributes and checksum; rename it into place.
+                 y: np.ndarray | None, split: np.ndarray | None, *, feat_dim: int, attrs: dict[str, Any],
+                 store_path: str, final_path: str) -> dict[str, Any]:
+    """Write a store's labels and splits (None: written already), then its attributes and
+    checksum; rename it into place.
 
     ``digests`` holds the digests of every array written so far (structure and
     ``nodes/x``). The attributes are written last, so a store without them is
@@ -360,8 +413,10 @@ def finish_store(group: zarr.Group, part_id: int, edges_info: dict[str, Any], di
     dict
         The partition's manifest entry (without ``path``).
     """
-    digests["nodes/y"] = write_array(group, "nodes/y", y)
-    digests["nodes/split"] = write_array(group, "nodes/split", split)
+    if y is not None:
+        digests["nodes/y"] = write_array(group, "nodes/y", y)
+    if split is not None:
+        digests["nodes/split"] = write_array(group, "nodes/split", split)
     failpoints.failpoint("finalize")
     checksum = combine_digests(digests)
     counts = {**edges_info["counts"], "feat_dim": int(feat_dim)}
