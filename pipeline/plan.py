@@ -624,8 +624,9 @@ def _finalize_nodes(s: _Shape) -> _Need:
 
 
 def _node_map(s: _Shape) -> _Need:
-    """pipeline.store.commit.write_node_map: ``master_part`` and ``part_local`` int64[N],
-    one store's ``global_nid``/``is_master``/masters at a time, 1M-row Parquet tables."""
+    """pipeline.store.commit.node_map_from_ids (write_node_map on a resumed run):
+    ``master_part`` and ``part_local`` int64[N], one partition's ``global_nid`` and
+    masters at a time, 1M-row Parquet tables."""
     node_map = _NODE_MAP_BYTES * s.n
     return _Need(driver=16 * s.n + 9 * s.n_p + 16 * s.n / s.k + 48 * MIB, written=node_map, kept=node_map)
 
@@ -647,7 +648,9 @@ def _stage_needs(run: PartitionConfig, s: _Shape) -> list[tuple[str, _Need]]:
         needs.append(("two-phase fallback", _fallback(run, s, asep_peak)))
     needs += [("masters", _masters(run, s)),
               ("metrics", _metrics(run, s)), ("state", _state(run, s)), ("route", _route(s)),
-              ("finalize edges", _finalize_edges(s)), ("finalize nodes", _finalize_nodes(s)),
+              ("finalize edges", _finalize_edges(s)),
+              # The node map is built on a driver thread beside the node rows' sweep.
+              ("finalize nodes", replace(_finalize_nodes(s), driver=_node_map(s).driver)),
               ("node map", _node_map(s))]
     return needs
 

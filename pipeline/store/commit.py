@@ -88,6 +88,7 @@ __all__ = [
     "read_json_object",
     "recover_journal",
     "remove_if_empty",
+    "node_map_from_ids",
     "write_node_map",
 ]
 
@@ -403,6 +404,34 @@ def write_node_map(staging: Staging, parts: Iterable[int], master_part: np.ndarr
             )
         master_part[mastered] = p
         part_local[mastered] = np.flatnonzero(is_master)
+    return _write_node_map_file(staging, master_part, part_local, fix)
+
+
+def node_map_from_ids(staging: Staging, master_path: str, global_nid_paths: list[str], *, fix: str) -> str:
+    """:func:`write_node_map` for a generation whose every store is new, from what the
+    stores were built from instead of the stores themselves: the ``int32 [N]`` master
+    array and each partition's sorted ``global_nid`` (``.npy``, as
+    :func:`~pipeline.store.finalize.finalize_edges` saved and wrote them), so it can
+    run while the stores' node rows are still being written. A node's part-local id is
+    its position in its master partition's ids, as in the store's ``nodes/is_master``.
+    """
+    master = np.load(master_path, mmap_mode="r")
+    num_nodes = len(master)
+    master_part = np.full(num_nodes, -1, dtype=np.int64)
+    part_local = np.full(num_nodes, -1, dtype=np.int64)
+    for p, path in enumerate(global_nid_paths):
+        gid = np.load(path, allow_pickle=False)
+        if gid.ndim != 1 or (len(gid) and (gid[0] < 0 or gid[-1] >= num_nodes or (np.diff(gid) <= 0).any())):
+            raise StoreError(format_problem(f"partition {p}, node id file {path}",
+                                            f"increasing node ids in [0, {num_nodes:,})", f"shape {gid.shape}", fix))
+        mine = np.flatnonzero(np.asarray(master[gid]) == p)
+        master_part[gid[mine]] = p
+        part_local[gid[mine]] = mine
+    return _write_node_map_file(staging, master_part, part_local, fix)
+
+
+def _write_node_map_file(staging: Staging, master_part: np.ndarray, part_local: np.ndarray, fix: str) -> str:
+    """Check every node has a master and write ``node_map.parquet``; its sha256."""
     missing = np.flatnonzero(master_part < 0)
     if len(missing):
         raise StoreError(

@@ -36,6 +36,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ from pipeline.store.commit import (
     read_json_object,
     recover_journal,
     remove_if_empty,
+    node_map_from_ids,
     write_node_map,
 )
 from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
@@ -453,18 +455,27 @@ def _write_generation(
     todo = [p for p in range(k) if p not in entries]
     if resumed:
         log.warning("resuming: %d of %d partitions already finished (checksums verified)", len(resumed), k)
-    if todo:
-        edge_infos = _route_and_finalize_edges(staging, saved, todo, halo=halo, client=client, progress=progress,
-                                               timings=timings, decoded_edges=decoded_edges)
-        for entry in _gather_and_finalize_nodes(staging, saved, todo, edge_infos, feat_dim=feat_dim, attrs=attrs,
-                                                client=client, progress=progress, timings=timings,
-                                                node_table=node_table):
-            entries[entry["part_id"]] = entry
-
-    with timed("node map", timings, client):
-        node_map_sha = write_node_map(staging, range(k), np.full(saved.num_nodes, -1, dtype=np.int64),
-                                      np.full(saved.num_nodes, -1, dtype=np.int64),
-                                      fix="rerun with --overwrite to start clean.")
+    fix = "rerun with --overwrite to start clean."
+    node_map = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="asepr-node-map") as pool:
+        if todo:
+            edge_infos = _route_and_finalize_edges(staging, saved, todo, halo=halo, client=client,
+                                                   progress=progress, timings=timings, decoded_edges=decoded_edges)
+            if not resumed and node_table is not None:
+                # Every store is new: the node map needs only their ids, written by now, so
+                # it is built on a thread beside the node rows' sweep.
+                node_map = pool.submit(node_map_from_ids, staging, saved.master_path,
+                                       [str(staging.global_nid_path(p)) for p in range(k)], fix=fix)
+            for entry in _gather_and_finalize_nodes(staging, saved, todo, edge_infos, feat_dim=feat_dim,
+                                                    attrs=attrs, client=client, progress=progress, timings=timings,
+                                                    node_table=node_table):
+                entries[entry["part_id"]] = entry
+        with timed("node map", timings, client):
+            if node_map is not None:
+                node_map_sha = node_map.result()
+            else:
+                node_map_sha = write_node_map(staging, range(k), np.full(saved.num_nodes, -1, dtype=np.int64),
+                                              np.full(saved.num_nodes, -1, dtype=np.int64), fix=fix)
 
     with timed("commit", timings, client):
         old = read_manifest(out, missing_ok=True)

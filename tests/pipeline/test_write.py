@@ -506,3 +506,5 @@ def test_node_rows_from_the_decoded_table_match_the_gather(tmp_path):
         gathered = write_partitions(assignment, tmp_path / "gathered", input_url=tmp_path / "in")
     assert "gather nodes" in gathered["timings"]
     assert [p["checksum"] for p in fast["partitions"]] == [p["checksum"] for p in gathered["partitions"]]
+    # The node map built from the ids beside the sweep equals the one read from the stores.
+    assert fast["node_map"]["sha256"] == gathered["node_map"]["sha256"]
