@@ -1,13 +1,15 @@
 """Stages ⑧ and ⑨: build one partition's store from its spill segments.
 
-Each partition is finalised on its own, by two Dask tasks with exactly one writer
-each: :func:`finalize_edges` reads the partition's edge segments, chooses its node set
-and writes the CSR; :func:`finalize_nodes` (after the node rows were gathered) writes
-the node rows, the attributes and the checksum, and renames the store from its
-temporary name into place. Memory is O(|E_p|) for the CSR and O(|V_p|) plus one
-64 MiB block for the node rows of partition ``p`` (the features are copied from the
-spill files block by block); nothing here grows with the whole graph except one pass
-over the ``int32 [N]`` master array.
+Each partition is finalised by tasks with exactly one writer per store:
+:func:`finalize_edges` reads the partition's edge segments, chooses its node set and
+writes the CSR; then the node rows, the attributes and the checksum are written and
+the store is renamed from its temporary name into place, either by
+:func:`finalize_nodes_from_table` (``asepr partition``: one sequential sweep of the
+validator's decoded node table writes the node rows of a group of partitions, three
+chunks of memory per partition) or by :func:`finalize_nodes` (after the node rows were
+gathered into spill files: :func:`~pipeline.store.write.write_partitions`; ingest has its own;
+O(|V_p|) plus one 64 MiB block). Memory is O(|E_p|) for the CSR; nothing here grows
+with the whole graph except passes over the ``int32 [N]`` master array.
 The layout is documented in :mod:`storage.partition_store`.
 """
 
