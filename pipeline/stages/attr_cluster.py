@@ -38,6 +38,11 @@ When the sample is every row (``m = N``: few rows, or wide rows whose second rea
 cost more than fitting on all of them), step 1 keeps the embedded rows and their ids,
 and step 3 labels them in the client: one read in all.
 
+``asepr partition`` hands over the validator's decoded node table
+(:mod:`storage.node_table`): steps 1 and 3 then read its raw rows on threads of the
+client instead of decoding the shards, draw the same rows (by shard-order row number)
+and so give the same clusters.
+
 Everything random comes from ``np.random.SeedSequence(seed)``, and the fit runs in the
 client on a sample that does not depend on how the shards are read. So a seed and a
 shard list give the same clusters under any scheduler, any number of workers and any
@@ -53,8 +58,8 @@ from __future__ import annotations
 import logging
 import math
 import os
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
