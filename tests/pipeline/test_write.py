@@ -508,3 +508,48 @@ def test_node_rows_from_the_decoded_table_match_the_gather(tmp_path):
     assert [p["checksum"] for p in fast["partitions"]] == [p["checksum"] for p in gathered["partitions"]]
     # The node map built from the ids beside the sweep equals the one read from the stores.
     assert fast["node_map"]["sha256"] == gathered["node_map"]["sha256"]
+
+
+def test_node_map_and_node_sweep_refuse_damaged_id_files(tmp_path):
+    # The staging's id files are read back before they are built on: a file with the
+    # wrong length, or ids out of order, is a StoreError naming it, not a wrong map.
+    from pipeline.store.commit import Staging, node_map_from_ids
+    from pipeline.store.finalize import finalize_nodes_from_table
+    from storage.input import open_input
+    from storage.node_table import NodeTable
+    from storage.partition_store import create_store
+    from storage.validate import validate_input
+
+    staging = Staging(tmp_path / "out")
+    staging.root.mkdir(parents=True)
+    master = np.array([0, 1, 0, 1, 1], dtype=np.int32)
+    np.save(tmp_path / "master.npy", master)
+    good = [tmp_path / "g0.npy", tmp_path / "g1.npy"]
+    np.save(good[0], np.array([0, 1, 2], dtype=np.int64))
+    np.save(good[1], np.array([1, 3, 4], dtype=np.int64))
+    sha = node_map_from_ids(staging, str(tmp_path / "master.npy"), [str(p) for p in good], fix="rerun")
+    table = pq.read_table(staging.node_map)
+    assert table.column("part_id").to_pylist() == [0, 1, 0, 1, 1] and len(sha) == 64
+    assert table.column("part_local_nid").to_pylist() == [0, 0, 2, 1, 2]
+    np.save(good[1], np.array([3, 1, 4], dtype=np.int64))
+    with pytest.raises(StoreError, match=r"partition 1, node id file .*g1\.npy"):
+        node_map_from_ids(staging, str(tmp_path / "master.npy"), [str(p) for p in good], fix="rerun")
+    np.save(good[1], np.array([3, 4], dtype=np.int64))  # node 1's master partition lacks it
+    with pytest.raises(StoreError, match=r"1 node\(s\) without one, e\.g\. global_nid 1"):
+        node_map_from_ids(staging, str(tmp_path / "master.npy"), [str(p) for p in good], fix="rerun")
+
+    write_input(tmp_path / "in", num_nodes=20, num_edges=40, dim=3)
+    (tmp_path / "copy").mkdir()
+    report = validate_input(open_input(tmp_path / "in"), decoded_dir=str(tmp_path / "copy"))
+    node_table_copy = NodeTable(tmp_path / "copy", report.num_nodes, report.feat_dim)
+    info = {"part_id": 0, "counts": {"nodes": 4}, "digests": {}, "index_dtype": "int32"}
+    for ids, message in ((np.array([1, 2, 3], np.int64), r"4 increasing node ids.*shape \(3,\)"),
+                         (np.array([1, 5, 3, 7], np.int64), r"4 increasing node ids.*out of order")):
+        np.save(tmp_path / "ids.npy", ids)
+        create_store(tmp_path / "s.zarr")
+        with pytest.raises(StoreError, match=message):
+            finalize_nodes_from_table([0], [info], table=node_table_copy, global_nid_paths=[str(tmp_path / "ids.npy")],
+                                      store_paths=[str(tmp_path / "s.zarr")], final_paths=[str(tmp_path / "f.zarr")],
+                                      attrs={})
+        shutil.rmtree(tmp_path / "s.zarr")
+    assert not (tmp_path / "f.zarr").exists()
