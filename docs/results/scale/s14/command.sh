@@ -7,6 +7,7 @@ WORK="${WORK:-/tmp/asepr-scale-work}"
 for run in run-1 run-2; do
   asepr bench scale --sizes 5000000 20000000 50000000 --verify --out "$HERE/$run" --workdir "$WORK"
 done
+asepr bench scale --sizes 100000000 --verify --out "$HERE/run-100m" --workdir "$WORK"
 # The CPU profile of one 20M-edge partition run (perf-20m*.txt):
 rm -rf "$WORK/perf-out"
 /usr/bin/time -f "wall %e s, user %U s, sys %S s, max RSS %M KB" -o "$HERE/perf-20m-time.txt" \
