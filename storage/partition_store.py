@@ -84,6 +84,7 @@ from zarr.codecs import BloscCodec, BloscShuffle
 
 from storage.checked_array import CHUNK_DIGESTS, DAMAGED_STORE_FIX, CheckedArray, ChunkCrcs, StoredKeys
 from storage.confine import confined_path
+from storage.direct_chunks import DirectChunkWriter, direct_chunks
 from storage.errors import StoreError, format_problem
 from storage.fs import join, resolve, url_of
 from storage.manifest import MANIFEST_NAME, OLD_DIR, STAGING_NAME, read_manifest
@@ -273,6 +274,7 @@ class ArrayWriter:
         self._hash = hashlib.sha256(_digest_header(name, self.dtype, self.shape))
         self._next = 0
         self._crcs = ChunkCrcs(chunk_rows)
+        self._direct: DirectChunkWriter | None = None
 
     def _create(self, sample: np.ndarray | None) -> zarr.Array:
         return self._group.create_array(
@@ -296,7 +298,14 @@ class ArrayWriter:
         if len(block):
             if self.array is None:
                 self.array = self._create(block[: self._chunks[0]])
-            _write_block(self.array, self._next, block)
+                self._direct = direct_chunks(self.array)  # raw chunks past the page cache
+            chunk_rows = self._chunks[0]
+            whole = self._next % chunk_rows == 0 and (
+                len(block) % chunk_rows == 0 or self._next + len(block) == self.shape[0])
+            if self._direct is not None and whole:
+                self._direct.write(self._next, block)
+            else:
+                _write_block(self.array, self._next, block)
             self._hash.update(block.view(np.uint8).reshape(-1))
             self._crcs.add(block)
             self._next += len(block)

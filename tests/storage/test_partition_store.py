@@ -308,3 +308,34 @@ def test_lock_detects_a_reused_pid(tmp_path):
         assert lock.held
         assert json.loads((tmp_path / LOCK_NAME).read_text())["token"] == lock.token
     assert not (tmp_path / LOCK_NAME).exists()
+
+
+def test_direct_chunk_files_are_the_ones_zarr_writes(tmp_path):
+    # Raw arrays' chunks bypass the page cache (storage.direct_chunks) where the
+    # filesystem allows it; their files are byte for byte what Zarr writes (the edge
+    # chunk padded with the fill value) and read back through Zarr and the digests.
+    import os
+
+    from storage.direct_chunks import direct_chunks
+
+    x = np.random.default_rng(1).standard_normal((70_001, 32)).astype(np.float32)  # 3 chunks, the last partial
+    group = ps.create_store(tmp_path / "direct.zarr")
+    writer = ps.ArrayWriter(group, "nodes/x", x.shape, np.float32)
+    for start in range(0, len(x), writer.block_rows):
+        writer.write(x[start:start + writer.block_rows])
+    digest = writer.close()
+    reference = zarr.open_group(str(tmp_path / "zarr.zarr"), mode="w").create_array(
+        "nodes/x", shape=x.shape, dtype=np.float32, chunks=writer.array.chunks, compressors=None, fill_value=0)
+    reference[:] = x
+    if hasattr(os, "O_DIRECT"):
+        assert direct_chunks(writer.array) is not None  # this filesystem takes O_DIRECT
+    for i in range(3):
+        ours = (tmp_path / "direct.zarr" / "nodes" / "x" / "c" / str(i) / "0").read_bytes()
+        assert ours == (tmp_path / "zarr.zarr" / "nodes" / "x" / "c" / str(i) / "0").read_bytes()
+    np.testing.assert_array_equal(writer.array[:], x)
+    assert ps.zarr_array_digest("nodes/x", writer.array) == digest
+    # Compressed arrays and chunks that are not ALIGN-sized stay with Zarr.
+    labels = ps.ArrayWriter(group, "nodes/y", (1000,), np.int64)
+    labels.write(np.zeros(1000, np.int64))
+    labels.close()
+    assert direct_chunks(labels.array) is None
