@@ -2,10 +2,10 @@
 
 Writing a new file through the page cache costs this VM far more than the copy: each
 fresh page is zeroed (and faulted in from the host) before the data lands in it. 600 MB
-of new files took 1.87 s of system time buffered and 0.08 s with ``O_DIRECT`` at
-1.3 GB/s (``docs/results/scale/s14/pagecost.txt`` and ``direct.txt``). A partition's
-node features are most of the bytes a run writes and are not read back by it, so an
-uncompressed array's chunks go straight to the device.
+of new files took 1.74 s of system time buffered and 0.08 s with ``O_DIRECT`` at
+1.5 GB/s (``docs/results/scale/s14/direct.txt``). A partition's node features are most
+of the bytes a run writes and are not read back by it, so an uncompressed array's
+chunks go straight to the device.
 
 Only what Zarr itself would write is written: for an array with no codec but the
 little-endian bytes codec, a chunk file is the chunk's raw bytes, the edge chunk padded

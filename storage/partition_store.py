@@ -65,7 +65,8 @@ label-like arrays (``y``, ``split``, ``is_master``, ``is_halo``), where it compr
 2-3 times better at no cost worth measuring. Dense features halve the write speed for
 an 8 % saving, so an array is stored raw when blosc does not shrink its first chunk by
 at least :data:`MIN_SAVING` (:class:`ArrayWriter`); readers see either through zarr's
-metadata, and the content digests do not depend on it.
+metadata, and the content digests do not depend on it. Raw arrays' chunk files are
+written with ``O_DIRECT`` where the filesystem allows (:mod:`storage.direct_chunks`).
 """
 
 from __future__ import annotations

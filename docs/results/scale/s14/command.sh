@@ -17,3 +17,5 @@ perf report -i "$WORK/perf.data" --sort sym --stdio | grep -v '^$' | head -60 | 
   | sed '/^# Overhead/d' > "$HERE/perf-20m.txt"
 # What fresh pages cost on this VM (pagecost.txt):
 python "$HERE/pagecost.py" "$WORK/pagecost" > "$HERE/pagecost.txt"
+# O_DIRECT against buffered writes of 600 MB (direct.txt):
+WORK="$WORK" "$HERE/direct.sh" > "$HERE/direct.txt"
