@@ -51,6 +51,12 @@ def node_table_bytes(num_nodes: int, feat_dim: int) -> int:
     return num_nodes * (4 * feat_dim + NODE_TABLE_ROW_EXTRA)
 
 
+def _is_run(ids: np.ndarray, first: int) -> bool:
+    """Whether ``ids`` are ``first, first + 1, ...`` in order."""
+    return bool(len(ids)) and int(ids[0]) == first and int(ids[-1]) == first + len(ids) - 1 \
+        and bool((np.diff(ids) == 1).all())
+
+
 def _write_at(fd: int, data: np.ndarray, offset: int) -> None:
     view = memoryview(np.ascontiguousarray(data)).cast("B")
     while view:
@@ -102,8 +108,7 @@ class NodeTableWriter:
         first = self._rows
         self._rows += len(ids)
         if self._order_fd is None:
-            if not len(ids) or (ids[0] == first and ids[-1] == first + len(ids) - 1
-                                and bool((np.diff(ids) == 1).all())):
+            if not len(ids) or _is_run(ids, first):
                 return
             self._order_fd = self._create("order", self.num_nodes * 8)
             _write_at(self._order_fd, np.arange(first, dtype=np.int64), 0)
@@ -124,7 +129,7 @@ class NodeTableWriter:
             "split": np.full(n, -1, np.int8) if split is None else np.asarray(split, dtype=np.int8),
         }
         first = int(ids[0])
-        if int(ids[-1]) - first == n - 1 and bool((np.diff(ids) == 1).all()):
+        if _is_run(ids, first):
             for name, data in columns.items():
                 _write_at(self._fds[name], data, first * data[:1].nbytes)
             return
@@ -217,8 +222,8 @@ class NodeTable:
             os.close(fd)
         return out
 
-    def gather(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(x, y, split)`` of the nodes ``ids``.
+    def gather(self, ids: np.ndarray, columns: tuple[str, ...] = ("x", "y", "split")) -> tuple[np.ndarray, ...]:
+        """``columns`` (default ``(x, y, split)``) of the nodes ``ids``.
 
         The files are mapped one window of at most :data:`WINDOW_BYTES` at a time, so
         the pages resident at once are one window's, whatever the span of ``ids``.
@@ -228,8 +233,8 @@ class NodeTable:
         if len(ids) > 1 and not bool((ids[1:] >= ids[:-1]).all()):
             order = np.argsort(ids, kind="stable")
             ids = ids[order]
-        columns = [self._gather_column(name, ids) for name in _COLUMNS]
+        out = tuple(self._gather_column(name, ids) for name in columns)
         if order is not None:
-            for column in columns:
+            for column in out:
                 column[order] = column.copy()
-        return columns[0], columns[1], columns[2]
+        return out

@@ -89,6 +89,7 @@ __all__ = [
     "AttrClusters",
     "AttrModel",
     "attribute_clusters",
+    "label_threads",
     "sample_rows",
     "scatter_labels",
 ]
@@ -699,9 +700,14 @@ def _table_sample(table: NodeTable, projection: np.ndarray | None,
     if picks is None and not table.has_order:
         feat = table.rows(0, table.num_nodes)
     else:
-        feat = table.gather(ids)[0]
+        (feat,) = table.gather(ids, ("x",))
     sample = _table_embed(feat, projection, table)
     return sample, ([(ids, sample)] if picks is None else None)
+
+
+def label_threads() -> int:
+    """Threads that label the decoded node table: the cores, at most 4."""
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 def _table_labels(job: _Job, projection: np.ndarray | None, centroids: np.ndarray) -> tuple[np.ndarray, float]:
@@ -717,7 +723,7 @@ def _table_labels(job: _Job, projection: np.ndarray | None, centroids: np.ndarra
         attr_cluster_id[start:stop] = labels
         return math.fsum(dist)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
+    with ThreadPoolExecutor(max_workers=label_threads()) as pool:
         sums = list(pool.map(label, range(0, n, block)))
     return attr_cluster_id, math.fsum(sums)
 

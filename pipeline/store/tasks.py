@@ -21,7 +21,7 @@ import dask
 
 from storage.resources import peak_rss_bytes, stage
 
-__all__ = ["NoBar", "Progress", "bar_for", "run_tasks", "timed", "worker_peak_rss"]
+__all__ = ["NoBar", "Progress", "bar_for", "run_tasks", "task_slots", "timed", "worker_peak_rss"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,14 @@ def bar_for(progress: Progress | None, name: str, total: int):
     return progress(name, total) if progress else NoBar()
 
 
+def task_slots(client) -> int:
+    """How many tasks :func:`run_tasks` runs at once: the local threads (dask's
+    ``num_workers``, else the CPU count) or the client's workers."""
+    if client is None:
+        return dask.config.get("num_workers", None) or os.cpu_count() or 1
+    return max(1, len(client.scheduler_info().get("workers", {})))
+
+
 def _run_local(fn, calls: list[tuple[tuple, dict]], bar, prefix: str) -> list:
     """The calls on local threads (as many as dask's threaded scheduler would use).
 
@@ -55,7 +63,7 @@ def _run_local(fn, calls: list[tuple[tuple, dict]], bar, prefix: str) -> list:
     before the error propagates, so no thread of a failed stage is still writing into
     the staging directory when the caller cleans up or reruns.
     """
-    workers = min(len(calls), dask.config.get("num_workers", None) or os.cpu_count() or 1)
+    workers = min(len(calls), task_slots(None))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix=prefix) as pool:
         futures = [pool.submit(fn, *args, **kwargs) for args, kwargs in calls]
         try:

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import dask
 import numpy as np
 
 from pipeline.assign import edge_parts_path
@@ -62,7 +61,7 @@ from pipeline.store.commit import (
     write_node_map,
 )
 from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
-from pipeline.store.tasks import Progress, bar_for, run_tasks, timed, worker_peak_rss
+from pipeline.store.tasks import Progress, bar_for, run_tasks, task_slots, timed, worker_peak_rss
 from storage.decoded import DECODED_PREFIX, decoded_shards, remove_decoded
 from storage.node_table import NodeTable
 from storage.errors import StoreError, format_problem
@@ -343,13 +342,6 @@ def _route_and_finalize_edges(staging: Staging, saved: _SavedAssignment, todo: l
     return edge_infos
 
 
-def _sweeps(client) -> int:
-    """Node-table sweeps to run at once: one per thread or worker."""
-    if client is None:
-        return dask.config.get("num_workers", None) or os.cpu_count() or 1
-    return max(1, len(client.scheduler_info().get("workers", {})))
-
-
 def _gather_and_finalize_nodes(staging: Staging, saved: _SavedAssignment, todo: list[int], edge_infos: list[dict],
                                *, feat_dim: int, attrs: dict[str, Any], client, progress: Progress | None,
                                timings: dict[str, float], node_table: NodeTable | None = None) -> list[dict]:
@@ -362,7 +354,7 @@ def _gather_and_finalize_nodes(staging: Staging, saved: _SavedAssignment, todo: 
     if node_table is not None:
         with timed("finalize nodes", timings, client) as info:
             infos = dict(zip(todo, edge_infos))
-            groups = sweep_groups({p: infos[p]["counts"]["nodes"] for p in todo}, _sweeps(client))
+            groups = sweep_groups({p: infos[p]["counts"]["nodes"] for p in todo}, task_slots(client))
             calls = [
                 ((group, [infos[p] for p in group]),
                  {"table": node_table, "global_nid_paths": [str(staging.global_nid_path(p)) for p in group],
