@@ -54,7 +54,7 @@ from pathlib import Path
 from pipeline.assign.hybrid import held_bytes
 from pipeline.assign.state import FIELDS
 from pipeline.config import PartitionConfig
-from pipeline.stages.attr_cluster import RESTARTS, sample_rows
+from pipeline.stages.attr_cluster import RESTARTS, label_threads, sample_rows
 from pipeline.store.route import EDGE_RECORD, edge_record
 from pipeline.stream import stream_ways
 from storage.decoded import decoded_row
@@ -615,7 +615,7 @@ def _finalize_nodes(s: _Shape) -> _Need:
     and splits) and the ids taken from it."""
     sweeps = max(1, min(s.k, s.sweeps))
     per_sweep = math.ceil(s.k / sweeps)
-    step_rows = _SWEEP_BYTES // (4 * max(1, s.d))
+    step_rows = min(s.n, _SWEEP_BYTES // (4 * max(1, s.d)))  # a step reads at most the table
     buffers = (min(s.n_p * 4 * s.d, CHUNK_BYTES) + min(s.n_p * 8, CHUNK_BYTES) + min(s.n_p, CHUNK_BYTES)
                + 8 * 65_536)
     task = per_sweep * buffers + step_rows * (4 * s.d + 9) + 8 * min(s.n_p, step_rows)
@@ -739,7 +739,7 @@ def plan_run(
         n_s=max(1, sizes.max_node_shard_rows), e_s=max(1, sizes.max_edge_shard_rows),
         node_shards=max(1, sizes.node_shards), edge_shards=max(1, sizes.edge_shards),
         node_read=NODE_READ_FACTOR * sizes.max_node_shard_bytes,
-        label_threads=max(1, min(4, os.cpu_count() or 1)),
+        label_threads=label_threads(),
         sweeps=workers or threads or os.cpu_count() or 1,
     )
     threads = threads or os.cpu_count() or 1
