@@ -58,6 +58,7 @@ from pipeline.stages.attr_cluster import RESTARTS, label_threads, sample_rows
 from pipeline.store.route import EDGE_RECORD, edge_record
 from pipeline.stream import stream_ways
 from storage.decoded import decoded_row
+from storage.direct_io import WRITE_BUFFER
 from storage.errors import AseprError, InputError, format_problem
 from storage.input import InputDir, open_input, open_parquet
 from storage.node_table import WINDOW_BYTES, node_table_bytes
@@ -419,7 +420,7 @@ class _Shape:
     edge_shards: int
     node_read: float  # peak bytes of reading the largest node shard with its features
     label_threads: int = 1  # threads labelling the decoded node table (pipeline.stages.attr_cluster)
-    sweeps: int = 1  # node-table sweeps at once (one per thread or worker)
+    sweeps: int = 1  # node-table sweeps at once (one per worker; local threads share one)
 
     @property
     def words(self) -> int:
@@ -459,8 +460,9 @@ def _validate(run: PartitionConfig, s: _Shape) -> _Need:
     node_rows = min(s.n_s, max(1024, min(run.batch_rows, _NODE_BATCH_BYTES // (4 * max(1, s.d)))))
     node_pass = s.n + max(s.node_read, 2 * node_rows * (5 * s.d + 17))
     edge_pass = 8 * s.n + 2 * EDGE_ROW * s.b + 4 * s.b
-    # The two passes run side by side (storage.validate).
-    return _Need(driver=node_pass + edge_pass, written=decoded_row(s.n) * s.e + node_table_bytes(s.n, s.d))
+    # The two passes run side by side (storage.validate); the copies' writers buffer a
+    # block each (storage.direct_io): src and dst, x, y and split.
+    return _Need(driver=node_pass + edge_pass + 5 * WRITE_BUFFER, written=decoded_row(s.n) * s.e + node_table_bytes(s.n, s.d))
 
 
 def _kmeans(run: PartitionConfig, s: _Shape) -> _Need:
@@ -609,16 +611,17 @@ def _finalize_edges(s: _Shape) -> _Need:
 
 def _finalize_nodes(s: _Shape) -> _Need:
     """pipeline.store.finalize.finalize_nodes_from_table: ``sweeps`` tasks (one per
-    thread or worker), each sweeping the decoded node table for ``k / sweeps``
-    partitions: per partition a one-chunk buffer of each of ``x``, ``y`` and ``split``
-    and a slice of its ids; one step of the table (16 MiB of features with their labels
-    and splits) and the ids taken from it."""
+    worker; a process's threads share one), each sweeping the decoded node table for
+    ``k / sweeps`` partitions: per partition a one-chunk buffer of each of ``x``, ``y``
+    and ``split`` and a slice of its ids; two steps of the table (16 MiB of features
+    with their labels and splits: the one served and the one read ahead) and the ids
+    taken from one."""
     sweeps = max(1, min(s.k, s.sweeps))
     per_sweep = math.ceil(s.k / sweeps)
     step_rows = min(s.n, _SWEEP_BYTES // (4 * max(1, s.d)))  # a step reads at most the table
     buffers = (min(s.n_p * 4 * s.d, CHUNK_BYTES) + min(s.n_p * 8, CHUNK_BYTES) + min(s.n_p, CHUNK_BYTES)
                + 8 * 65_536)
-    task = per_sweep * buffers + step_rows * (4 * s.d + 9) + 8 * min(s.n_p, step_rows)
+    task = per_sweep * buffers + 2 * step_rows * (4 * s.d + 9) + 8 * min(s.n_p, step_rows)
     stores = s.k * s.n_p * (4 * s.d / _RATIO["x"] + 8 / _RATIO["y"] + 1 / _RATIO["flags"])
     return _Need(task=task, tasks=sweeps, written=stores, kept=stores)
 
@@ -740,7 +743,7 @@ def plan_run(
         node_shards=max(1, sizes.node_shards), edge_shards=max(1, sizes.edge_shards),
         node_read=NODE_READ_FACTOR * sizes.max_node_shard_bytes,
         label_threads=label_threads(),
-        sweeps=workers or threads or os.cpu_count() or 1,
+        sweeps=workers or 1,
     )
     threads = threads or os.cpu_count() or 1
     needs = _stage_needs(run, shape)

@@ -9,9 +9,10 @@ So the validator, which decodes every batch anyway, can write each shard's check
 ``src`` and ``dst`` to two raw files (:class:`DecodedWriter`), and the stream reads
 those instead (:func:`read_decoded`). The ids are stored as ``int32`` while every id
 fits (N <= 2**31), else ``int64``, and read back as ``int64``: a copy is 8 (or 16)
-bytes per edge on local disk, half of it for the 20M-edge graph the cost of writing
-it (the page cache's first touch dominates). The run removes it once the route has
-read it.
+bytes per edge on local disk, written and read back with ``O_DIRECT`` where the
+filesystem takes it (:mod:`storage.direct_io`: through the page cache, writing the
+20M-edge graph's copy cost as much again as decoding it, all of it the first touch of
+fresh pages). The run removes it once the route has read it.
 
 The files are written by this process into a directory it created, opened with
 ``O_EXCL | O_NOFOLLOW``, and their sizes are checked against the shard's rows before
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from storage.direct_io import ALIGN, DirectWriter, aligned_empty, open_direct, pread_into
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard
 
@@ -53,38 +55,50 @@ def _paths(directory: str | Path, index: int) -> tuple[str, str]:
 
 
 class DecodedWriter:
-    """Appends checked edge batches to the raw ``src``/``dst`` files of their shard.
+    """Appends checked edge batches to the raw ``src``/``dst`` files of their shard,
+    with ``O_DIRECT`` where the filesystem takes it (:mod:`storage.direct_io`).
 
-    Batches must arrive in stream order; a shard without rows still gets empty files.
+    Batches must arrive in stream order (a shard's files are finished when the next
+    shard's first batch comes); a shard without rows still gets empty files.
     """
 
     def __init__(self, directory: str | Path, num_shards: int, num_nodes: int):
         self.directory = Path(directory)
-        self._files: dict[int, tuple[int, int]] = {}
         self._num_shards = num_shards
         self._dtype = decoded_dtype(num_nodes)
+        self._index = -1  # the shard being written
+        self._open: list[tuple[int, DirectWriter]] = []
 
-    def _open(self, index: int) -> tuple[int, int]:
-        if index not in self._files:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-            self._files[index] = tuple(os.open(p, flags, 0o600) for p in _paths(self.directory, index))
-        return self._files[index]
+    def _finish(self) -> None:
+        for fd, writer in self._open:
+            try:
+                writer.close()
+            finally:
+                os.close(fd)
+        self._open = []
+
+    def _start(self, index: int) -> None:
+        """Finish the files of the shards before ``index`` (empty ones for those without
+        rows) and open ``index``'s."""
+        if index < self._index:
+            raise ValueError(f"edge batches out of stream order: shard {index} after shard {self._index}")
+        while self._index < index:
+            self._finish()
+            self._index += 1
+            for path in _paths(self.directory, self._index):
+                fd, direct = open_direct(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+                self._open.append((fd, DirectWriter(fd, direct)))
 
     def add(self, index: int, src: np.ndarray, dst: np.ndarray) -> None:
         """Append one batch of shard ``index``."""
-        for fd, column in zip(self._open(index), (src, dst)):
-            data = memoryview(np.ascontiguousarray(column, dtype=self._dtype)).cast("B")
-            while data:
-                data = data[os.write(fd, data):]
+        self._start(index)
+        for (_, writer), column in zip(self._open, (src, dst)):
+            writer.write(np.asarray(column, dtype=self._dtype))
 
     def close(self) -> None:
-        """Close every file (creating the empty ones of shards without rows)."""
-        for index in range(self._num_shards):
-            self._open(index)
-        for fds in self._files.values():
-            for fd in fds:
-                os.close(fd)
-        self._files = {}
+        """Finish every file (creating the empty ones of shards without rows)."""
+        self._start(self._num_shards - 1)
+        self._finish()
 
 
 def remove_decoded(shards: list[Shard]) -> None:
@@ -120,18 +134,25 @@ def decoded_shards(shards: list[Shard], rows: list[int], directory: str | Path, 
 
 
 def read_decoded(shard: Shard, batch_rows: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """Yield ``(row0, src, dst)`` batches (``int64``) of ``shard``'s decoded copy."""
+    """Yield ``(row0, src, dst)`` batches (new ``int64`` arrays) of ``shard``'s decoded
+    copy, read with ``O_DIRECT`` where the filesystem takes it into two reused buffers."""
     src_path, dst_path, dtype = shard.decoded
-    with open(src_path, "rb") as fs, open(dst_path, "rb") as fd:
-        row0 = 0
-        while True:
-            src = np.fromfile(fs, dtype=dtype, count=batch_rows)
-            if not len(src):
-                return
-            dst = np.fromfile(fd, dtype=dtype, count=len(src))
-            if len(dst) != len(src):
+    dtype = np.dtype(dtype)
+    size = os.stat(src_path, follow_symlinks=False).st_size
+    step = batch_rows * dtype.itemsize
+    fds = [open_direct(path, os.O_RDONLY)[0] for path in (src_path, dst_path)]
+    try:
+        scratch = [aligned_empty(step + 2 * ALIGN) for _ in fds]
+        for offset in range(0, size, step):
+            want = min(step, size - offset)
+            src, dst = (pread_into(fd, offset, want, buffer) for fd, buffer in zip(fds, scratch))
+            if len(src) != want or len(dst) != want:
+                path, got = (src_path, len(src)) if len(src) != want else (dst_path, len(dst))
                 raise StoreError(format_problem(
-                    f"decoded edge copy {dst_path} (of {shard.url})", f"{len(src):,} rows from row {row0:,}",
-                    f"{len(dst):,}", "rerun the command: the copy is rewritten."))
-            yield row0, src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
-            row0 += len(src)
+                    f"decoded edge copy {path} (of {shard.url})", f"{want:,} bytes from byte {offset:,}",
+                    f"{got:,}", "rerun the command: the copy is rewritten."))
+            yield (offset // dtype.itemsize, src.view(dtype).astype(np.int64),
+                   dst.view(dtype).astype(np.int64))
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -25,10 +25,9 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-__all__ = ["ALIGN", "DirectChunkWriter", "direct_chunks"]
+from storage.direct_io import ALIGN, aligned_empty
 
-#: Alignment of ``O_DIRECT`` buffers, lengths and offsets (covers 512 and 4096 B blocks).
-ALIGN = 4096
+__all__ = ["DirectChunkWriter", "direct_chunks"]
 
 
 class DirectChunkWriter:
@@ -36,10 +35,7 @@ class DirectChunkWriter:
 
     def __init__(self, root: Path, chunk_rows: int, row_bytes: int, ndim: int):
         self.root, self.chunk_rows, self.row_bytes, self.ndim = root, chunk_rows, row_bytes, ndim
-        size = chunk_rows * row_bytes
-        raw = np.empty(size + ALIGN, dtype=np.uint8)
-        start = (-raw.ctypes.data) % ALIGN
-        self._buffer = raw[start:start + size]  # aligned to ALIGN
+        self._buffer = aligned_empty(chunk_rows * row_bytes)
 
     def _path(self, index: int) -> Path:
         return self.root / "c" / str(index) / "0" if self.ndim == 2 else self.root / "c" / str(index)

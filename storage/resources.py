@@ -10,21 +10,35 @@ import sys
 import time
 from collections.abc import Iterator
 
-__all__ = ["StageClock", "limit_malloc_arenas", "peak_rss_bytes", "stage"]
+__all__ = ["StageClock", "peak_rss_bytes", "stage", "tune_malloc"]
 
-#: glibc's ``mallopt`` parameter for the most malloc arenas (``M_ARENA_MAX``).
-_M_ARENA_MAX = -8
+#: glibc's ``mallopt`` parameters: the most malloc arenas, the size from which a block
+#: gets its own mapping, and the free bytes at a heap's top that are kept, not returned.
+_M_ARENA_MAX, _M_MMAP_THRESHOLD, _M_TRIM_THRESHOLD = -8, -3, -1
+#: Blocks below this come from the heaps and are reused (glibc's largest threshold).
+MMAP_THRESHOLD = 32 << 20
+#: A heap keeps this much freed memory at its top for the next allocations.
+TRIM_THRESHOLD = 128 << 20
 
 
-def limit_malloc_arenas(arenas: int | None = None) -> bool:
-    """Cap glibc's malloc arenas at ``arenas`` (default: the CPU count, at least 2).
+def tune_malloc(arenas: int | None = None) -> bool:
+    """Tune glibc's allocator for a run's pattern of large, short-lived arrays.
 
-    Each stage of a run starts fresh worker threads, and glibc gives threads their own
-    arenas (up to 8 per core), each keeping what its threads freed: resident memory
-    ratchets up stage by stage. With as many arenas as cores, a stage reuses what the
-    previous one freed: ``asepr partition`` on the 5M-edge ``asepr synth`` graph peaked
-    at 666 against 891 MiB, no slower (``docs/results/scale/s14``). Call it before the
-    process starts threads. Returns whether it took effect (glibc on Linux only).
+    - **Arenas capped** at ``arenas`` (default: the CPU count, at least 2). Each stage of
+      a run starts fresh worker threads, and glibc gives threads their own arenas (up
+      to 8 per core), each keeping what its threads freed: resident memory ratchets up
+      stage by stage. With as many arenas as cores, a stage reuses what the previous one
+      freed: ``asepr partition`` on the 5M-edge ``asepr synth`` graph peaked at 666
+      against 891 MiB, no slower (``docs/results/scale/s14``).
+    - **Batches reused, not remapped.** glibc maps every block above its (dynamic)
+      threshold afresh and unmaps it when freed, so each decoded batch of a stream
+      landed in new pages that the kernel zeroes on the first touch: 9 % of a 20M-edge
+      run's CPU time went to zeroing pages. With the threshold fixed at
+      :data:`MMAP_THRESHOLD` and :data:`TRIM_THRESHOLD` kept at a heap's top, the
+      batches reuse the heap's pages (``docs/results/scale/s15``).
+
+    Call it before the process starts threads. Returns whether it took effect (glibc on
+    Linux only).
     """
     if not sys.platform.startswith("linux"):
         return False
@@ -35,7 +49,8 @@ def limit_malloc_arenas(arenas: int | None = None) -> bool:
     except OSError:
         return False
     count = arenas if arenas is not None else max(2, os.cpu_count() or 1)
-    return bool(libc.mallopt(_M_ARENA_MAX, int(count)))
+    settings = ((_M_ARENA_MAX, count), (_M_MMAP_THRESHOLD, MMAP_THRESHOLD), (_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    return all([bool(libc.mallopt(option, int(value))) for option, value in settings])
 
 
 def peak_rss_bytes() -> int:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from storage.errors import AseprError
-from storage.resources import limit_malloc_arenas
+from storage.resources import tune_malloc
 
 __all__ = ["build_parser", "main"]
 
@@ -249,7 +249,7 @@ _COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    limit_malloc_arenas()  # before any thread starts: see storage.resources
+    tune_malloc()  # before any thread starts: see storage.resources
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args)

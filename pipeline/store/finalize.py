@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -361,6 +363,31 @@ def sweep_groups(node_counts: dict[int, int], groups: int) -> list[list[int]]:
     return [sorted(s) for s in sweeps if s]
 
 
+def _table_steps(table: NodeTable, step_bytes: int) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
+    """``(start, stop, {x, y, split})`` for consecutive steps of about ``step_bytes`` of
+    features (none for 0), the next step read on a thread while the caller uses this
+    one: the table is read with ``O_DIRECT`` (:mod:`storage.node_table`), which has no
+    kernel read-ahead, so this is what overlaps the reads with the writes. Two steps are
+    in memory at once."""
+    if not step_bytes:
+        return
+    step = max(1, step_bytes // max(1, 4 * table.feat_dim))
+
+    def read(start: int) -> tuple[int, int, dict[str, np.ndarray]]:
+        stop = min(table.num_nodes, start + step)
+        return start, stop, {"x": table.rows(start, stop), "y": table.column("y", start, stop),
+                             "split": table.column("split", start, stop)}
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="asepr-table-read") as pool:
+        ahead = None
+        for start in range(0, table.num_nodes, step):
+            current, ahead = ahead, pool.submit(read, start)
+            if current is not None:
+                yield current.result()
+        if ahead is not None:
+            yield ahead.result()
+
+
 def finalize_nodes_from_table(
     part_ids: list[int],
     edges_infos: list[dict[str, Any]],
@@ -370,34 +397,39 @@ def finalize_nodes_from_table(
     store_paths: list[str],
     final_paths: list[str],
     attrs: dict[str, Any],
+    ways: int = 1,
 ) -> list[dict[str, Any]]:
     """:func:`finalize_nodes` for several partitions, their rows taken from the
     validator's decoded node table (:mod:`storage.node_table`) in one sequential sweep.
 
     A partition's rows are in ``global_nid`` order, so a sweep in id order produces each
     partition's ``x``, ``y`` and ``split`` front to back: they are written a chunk at a
-    time from one-chunk buffers. The table is read once per sweep (instead of mapping
-    most of its pages once per partition), and memory is three chunks per partition,
-    one slice of each one's ids and one step of the table, whatever |V|. Returns the
-    manifest entries.
+    time from one-chunk buffers. The table is read once (instead of mapping most of its
+    pages once per partition), a step ahead on a thread; each step's partitions are
+    served by ``ways`` threads (groups of about equal rows, :func:`sweep_groups`), so
+    the threads of one process share one read of the table. Memory is three chunks per
+    partition, one slice of each one's ids and two steps of the table, whatever |V|.
+    Returns the manifest entries.
     """
     swept = [_Swept(p, info, path, store, table)
              for p, info, path, store in zip(part_ids, edges_infos, global_nid_paths, store_paths)]
-    step = max(1, _SWEEP_BYTES // max(1, 4 * table.feat_dim))
     todo = [s for s in swept if s.n]
-    for start in range(0, table.num_nodes if todo else 0, step):
-        stop = min(table.num_nodes, start + step)
-        rows = {"x": table.rows(start, stop), "y": table.column("y", start, stop),
-                "split": table.column("split", start, stop)}
-        for s in todo:
+    groups = [[todo[i] for i in group] for group in sweep_groups({i: s.n for i, s in enumerate(todo)}, ways)]
+
+    def serve(group: list[_Swept], rows: dict[str, np.ndarray], start: int, stop: int) -> None:
+        for s in group:
             s.take(rows, start, stop)
-    entries = []
-    for s, final_path, store_path in zip(swept, final_paths, store_paths):
+
+    def finish(s: _Swept, final_path: str, store_path: str) -> dict[str, Any]:
         digests = {**s.edges_info["digests"], **s.digests()}
-        entries.append(finish_store(s.group, s.part_id, s.edges_info, digests, None, None,
-                                    feat_dim=table.feat_dim, attrs=attrs, store_path=store_path,
-                                    final_path=final_path))
-    return entries
+        return finish_store(s.group, s.part_id, s.edges_info, digests, None, None, feat_dim=table.feat_dim,
+                            attrs=attrs, store_path=store_path, final_path=final_path)
+
+    with ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="asepr-sweep") as pool:
+        for start, stop, rows in _table_steps(table, _SWEEP_BYTES if todo else 0):
+            for done in [pool.submit(serve, group, rows, start, stop) for group in groups]:
+                done.result()
+        return list(pool.map(finish, swept, final_paths, store_paths))
 
 
 def finish_store(group: zarr.Group, part_id: int, edges_info: dict[str, Any], digests: dict[str, str],

@@ -354,17 +354,20 @@ def _gather_and_finalize_nodes(staging: Staging, saved: _SavedAssignment, todo: 
     if node_table is not None:
         with timed("finalize nodes", timings, client) as info:
             infos = dict(zip(todo, edge_infos))
-            groups = sweep_groups({p: infos[p]["counts"]["nodes"] for p in todo}, task_slots(client))
+            # Local threads share one sweep (one read of the table); workers sweep a group each.
+            slots = task_slots(client)
+            groups = sweep_groups({p: infos[p]["counts"]["nodes"] for p in todo}, slots) if client else [todo]
             calls = [
                 ((group, [infos[p] for p in group]),
                  {"table": node_table, "global_nid_paths": [str(staging.global_nid_path(p)) for p in group],
                   "store_paths": [str(staging.partial_store(p)) for p in group],
-                  "final_paths": [str(staging.store(p)) for p in group], "attrs": attrs})
-                for group in groups
+                  "final_paths": [str(staging.store(p)) for p in group], "attrs": attrs,
+                  "ways": 1 if client else slots})
+                for group in groups if group
             ]
             entries = [e for group in run_tasks("finalize nodes", finalize_nodes_from_table, calls, client, progress)
                        for e in group]
-            info.update(partitions=len(todo), sweeps=len(groups))
+            info.update(partitions=len(todo), sweeps=len(calls))
         return entries
     with timed("gather nodes", timings, client) as info:
         global_nid_paths = {p: str(staging.global_nid_path(p)) for p in todo}

@@ -181,13 +181,13 @@ def test_discovery_skips_hidden_and_underscore_directories(tmp_path):
     assert names == ["day=1/part-3.parquet", "part-0.parquet"]
 
 
-def test_malloc_arenas_can_be_capped_on_linux():
+def test_malloc_can_be_tuned_on_linux():
     # The CLI caps glibc's arenas before starting threads (storage.resources); in a
     # subprocess, so this test process keeps its own allocator settings.
     import subprocess
     import sys
 
-    code = "from storage.resources import limit_malloc_arenas as f; print(f(2))"
+    code = "from storage.resources import tune_malloc as f; print(f(2))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     expected = "True" if sys.platform.startswith("linux") else "False"
     assert out.split()[0] == expected

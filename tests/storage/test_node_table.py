@@ -75,3 +75,25 @@ def test_table_without_labels_or_splits_and_checked_sizes(tmp_path):
         NodeTable(tmp_path / "copy", 10, 4)
     with pytest.raises(FileExistsError):
         validate_input(open_input(tmp_path / "in"), decoded_dir=str(tmp_path / "copy"))
+
+
+def test_table_switches_from_direct_writes_to_page_cache_writes(tmp_path):
+    # In-order runs are appended with O_DIRECT (storage.direct_io); a run that does not
+    # continue where the last one ended, then shuffled ids, go through the page cache.
+    # The table is the same: row i is node i, whole blocks and unaligned tails alike.
+    n, d = 257, 64  # x rows of 256 B: several 4 KiB blocks per shard
+    arrays = write_input(tmp_path / "in", num_nodes=n, dim=d, node_shards=1, seed=5)
+    for f in (tmp_path / "in" / "nodes").iterdir():
+        f.unlink()
+    shuffled = np.random.default_rng(5).permutation(np.arange(100, 150))
+    for i, idx in enumerate((np.arange(0, 100), np.arange(150, n), shuffled)):
+        pq.write_table(node_table(idx, arrays["feat"][idx], arrays["label"][idx], arrays["split"][idx]),
+                       tmp_path / "in" / "nodes" / f"part-{i:05d}.parquet")
+    (tmp_path / "copy").mkdir()
+    report = validate_input(open_input(tmp_path / "in"), decoded_dir=str(tmp_path / "copy"))
+    table = NodeTable(tmp_path / "copy", n, report.feat_dim)
+    np.testing.assert_array_equal(table.rows(0, n), arrays["feat"])
+    np.testing.assert_array_equal(table.column("y"), arrays["label"])
+    np.testing.assert_array_equal(table.column("split"), arrays["split"])
+    np.testing.assert_array_equal(table.ids_of_rows(np.arange(n)),
+                                  np.concatenate([np.arange(0, 100), np.arange(150, n), shuffled]))

@@ -92,6 +92,34 @@ def test_empty_shard_is_reported_not_fatal(tmp_path):
     assert any("part-00009.parquet" in w and "empty" in w for w in report.warnings)
 
 
+def test_decoded_writer_round_trips_many_blocks_in_stream_order(tmp_path):
+    # Shards of many 4 KiB blocks and unaligned tails, empty shards between them, read
+    # back in batches that cut across blocks; batches out of stream order are refused.
+    from storage.decoded import DecodedWriter, decoded_shards, read_decoded
+    from storage.fs import Shard
+
+    rng = np.random.default_rng(0)
+    sizes = [10_007, 0, 3, 4096, 0]
+    columns = [(rng.integers(0, 1 << 30, m), rng.integers(0, 1 << 30, m)) for m in sizes]
+    writer = DecodedWriter(tmp_path, len(sizes), num_nodes=1 << 30)
+    for index, (src, dst) in enumerate(columns):
+        for lo in range(0, len(src), 999):
+            writer.add(index, src[lo:lo + 999], dst[lo:lo + 999])
+    with pytest.raises(ValueError, match="out of stream order"):
+        writer.add(1, columns[1][0], columns[1][1])
+    writer.close()
+    shards = decoded_shards([Shard(fs=None, path=f"e{i}", url=f"e{i}", size=0) for i in range(len(sizes))],
+                            sizes, tmp_path, num_nodes=1 << 30)
+    for shard, (src, dst) in zip(shards, columns):
+        batches = list(read_decoded(shard, batch_rows=1500))
+        assert [b[0] for b in batches] == list(range(0, len(src), 1500))
+        got_src = np.concatenate([b[1] for b in batches]) if batches else np.zeros(0, np.int64)
+        got_dst = np.concatenate([b[2] for b in batches]) if batches else np.zeros(0, np.int64)
+        assert got_src.dtype == np.int64
+        np.testing.assert_array_equal(got_src, src)
+        np.testing.assert_array_equal(got_dst, dst)
+
+
 def test_decoded_copy_streams_the_same_batches_and_is_checked(tmp_path):
     # The validator's decoded copy (storage.decoded) gives the edge stream exactly the
     # Parquet shards' rows, empty shards included; a truncated or missing copy is refused
