@@ -20,6 +20,8 @@ systems do not: the caller then lets Zarr write).
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -30,12 +32,46 @@ from storage.direct_io import ALIGN, aligned_empty
 __all__ = ["DirectChunkWriter", "direct_chunks"]
 
 
+#: Threads that write chunk files for every :class:`DirectChunkWriter` of the process.
+IO_THREADS = 2
+_io_pool: ThreadPoolExecutor | None = None
+_io_lock = threading.Lock()
+
+
+def _io() -> ThreadPoolExecutor:
+    global _io_pool
+    with _io_lock:
+        if _io_pool is None:
+            _io_pool = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="asepr-direct-io")
+        return _io_pool
+
+
+def _write_file(path: Path, buffer: np.ndarray) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, 0o644)
+    try:
+        view = memoryview(buffer)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 class DirectChunkWriter:
-    """Writes whole chunks of one uncompressed array as files, with ``O_DIRECT``."""
+    """Writes whole chunks of one uncompressed array as files, with ``O_DIRECT``.
+
+    A direct write returns only once the device has the bytes (no page cache to absorb
+    it), so each chunk is written on one of :data:`IO_THREADS` shared threads from one
+    of two buffers while the caller fills the other: the sweep that produces the rows
+    does not wait for the device. :meth:`close` waits for the writes and raises the
+    first error.
+    """
 
     def __init__(self, root: Path, chunk_rows: int, row_bytes: int, ndim: int):
         self.root, self.chunk_rows, self.row_bytes, self.ndim = root, chunk_rows, row_bytes, ndim
-        self._buffer = aligned_empty(chunk_rows * row_bytes)
+        self._buffers = [aligned_empty(chunk_rows * row_bytes) for _ in range(2)]
+        self._pending: list[Future | None] = [None, None]
+        self._turn = 0
 
     def _path(self, index: int) -> Path:
         return self.root / "c" / str(index) / "0" if self.ndim == 2 else self.root / "c" / str(index)
@@ -45,19 +81,23 @@ class DirectChunkWriter:
         data = block.view(np.uint8).reshape(-1)
         step = self.chunk_rows * self.row_bytes
         for offset in range(0, len(data), step):
+            turn, self._turn = self._turn, 1 - self._turn
+            if self._pending[turn] is not None:
+                self._pending[turn].result()  # that buffer's last chunk is written
+            buffer = self._buffers[turn]
             piece = data[offset:offset + step]
-            self._buffer[:len(piece)] = piece
-            self._buffer[len(piece):] = 0  # the fill value, as Zarr pads an edge chunk
+            buffer[:len(piece)] = piece
+            buffer[len(piece):] = 0  # the fill value, as Zarr pads an edge chunk
             path = self._path(first_row // self.chunk_rows + offset // step)
             path.parent.mkdir(parents=True, exist_ok=True)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT | getattr(os, "O_NOFOLLOW", 0)
-            fd = os.open(path, flags, 0o644)
-            try:
-                view = memoryview(self._buffer)
-                while view:
-                    view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
+            self._pending[turn] = _io().submit(_write_file, path, buffer)
+
+    def close(self) -> None:
+        """Wait for every chunk written so far (raising the first error)."""
+        pending, self._pending = self._pending, [None, None]
+        for future in pending:
+            if future is not None:
+                future.result()
 
 
 def direct_chunks(array: zarr.Array) -> DirectChunkWriter | None:

@@ -313,6 +313,8 @@ class ArrayWriter:
 
     def close(self) -> str:
         """Check every row was written, record the chunk digests; return the content digest."""
+        if self._direct is not None:
+            self._direct.close()  # its chunk files are all written
         if self._next != self.shape[0]:
             raise StoreError(f"partition array {self.name}: {self._next} of {self.shape[0]} rows written.")
         if self.array is None:  # no rows

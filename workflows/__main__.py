@@ -1,5 +1,3 @@
-import sys
+from workflows.cli import run
 
-from workflows.cli import main
-
-sys.exit(main())
+run()

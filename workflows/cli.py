@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import sys
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from storage.errors import AseprError
 from storage.resources import tune_malloc
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "run"]
 
 log = logging.getLogger("asepr")
 
@@ -264,5 +265,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The ``asepr`` console script: :func:`main`, then the process ends at once.
+
+    Every command has finished its work when :func:`main` returns (its files written
+    and closed, its threads and worker processes joined), so the interpreter's teardown
+    (collecting every object, unloading the modules) only adds time: 0.25-0.3 s after
+    a 20M-edge ``asepr partition`` here. The output streams and the log handlers are
+    flushed first; a command that left a child process running exits normally.
+    """
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if multiprocessing.active_children():
+        sys.exit(code)
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

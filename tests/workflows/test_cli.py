@@ -127,3 +127,14 @@ def test_quiet_partition_on_a_local_cluster_prints_nothing(tmp_path):
                     "--workers", "2", "-q", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == "" and result.stderr == "", result.stderr[-2000:]
+
+
+def test_console_script_flushes_its_output_and_keeps_the_exit_code(tmp_path):
+    # `asepr` ends the process without the interpreter's teardown (workflows.cli.run):
+    # what a command printed to a pipe still arrives, and the exit code is kept.
+    ok = _asepr("synth", str(tmp_path / "g"), "--nodes", "300", "--edges", "2000", "--dim", "4", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.rstrip().splitlines(), ok.stdout
+    bad = _asepr("validate", str(tmp_path / "missing"), cwd=tmp_path)
+    assert bad.returncode == 1
+    assert "asepr validate: error:" in bad.stderr and "missing" in bad.stderr
