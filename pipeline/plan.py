@@ -651,9 +651,11 @@ def _stage_needs(run: PartitionConfig, s: _Shape) -> list[tuple[str, _Need]]:
         # It starts beside attribute clustering and runs on beside clustering, mapping, assignment.
         asep_peak = max(need.driver for name, need in needs[1:])
         needs.append(("two-phase fallback", _fallback(run, s, asep_peak)))
+    # The state is written on a driver thread beside the route and the edge stores.
+    state = _state(run, s)
     needs += [("masters", _masters(run, s)),
-              ("metrics", _metrics(run, s)), ("state", _state(run, s)), ("route", _route(s)),
-              ("finalize edges", _finalize_edges(s)),
+              ("metrics", _metrics(run, s)), ("state", state), ("route", replace(_route(s), driver=state.driver)),
+              ("finalize edges", replace(_finalize_edges(s), driver=state.driver)),
               # The node map is built on a driver thread beside the node rows' sweep.
               ("finalize nodes", replace(_finalize_nodes(s), driver=_node_map(s).driver)),
               ("node map", _node_map(s))]

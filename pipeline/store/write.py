@@ -36,7 +36,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,12 +175,18 @@ def _load_assignment(work: Path, run_key: str, edge_shards: list[Shard], node_sh
     )
 
 
-def _stage_state(staging: Staging, assignment, generation: int, input_info: dict[str, Any]) -> None:
-    """Write the partitioner state (``state.zarr``) of this run into the staging directory."""
+def _stage_state(staging: Staging, assignment, generation: int, input_info: dict[str, Any],
+                 close: bool = False) -> None:
+    """Write the partitioner state (``state.zarr``) of this run into the staging
+    directory; with ``close``, close ``assignment`` afterwards (even on an error)."""
     from pipeline.store.continuation import write_assignment_state
 
-    with stage("state", log):
-        write_assignment_state(assignment, staging.state_path, generation, input_info)
+    try:
+        with stage("state", log):
+            write_assignment_state(assignment, staging.state_path, generation, input_info)
+    finally:
+        if close:
+            assignment.close()
 
 
 def _staged_state_ok(staging: Staging, generation: int) -> bool:
@@ -437,10 +443,13 @@ def _write_generation(
     timings: dict[str, float],
     node_table: NodeTable | None = None,
     decoded_edges: list[Shard] | None = None,
+    state_pending: Future | None = None,
 ) -> dict[str, Any]:
     """Write (or resume) every store of the generation, the node map, and commit them;
     the node rows come from ``node_table`` when there is one, else from the node shards,
-    and the route reads ``decoded_edges`` when given (:func:`_route_and_finalize_edges`)."""
+    and the route reads ``decoded_edges`` when given (:func:`_route_and_finalize_edges`).
+    ``state_pending`` is the state being written on a thread: the commit waits for it
+    (and raises its error)."""
     out = staging.out
     k = saved.num_parts
     feat_dim = int(input_info["feat_dim"])
@@ -472,6 +481,8 @@ def _write_generation(
                 node_map_sha = write_node_map(staging, range(k), np.full(saved.num_nodes, -1, dtype=np.int64),
                                               np.full(saved.num_nodes, -1, dtype=np.int64), fix=fix)
 
+    if state_pending is not None:
+        state_pending.result()
     with timed("commit", timings, client):
         old = read_manifest(out, missing_ok=True)
         old_names = {e["path"] for e in old["partitions"]} if old else set()
@@ -564,29 +575,33 @@ def partition_to_store(
         saved = _load_assignment(staging.work, run_key, source.edge_shards, source.node_shards)
         if saved is not None and not _staged_state_ok(staging, generation):
             saved = None
-        if saved is None:
-            staging.reset_work()
-            # The streaming passes read the validator's decoded copy; everything after
-            # them (and what is saved) names the input's own shards.
-            decoded = dataclasses.replace(source, edge_shards=decoded_edges, node_table=table)
-            with bar_for(progress, "assign", 1) as bar:
-                assignment = partition(decoded, config=config, client=client, workdir=staging.work, report=report)
-                bar.update(1)
-            assignment.edge_shards = source.edge_shards
-            try:
-                _stage_state(staging, assignment, generation, input_info)
+        # A new assignment's state is written on a thread beside the route and the edge
+        # stores (one core's work while theirs leave room); the commit waits for it. A
+        # run killed before it is finished finds no staged state and partitions again.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="asepr-state") as state_pool:
+            state_pending = None
+            if saved is None:
+                staging.reset_work()
+                # The streaming passes read the validator's decoded copy; everything after
+                # them (and what is saved) names the input's own shards.
+                decoded = dataclasses.replace(source, edge_shards=decoded_edges, node_table=table)
+                with bar_for(progress, "assign", 1) as bar:
+                    assignment = partition(decoded, config=config, client=client, workdir=staging.work,
+                                           report=report)
+                    bar.update(1)
+                assignment.edge_shards = source.edge_shards
+                state_pending = state_pool.submit(_stage_state, staging, assignment, generation, input_info,
+                                                  close=True)
                 saved = _save_assignment(assignment, staging.work, run_key, halo)
-            finally:
-                assignment.close()
-            del assignment
-        else:
-            log.warning("resuming: reusing the saved assignment of generation %d", generation)
-        saved.timings = {**saved.timings, "validate": timings["validate"]}
-        return _write_generation(
-            staging, saved, input_info=input_info, run_key=run_key, generation=generation,
-            halo=halo, client=client, progress=progress, timings=dict(saved.timings), node_table=table,
-            decoded_edges=decoded_edges,
-        )
+                del assignment  # the state's thread holds (and then closes) it
+            else:
+                log.warning("resuming: reusing the saved assignment of generation %d", generation)
+            saved.timings = {**saved.timings, "validate": timings["validate"]}
+            return _write_generation(
+                staging, saved, input_info=input_info, run_key=run_key, generation=generation,
+                halo=halo, client=client, progress=progress, timings=dict(saved.timings), node_table=table,
+                decoded_edges=decoded_edges, state_pending=state_pending,
+            )
 
 
 def write_partitions(

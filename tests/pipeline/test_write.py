@@ -553,3 +553,26 @@ def test_node_map_and_node_sweep_refuse_damaged_id_files(tmp_path):
                                       attrs={})
         shutil.rmtree(tmp_path / "s.zarr")
     assert not (tmp_path / "f.zarr").exists()
+
+
+def test_state_written_beside_the_stores_gates_the_commit(tmp_path, small_input, monkeypatch):
+    # The state is written on a thread beside the route and the edge stores: its error
+    # fails the run before anything is committed (the stores are staged), and the
+    # rerun, finding no staged state, partitions again and commits a verified output.
+    import pipeline.store.continuation as continuation
+
+    root, _ = small_input
+    out = tmp_path / "out"
+    real = continuation.write_assignment_state
+
+    def failing(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device (state)")
+
+    monkeypatch.setattr(continuation, "write_assignment_state", failing)
+    with pytest.raises(StoreError, match=r"\(state\)"):
+        partition_to_store(root, out, PartitionConfig(num_parts=3, algo="hash"))
+    assert read_manifest(out, missing_ok=True) is None
+    monkeypatch.setattr(continuation, "write_assignment_state", real)
+    manifest = partition_to_store(root, out, PartitionConfig(num_parts=3, algo="hash"))
+    assert manifest["generation"] == 1 and manifest["state"]
+    assert verify_output(out, input_url=root).ok
