@@ -84,8 +84,8 @@ class DirectWriter:
         return self.position + self._used
 
     def write(self, data: np.ndarray) -> None:
-        """Append ``data`` (any contiguous array; its bytes)."""
-        view = memoryview(np.ascontiguousarray(data)).cast("B")
+        """Append ``data`` (any array, structured ones included; its bytes in C order)."""
+        view = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
         if self._buffer is None:
             _write_all(self.fd, view, self.position)
             self.position += len(view)
