@@ -41,9 +41,15 @@ from pipeline.stages.attr_column import column_clusters
 from pipeline.stages.attr_lift import AttributeLift, attribute_lift
 from pipeline.stages.degrees import Degrees, compute_degrees
 from pipeline.stages.mapping import CommunityMapping, attr_homes, map_communities, vertex_terms
-from pipeline.stages.masters import choose_masters, count_edges_per_replica, popcounts, replica_offsets
+from pipeline.stages.masters import (
+    choose_masters,
+    count_edges_per_replica_rows,
+    popcounts,
+    replica_offsets,
+    replica_rows,
+)
 from pipeline.stages.metis import metis_membership
-from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
+from pipeline.stages.metrics import drift_metrics, locality_batch_rows, partition_metrics
 from pipeline.stages.struct_cluster import Communities, published_clusters, structural_clusters
 from pipeline.stream import iter_edge_batches, map_shard_ranges
 from storage.errors import InputError, format_problem
@@ -355,32 +361,38 @@ def _two_phase_fallback(fallback: _Fallback, degrees: Degrees, attr_ids: np.ndar
 
 
 def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarray, num_parts: int,
-                    batch_rows: int, num_edges: int) -> np.ndarray:
+                    batch_rows: int, num_edges: int) -> tuple[np.ndarray, np.ndarray]:
     """Count the edges of every replica (ranges of the stream on threads, each into its
-    own counters, then summed; ``int32`` while no count can reach 2**31), then choose."""
+    own counters, then summed; ``int32`` while no count can reach 2**31; the replica
+    bits and counter offsets packed in rows, :func:`replica_rows`), then choose.
+    Returns the masters and the rows with each master in place of its offset
+    (:func:`~pipeline.stages.metrics.locality_batch_rows`)."""
     offsets = replica_offsets(replicas)
+    rows = replica_rows(replicas, offsets)
     dtype = np.int32 if num_edges < 2**31 else np.int64
 
     def count(shards: range) -> np.ndarray:
         counts = np.zeros(offsets[-1], dtype=dtype)
         for src, dst, part in iter_assigned(edge_shards[shards.start:shards.stop], workdir, batch_rows,
                                             first_shard=shards.start):
-            count_edges_per_replica(src, dst, part, replicas, offsets, counts)
+            count_edges_per_replica_rows(src, dst, part, rows, counts)
         return counts
 
     counts, *others = map_shard_ranges(edge_shards, count) or [np.zeros(offsets[-1], dtype=dtype)]
     for more in others:
         counts += more
-    return choose_masters(replicas, offsets, counts, num_parts)
+    master = choose_masters(replicas, offsets, counts, num_parts)
+    rows[:, -1] = master  # the rows of the locality pass: replica words, then the master
+    return master, rows
 
 
-def _locality(edge_shards: list[Shard], replicas: np.ndarray, master: np.ndarray, batch_rows: int) -> tuple[int, int]:
-    """(local, total) 1-hop incidences (:func:`~pipeline.stages.metrics.locality_batch`),
-    ranges of the stream on threads."""
+def _locality(edge_shards: list[Shard], rows: np.ndarray, batch_rows: int) -> tuple[int, int]:
+    """(local, total) 1-hop incidences (:func:`~pipeline.stages.metrics.locality_batch_rows`
+    of the rows :func:`_choose_masters` returns), ranges of the stream on threads."""
     def count(shards: range) -> tuple[int, int]:
         local = total = 0
         for batch in iter_edge_batches(edge_shards[shards.start:shards.stop], batch_rows, first_shard=shards.start):
-            a, b = locality_batch(batch.src, batch.dst, replicas, master)
+            a, b = locality_batch_rows(batch.src, batch.dst, rows)
             local += a
             total += b
         return local, total
@@ -389,12 +401,13 @@ def _locality(edge_shards: list[Shard], replicas: np.ndarray, master: np.ndarray
     return sum(a for a, _ in sums), sum(b for _, b in sums)
 
 
-def _measure(result: Assignment, attr_ids: np.ndarray, steering: _Steering, table: NodeTable | None) -> None:
-    """The metrics of ``result`` (its ``metrics``, ``labels`` and ``locality``); the labels
-    from ``table`` when there is one."""
+def _measure(result: Assignment, rows: np.ndarray, attr_ids: np.ndarray, steering: _Steering,
+             table: NodeTable | None) -> None:
+    """The metrics of ``result`` (its ``metrics``, ``labels`` and ``locality``; ``rows`` from
+    :func:`_choose_masters`); the labels from ``table`` when there is one."""
     run = result.config
     with stage("metrics", log):
-        local, total = _locality(result.edge_shards, result.replicas, result.master, run.batch_rows)
+        local, total = _locality(result.edge_shards, rows, run.batch_rows)
         labels = (table.column("y") if table is not None
                   else read_node_column(result.node_shards, result.num_nodes, "label"))
         result.metrics = partition_metrics(
@@ -499,8 +512,8 @@ def partition(
         if fallback is not None:
             replicas, loads, settings = _two_phase_fallback(fallback, degrees, attr_ids, steering, workdir, clock,
                                                             (replicas, loads, settings))
-        master = _choose_masters(source.edge_shards, workdir, replicas, run.num_parts, run.batch_rows,
-                                 degrees.num_edges)
+        master, rows = _choose_masters(source.edge_shards, workdir, replicas, run.num_parts, run.batch_rows,
+                                       degrees.num_edges)
         clock.tick("masters")
         result = Assignment(
             config=run, num_nodes=num_nodes, num_edges=degrees.num_edges, edge_shards=source.edge_shards,
@@ -509,7 +522,8 @@ def partition(
             communities=steering.communities, mapping=steering.mapping, metrics={},
             timings=clock.timings, owns_workdir=owns, kernel=settings,
         )
-        _measure(result, attr_ids, steering, source.node_table)
+        _measure(result, rows, attr_ids, steering, source.node_table)
+        del rows
         clock.tick("metrics")
         result.metrics["peak_rss_bytes"] = peak_rss_bytes()
         return result

@@ -558,20 +558,22 @@ def _ways(s: _Shape) -> int:
 
 def _masters(run: PartitionConfig, s: _Shape) -> _Need:
     """pipeline.stages.masters: ``replicas`` uint64[N, W], ``offsets`` int64[N+1], the
-    ``popcounts`` int64[N]; then each stream range's thread keeps one counter per replica
-    (``int32``, RF·N of them, ``int64`` from 2**31 edges) and reads its own stream with
-    each batch's ``int16`` partitions; then ``master`` int32[N]."""
-    held = _held(run, s) + 8 * s.words * s.n + 8 * s.n
+    ``popcounts`` int64[N], the packed rows int64[N, W + 1]; then each stream range's
+    thread keeps one counter per replica (``int32``, RF·N of them, ``int64`` from 2**31
+    edges) and reads its own stream with each batch's ``int16`` partitions; then
+    ``master`` int32[N]."""
+    held = _held(run, s) + 8 * s.words * s.n + 8 * s.n + 8 * (s.words + 1) * s.n
     ways = _ways(s)
     counter = 4 if s.e < 2**31 else 8
     return _Need(driver=held + max(8 * s.n, ways * (counter * s.rf * s.n + s.stream + 2 * s.b) + 4 * s.n))
 
 
 def _metrics(run: PartitionConfig, s: _Shape) -> _Need:
-    """pipeline.stages.metrics: ``replicas``, ``master`` int32, the locality pass's
-    streams (one per range thread), then ``labels`` int64[N] read from the node shards,
-    the ``attr`` int64 copy and the ``any`` masks."""
-    held = _held(run, s) + 8 * s.words * s.n + 4 * s.n
+    """pipeline.stages.metrics: ``replicas``, ``master`` int32, the masters stage's
+    packed rows int64[N, W + 1], the locality pass's streams (one per range thread),
+    then ``labels`` int64[N] read from the node shards, the ``attr`` int64 copy and the
+    ``any`` masks."""
+    held = _held(run, s) + 8 * s.words * s.n + 4 * s.n + 8 * (s.words + 1) * s.n
     return _Need(driver=held + max(_ways(s) * s.stream, 8 * s.n + 8 * s.n + (s.words + 1) * s.n))
 
 

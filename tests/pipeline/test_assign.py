@@ -405,3 +405,51 @@ def test_stream_assign_equals_the_kernel_batch_by_batch(tmp_path):
     assign_edges(state, src, dst, expected, settings)
     got = np.concatenate([np.load(edge_parts_path(tmp_path, i)) for i in range(2)])
     assert got.tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("num_parts", [5, 64, 130])
+def test_packed_replica_rows_count_the_same_as_replica_bitsets(num_parts):
+    # count_edges_per_replica_rows (replica words and counter offsets in one row) gives
+    # every counter of count_edges_per_replica, with 1, 1 and 3 words of bits, self-loops
+    # included.
+    from pipeline.stages.masters import count_edges_per_replica_rows, replica_rows
+
+    rng = np.random.default_rng(num_parts)
+    n, e = 300, 5000
+    src = rng.integers(0, n, e)
+    dst = np.where(rng.random(e) < 0.05, src, rng.integers(0, n, e))
+    part = rng.integers(0, num_parts, e).astype(np.int16)
+    words = (num_parts + 63) // 64
+    replicas = np.zeros((n, words), dtype=np.uint64)
+    for x, p in zip(np.concatenate([src, dst]), np.concatenate([part, part])):
+        replicas[x, p >> 6] |= np.uint64(1) << np.uint64(p & 63)
+    offsets = replica_offsets(replicas)
+    expected = np.zeros(offsets[-1], dtype=np.int32)
+    count_edges_per_replica(src, dst, part, replicas, offsets, expected)
+    got = np.zeros(offsets[-1], dtype=np.int32)
+    count_edges_per_replica_rows(src, dst, part, replica_rows(replicas, offsets), got)
+    np.testing.assert_array_equal(got, expected)
+    assert expected.sum() == 2 * e - np.count_nonzero(src == dst)
+
+
+@pytest.mark.parametrize("num_parts", [5, 130])
+def test_locality_from_packed_rows_equals_locality_from_bitsets(num_parts):
+    # locality_batch_rows (replica words then the master, one row per vertex) counts the
+    # same local and total incidences as locality_batch, self-loops excluded.
+    from pipeline.stages.masters import replica_rows
+    from pipeline.stages.metrics import locality_batch, locality_batch_rows
+
+    rng = np.random.default_rng(num_parts)
+    n, e = 400, 6000
+    src = rng.integers(0, n, e)
+    dst = np.where(rng.random(e) < 0.05, src, rng.integers(0, n, e))
+    words = (num_parts + 63) // 64
+    replicas = rng.integers(0, 2**63, size=(n, words), dtype=np.int64).view(np.uint64)
+    if num_parts % 64:
+        replicas[:, -1] &= np.uint64((1 << (num_parts % 64)) - 1)
+    master = rng.integers(0, num_parts, n).astype(np.int32)
+    rows = replica_rows(replicas, replica_offsets(replicas))
+    rows[:, -1] = master
+    expected = locality_batch(src, dst, replicas, master)
+    assert locality_batch_rows(src, dst, rows) == expected
+    assert expected[1] == 2 * np.count_nonzero(src != dst) and 0 < expected[0] < expected[1]
