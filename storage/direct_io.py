@@ -6,9 +6,10 @@ times. Through the page cache every byte of a new file lands in a freshly alloca
 page, and fresh pages are what this VM charges for: 600 MB of new files took 1.87 s of
 system time buffered against 0.08 s written with ``O_DIRECT``
 (``docs/results/scale/s14/pagecost.txt``, ``direct.txt``), and reading 160 MB with
-``O_DIRECT`` costs no CPU at 1.2-1.6 GB/s. So these files are written in aligned blocks
-with ``O_DIRECT`` (:class:`DirectWriter`) and read back the same way into reused
-aligned buffers (:func:`pread_into`).
+``O_DIRECT`` took 0.07-0.10 s and no system time
+(``docs/results/scale/s15/direct_read.txt``). So these files are written in aligned
+blocks with ``O_DIRECT`` (:class:`DirectWriter`) and read back the same way
+(:func:`pread_into`).
 
 ``O_DIRECT`` needs the buffer address, the length and the file offset aligned to the
 device's block (:data:`ALIGN` covers 512 and 4096 B blocks). A writer therefore keeps

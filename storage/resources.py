@@ -32,10 +32,11 @@ def tune_malloc(arenas: int | None = None) -> bool:
       against 891 MiB, no slower (``docs/results/scale/s14``).
     - **Batches reused, not remapped.** glibc maps every block above its (dynamic)
       threshold afresh and unmaps it when freed, so each decoded batch of a stream
-      landed in new pages that the kernel zeroes on the first touch: 9 % of a 20M-edge
-      run's CPU time went to zeroing pages. With the threshold fixed at
-      :data:`MMAP_THRESHOLD` and :data:`TRIM_THRESHOLD` kept at a heap's top, the
-      batches reuse the heap's pages (``docs/results/scale/s15``).
+      landed in new pages that the kernel zeroes on the first touch (zeroing pages is
+      the largest symbol of a 20M-edge run's profile,
+      ``docs/results/scale/s15/perf-20m.txt``, most of it now the O(|V|) arrays). With
+      the threshold fixed at :data:`MMAP_THRESHOLD` and :data:`TRIM_THRESHOLD` kept at
+      a heap's top, the batches reuse the heap's pages.
 
     Call it before the process starts threads. Returns whether it took effect (glibc on
     Linux only).
