@@ -140,8 +140,10 @@ def read_decoded(shard: Shard, batch_rows: int) -> Iterator[tuple[int, np.ndarra
     dtype = np.dtype(dtype)
     size = os.stat(src_path, follow_symlinks=False).st_size
     step = batch_rows * dtype.itemsize
-    fds = [open_direct(path, os.O_RDONLY)[0] for path in (src_path, dst_path)]
+    fds: list[int] = []
     try:
+        for path in (src_path, dst_path):
+            fds.append(open_direct(path, os.O_RDONLY)[0])
         scratch = [aligned_empty(step + 2 * ALIGN) for _ in fds]
         for offset in range(0, size, step):
             want = min(step, size - offset)

@@ -110,13 +110,14 @@ class DirectWriter:
             self._used = rest
 
     def close(self) -> None:
-        """Write what is buffered; an unaligned tail goes through the page cache."""
+        """Write what is buffered; an unaligned tail goes through the page cache. The
+        flag is cleared either way, so ``fd`` takes any write afterwards."""
         if self._buffer is None:
             return
         self._flush_blocks()
+        flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
+        fcntl.fcntl(self.fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
         if self._used:
-            flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
-            fcntl.fcntl(self.fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
             _write_all(self.fd, memoryview(self._buffer[:self._used]), self.position)
             self.position += self._used
             self._used = 0

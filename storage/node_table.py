@@ -21,10 +21,10 @@ time, so the resident memory is the block being read, not the table. While the b
 name runs of ids in order (``asepr synth``, most imports), the columns are written with
 ``O_DIRECT`` and every read uses it too where the filesystem takes it
 (:mod:`storage.direct_io`): the table is written once and read three times, and through
-the page cache its first write alone cost this VM a second of system time at 2M nodes
-of width 32. The files are written by this process into a directory it created, opened with ``O_EXCL |
-O_NOFOLLOW``, and their sizes are checked before they are read. A copy is ``4d + 9``
-bytes per node on local disk; the run removes it when it ends.
+the page cache each of its pages was a fresh one. The files are written by this process
+into a directory it created, opened with ``O_EXCL | O_NOFOLLOW``, and their sizes are
+checked before they are read. A copy is ``4d + 9`` bytes per node on local disk; the
+run removes it when it ends.
 """
 
 from __future__ import annotations
@@ -232,8 +232,8 @@ class NodeTable:
             return out
         window = max(1, WINDOW_BYTES // row_bytes)
         fd, _ = open_direct(_path(self.directory, name), os.O_RDONLY)
-        scratch = aligned_empty(window * row_bytes + 2 * ALIGN)
         try:
+            scratch = aligned_empty(window * row_bytes + 2 * ALIGN)
             i = 0
             while i < len(ids):
                 lo = int(ids[i])
