@@ -462,7 +462,8 @@ def _validate(run: PartitionConfig, s: _Shape) -> _Need:
     edge_pass = 8 * s.n + 2 * EDGE_ROW * s.b + 4 * s.b
     # The two passes run side by side (storage.validate); the copies' writers buffer a
     # block each (storage.direct_io): src and dst, x, y and split.
-    return _Need(driver=node_pass + edge_pass + 5 * WRITE_BUFFER, written=decoded_row(s.n) * s.e + node_table_bytes(s.n, s.d))
+    return _Need(driver=node_pass + edge_pass + 5 * WRITE_BUFFER,
+                 written=decoded_row(s.n) * s.e + node_table_bytes(s.n, s.d))
 
 
 def _kmeans(run: PartitionConfig, s: _Shape) -> _Need:
@@ -616,9 +617,8 @@ def _finalize_nodes(s: _Shape) -> _Need:
     worker; a process's threads share one), each sweeping the decoded node table for
     ``k / sweeps`` partitions: per partition a one-chunk buffer of each of ``x``, ``y``
     and ``split`` (and two more of ``x``, :mod:`storage.direct_chunks`) and a slice of
-    its ids; two steps of the table (16 MiB of features
-    with their labels and splits: the one served and the one read ahead) and the ids
-    taken from one."""
+    its ids; two steps of the table (16 MiB of features with their labels and splits:
+    the one served and the one read ahead) and the ids taken from one."""
     sweeps = max(1, min(s.k, s.sweeps))
     per_sweep = math.ceil(s.k / sweeps)
     step_rows = min(s.n, _SWEEP_BYTES // (4 * max(1, s.d)))  # a step reads at most the table
