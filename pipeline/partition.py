@@ -43,13 +43,13 @@ from pipeline.stages.degrees import Degrees, compute_degrees
 from pipeline.stages.mapping import CommunityMapping, attr_homes, map_communities, vertex_terms
 from pipeline.stages.masters import (
     choose_masters,
-    count_edges_per_replica_rows,
+    count_edges_per_replica,
     popcounts,
     replica_offsets,
     replica_rows,
 )
 from pipeline.stages.metis import metis_membership
-from pipeline.stages.metrics import drift_metrics, locality_batch_rows, partition_metrics
+from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
 from pipeline.stages.struct_cluster import Communities, published_clusters, structural_clusters
 from pipeline.stream import iter_edge_batches, map_shard_ranges
 from storage.errors import InputError, format_problem
@@ -366,7 +366,7 @@ def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarra
     own counters, then summed; ``int32`` while no count can reach 2**31; the replica
     bits and counter offsets packed in rows, :func:`replica_rows`), then choose.
     Returns the masters and the rows with each master in place of its offset
-    (:func:`~pipeline.stages.metrics.locality_batch_rows`)."""
+    (:func:`~pipeline.stages.metrics.locality_batch`)."""
     offsets = replica_offsets(replicas)
     rows = replica_rows(replicas, offsets)
     dtype = np.int32 if num_edges < 2**31 else np.int64
@@ -375,7 +375,7 @@ def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarra
         counts = np.zeros(offsets[-1], dtype=dtype)
         for src, dst, part in iter_assigned(edge_shards[shards.start:shards.stop], workdir, batch_rows,
                                             first_shard=shards.start):
-            count_edges_per_replica_rows(src, dst, part, rows, counts)
+            count_edges_per_replica(src, dst, part, rows, rows[:, -1], counts)
         return counts
 
     counts, *others = map_shard_ranges(edge_shards, count) or [np.zeros(offsets[-1], dtype=dtype)]
@@ -387,12 +387,12 @@ def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarra
 
 
 def _locality(edge_shards: list[Shard], rows: np.ndarray, batch_rows: int) -> tuple[int, int]:
-    """(local, total) 1-hop incidences (:func:`~pipeline.stages.metrics.locality_batch_rows`
+    """(local, total) 1-hop incidences (:func:`~pipeline.stages.metrics.locality_batch`
     of the rows :func:`_choose_masters` returns), ranges of the stream on threads."""
     def count(shards: range) -> tuple[int, int]:
         local = total = 0
         for batch in iter_edge_batches(edge_shards[shards.start:shards.stop], batch_rows, first_shard=shards.start):
-            a, b = locality_batch_rows(batch.src, batch.dst, rows)
+            a, b = locality_batch(batch.src, batch.dst, rows, rows[:, -1])
             local += a
             total += b
         return local, total

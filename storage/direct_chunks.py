@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import zarr
 
-from storage.direct_io import ALIGN, aligned_empty
+from storage.direct_io import ALIGN, aligned_empty, open_direct, write_at
 
 __all__ = ["DirectChunkWriter", "direct_chunks"]
 
@@ -50,9 +50,7 @@ def _write_file(path: Path, buffer: np.ndarray) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(path, flags, 0o644)
     try:
-        view = memoryview(buffer)
-        while view:
-            view = view[os.write(fd, view):]
+        write_at(fd, buffer, 0)
     finally:
         os.close(fd)
 
@@ -120,9 +118,9 @@ def direct_chunks(array: zarr.Array) -> DirectChunkWriter | None:
     target = Path(root) / array.path
     try:  # the filesystem must take the flag (tmpfs refuses it)
         probe = target / ".direct-probe"
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o600)
+        fd, direct = open_direct(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         os.close(fd)
         os.unlink(probe)
     except OSError:
         return None
-    return DirectChunkWriter(target, array.chunks[0], row_bytes, array.ndim)
+    return DirectChunkWriter(target, array.chunks[0], row_bytes, array.ndim) if direct else None

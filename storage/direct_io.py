@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-__all__ = ["ALIGN", "WRITE_BUFFER", "DirectWriter", "aligned_empty", "open_direct", "pread_into"]
+__all__ = ["ALIGN", "WRITE_BUFFER", "DirectWriter", "aligned_empty", "open_direct", "pread_into", "write_at"]
 
 #: Alignment of ``O_DIRECT`` buffers, lengths and offsets (covers 512 and 4096 B blocks).
 ALIGN = 4096
@@ -58,7 +58,10 @@ def open_direct(path: str | os.PathLike, flags: int, mode: int = 0o600) -> tuple
     return os.open(path, flags, mode), False
 
 
-def _write_all(fd: int, view: memoryview, offset: int) -> None:
+def write_at(fd: int, data, offset: int) -> None:
+    """Write all of ``data`` (an array, any dtype, or a byte buffer) at ``offset`` of ``fd``."""
+    view = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8)) \
+        if isinstance(data, np.ndarray) else memoryview(data).cast("B")
     while view:
         written = os.pwrite(fd, view, offset)
         view, offset = view[written:], offset + written
@@ -88,7 +91,7 @@ class DirectWriter:
         """Append ``data`` (any array, structured ones included; its bytes in C order)."""
         view = memoryview(np.ascontiguousarray(data).reshape(-1).view(np.uint8))
         if self._buffer is None:
-            _write_all(self.fd, view, self.position)
+            write_at(self.fd, view, self.position)
             self.position += len(view)
             return
         while view:
@@ -103,7 +106,7 @@ class DirectWriter:
         """Write the buffer's whole blocks with ``O_DIRECT``; keep the partial block."""
         whole = self._used - self._used % ALIGN
         if whole:
-            _write_all(self.fd, memoryview(self._buffer[:whole]), self.position)
+            write_at(self.fd, self._buffer[:whole], self.position)
             rest = self._used - whole
             self._buffer[:rest] = self._buffer[whole:self._used]
             self.position += whole
@@ -118,7 +121,7 @@ class DirectWriter:
         flags = fcntl.fcntl(self.fd, fcntl.F_GETFL)
         fcntl.fcntl(self.fd, fcntl.F_SETFL, flags & ~os.O_DIRECT)
         if self._used:
-            _write_all(self.fd, memoryview(self._buffer[:self._used]), self.position)
+            write_at(self.fd, self._buffer[:self._used], self.position)
             self.position += self._used
             self._used = 0
         self._buffer = None

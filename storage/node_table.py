@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from storage.direct_io import ALIGN, DirectWriter, aligned_empty, open_direct, pread_into
+from storage.direct_io import ALIGN, DirectWriter, aligned_empty, open_direct, pread_into, write_at
 from storage.errors import StoreError, format_problem
 
 __all__ = ["NODE_TABLE_ROW_EXTRA", "WINDOW_BYTES", "NodeTable", "NodeTableWriter", "node_table_bytes"]
@@ -59,13 +59,6 @@ def _is_run(ids: np.ndarray, first: int) -> bool:
     """Whether ``ids`` are ``first, first + 1, ...`` in order."""
     return bool(len(ids)) and int(ids[0]) == first and int(ids[-1]) == first + len(ids) - 1 \
         and bool((np.diff(ids) == 1).all())
-
-
-def _write_at(fd: int, data: np.ndarray, offset: int) -> None:
-    view = memoryview(np.ascontiguousarray(data)).cast("B")
-    while view:
-        written = os.pwrite(fd, view, offset)
-        view, offset = view[written:], offset + written
 
 
 class NodeTableWriter:
@@ -117,8 +110,8 @@ class NodeTableWriter:
             if not len(ids) or _is_run(ids, first):
                 return
             self._order_fd = self._create("order", self.num_nodes * 8)
-            _write_at(self._order_fd, np.arange(first, dtype=np.int64), 0)
-        _write_at(self._order_fd, ids.astype(np.int64, copy=False), first * 8)
+            write_at(self._order_fd, np.arange(first, dtype=np.int64), 0)
+        write_at(self._order_fd, ids.astype(np.int64, copy=False), first * 8)
 
     def add(self, ids: np.ndarray, feat: np.ndarray, label: np.ndarray | None, split: np.ndarray | None) -> None:
         """Write one batch: checked ids (in ``[0, N)``, each once), ``[b, d]`` features,
@@ -144,7 +137,7 @@ class NodeTableWriter:
         self._end_direct()
         if run:
             for name, data in columns.items():
-                _write_at(self._fds[name], data, first * data[:1].nbytes)
+                write_at(self._fds[name], data, first * data[:1].nbytes)
             return
         for name, data in columns.items():
             dtype = _COLUMNS[name]

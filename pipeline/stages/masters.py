@@ -23,7 +23,6 @@ __all__ = [
     "choose_masters",
     "choose_new_masters",
     "count_edges_per_replica",
-    "count_edges_per_replica_rows",
     "count_new_edges_per_replica",
     "popcounts",
     "replica_offsets",
@@ -59,9 +58,9 @@ def _rank(replicas, x, p):
     r = 0
     word = p >> 6
     for w in range(word):
-        r += popcount64(replicas[x, w])
+        r += popcount64(np.uint64(replicas[x, w]))
     mask = (np.uint64(1) << np.uint64(p & 63)) - np.uint64(1)
-    r += popcount64(replicas[x, word] & mask)
+    r += popcount64(np.uint64(replicas[x, word]) & mask)
     return r
 
 
@@ -97,45 +96,16 @@ def count_edges_per_replica(src, dst, part, replicas, offsets, counts):
 
 def replica_rows(replicas: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """``int64 [N, W + 1]``: each vertex's replica words, then its first counter
-    (``offsets[v]``), side by side for :func:`count_edges_per_replica_rows`."""
+    (``offsets[v]``). Given to :func:`count_edges_per_replica` as both ``replicas`` and
+    (its last column) ``offsets``, a vertex's bits and its counters' offset share a
+    cache line: an endpoint costs two random reads instead of three (25M edges on 5M
+    vertices, one thread: 1.14 -> 0.82 s; the same counts). The last column can then
+    hold the masters for :func:`~pipeline.stages.metrics.locality_batch`."""
     words = replicas.shape[1]
     rows = np.empty((replicas.shape[0], words + 1), dtype=np.int64)
     rows[:, :words] = replicas.view(np.int64)
     rows[:, words] = offsets[:-1]
     return rows
-
-
-@numba.njit(cache=True, nogil=True)
-def count_edges_per_replica_rows(src, dst, part, rows, counts):
-    """:func:`count_edges_per_replica` reading :func:`replica_rows`: a vertex's bits and
-    its counters' offset share a cache line, so an endpoint costs two random reads
-    instead of three (25M edges on 5M vertices, one thread: 1.14 -> 0.82 s; the same
-    counts)."""
-    n = src.shape[0]
-    words = rows.shape[1] - 1
-    ahead = PREFETCH_DISTANCE
-    half = PREFETCH_DISTANCE // 2
-    for i in range(n):
-        if i + ahead < n:
-            prefetch_write(rows, src[i + ahead])
-            prefetch_write(rows, dst[i + ahead])
-        if i + half < n:
-            prefetch_write(counts, rows[src[i + half], words])
-            prefetch_write(counts, rows[dst[i + half], words])
-        u = src[i]
-        v = dst[i]
-        p = part[i]
-        word = p >> 6
-        mask = (np.uint64(1) << np.uint64(p & 63)) - np.uint64(1)
-        ru = popcount64(np.uint64(rows[u, word]) & mask)
-        for w in range(word):
-            ru += popcount64(np.uint64(rows[u, w]))
-        counts[rows[u, words] + ru] += 1
-        if v != u:
-            rv = popcount64(np.uint64(rows[v, word]) & mask)
-            for w in range(word):
-                rv += popcount64(np.uint64(rows[v, w]))
-            counts[rows[v, words] + rv] += 1
 
 
 @numba.njit(cache=True, nogil=True)

@@ -20,12 +20,14 @@ import numpy as np
 
 from pipeline.bitset import has_bit
 
-__all__ = ["drift_metrics", "locality_batch", "locality_batch_rows", "partition_metrics", "vertex_part_counts"]
+__all__ = ["drift_metrics", "locality_batch", "partition_metrics", "vertex_part_counts"]
 
 
 @numba.njit(cache=True, nogil=True)
 def locality_batch(src, dst, replicas, master):
-    """(local incidences, total incidences) of one edge batch."""
+    """(local incidences, total incidences) of one edge batch (``replicas`` may be the
+    rows of :func:`pipeline.stages.masters.replica_rows` with ``master`` their last
+    column: one random read per endpoint instead of two)."""
     local = 0
     total = 0
     for i in range(src.shape[0]):
@@ -37,29 +39,6 @@ def locality_batch(src, dst, replicas, master):
         if has_bit(replicas, v, master[u]):
             local += 1
         if has_bit(replicas, u, master[v]):
-            local += 1
-    return local, total
-
-
-@numba.njit(cache=True, nogil=True)
-def locality_batch_rows(src, dst, rows):
-    """:func:`locality_batch` from rows of each vertex's replica words then its master
-    (``int64 [N, W + 1]``, :func:`pipeline.stages.masters.replica_rows` with the master
-    in the last column): one random read per endpoint instead of two."""
-    words = rows.shape[1] - 1
-    local = 0
-    total = 0
-    for i in range(src.shape[0]):
-        u = src[i]
-        v = dst[i]
-        if u == v:
-            continue
-        total += 2
-        mu = rows[u, words]
-        mv = rows[v, words]
-        if (np.uint64(rows[v, mu >> 6]) >> np.uint64(mu & 63)) & np.uint64(1):
-            local += 1
-        if (np.uint64(rows[u, mv >> 6]) >> np.uint64(mv & 63)) & np.uint64(1):
             local += 1
     return local, total
 

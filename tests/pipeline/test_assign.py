@@ -409,10 +409,10 @@ def test_stream_assign_equals_the_kernel_batch_by_batch(tmp_path):
 
 @pytest.mark.parametrize("num_parts", [5, 64, 130])
 def test_packed_replica_rows_count_the_same_as_replica_bitsets(num_parts):
-    # count_edges_per_replica_rows (replica words and counter offsets in one row) gives
-    # every counter of count_edges_per_replica, with 1, 1 and 3 words of bits, self-loops
-    # included.
-    from pipeline.stages.masters import count_edges_per_replica_rows, replica_rows
+    # count_edges_per_replica reading replica_rows (replica words and counter offsets in
+    # one row) gives every counter it gives from the bitsets and offsets, with 1, 1 and 3
+    # words of bits, self-loops included.
+    from pipeline.stages.masters import replica_rows
 
     rng = np.random.default_rng(num_parts)
     n, e = 300, 5000
@@ -427,17 +427,18 @@ def test_packed_replica_rows_count_the_same_as_replica_bitsets(num_parts):
     expected = np.zeros(offsets[-1], dtype=np.int32)
     count_edges_per_replica(src, dst, part, replicas, offsets, expected)
     got = np.zeros(offsets[-1], dtype=np.int32)
-    count_edges_per_replica_rows(src, dst, part, replica_rows(replicas, offsets), got)
+    rows = replica_rows(replicas, offsets)
+    count_edges_per_replica(src, dst, part, rows, rows[:, -1], got)
     np.testing.assert_array_equal(got, expected)
     assert expected.sum() == 2 * e - np.count_nonzero(src == dst)
 
 
 @pytest.mark.parametrize("num_parts", [5, 130])
 def test_locality_from_packed_rows_equals_locality_from_bitsets(num_parts):
-    # locality_batch_rows (replica words then the master, one row per vertex) counts the
-    # same local and total incidences as locality_batch, self-loops excluded.
+    # locality_batch reading rows of replica words then the master (one row per vertex)
+    # counts the same local and total incidences as from the bitsets, self-loops excluded.
     from pipeline.stages.masters import replica_rows
-    from pipeline.stages.metrics import locality_batch, locality_batch_rows
+    from pipeline.stages.metrics import locality_batch
 
     rng = np.random.default_rng(num_parts)
     n, e = 400, 6000
@@ -451,5 +452,5 @@ def test_locality_from_packed_rows_equals_locality_from_bitsets(num_parts):
     rows = replica_rows(replicas, replica_offsets(replicas))
     rows[:, -1] = master
     expected = locality_batch(src, dst, replicas, master)
-    assert locality_batch_rows(src, dst, rows) == expected
+    assert locality_batch(src, dst, rows, rows[:, -1]) == expected
     assert expected[1] == 2 * np.count_nonzero(src != dst) and 0 < expected[0] < expected[1]
