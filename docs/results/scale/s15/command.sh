@@ -4,7 +4,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 WORK="${WORK:-/tmp/asepr-scale-work}"
-for run in run-1 run-2 run-3; do
+for run in run-1 run-2 run-3 run-4; do
   asepr bench scale --sizes 5000000 20000000 50000000 --verify --out "$HERE/$run" --workdir "$WORK"
 done
 asepr bench scale --sizes 100000000 --verify --out "$HERE/run-100m" --workdir "$WORK"
