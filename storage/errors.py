@@ -12,13 +12,21 @@ shape so every raise site reads the same.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+from collections.abc import Iterator
+
 __all__ = [
     "AseprError",
     "SchemaError",
     "InputError",
     "InputNotFoundError",
     "StoreError",
+    "FileSystemError",
     "format_problem",
+    "os_error_problem",
+    "os_errors_as_problems",
 ]
 
 
@@ -40,6 +48,18 @@ class InputNotFoundError(InputError, FileNotFoundError):
 
 class StoreError(AseprError):
     """An output store is missing, incomplete, locked or inconsistent."""
+
+
+class FileSystemError(StoreError, OSError):
+    """The operating system refused a file operation: the disk is full, the quota is
+    exhausted, permission is denied, or the filesystem is read-only.
+
+    It is an :class:`OSError` too, with the original ``errno`` and ``filename``, so code
+    that handles ``OSError`` keeps working; :func:`os_error_problem` builds it.
+    """
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 def format_problem(
@@ -65,3 +85,72 @@ def format_problem(
     if fix:
         message += f" Fix: {fix}"
     return message
+
+
+_ROOM = "room to write"
+_ACCESS = "permission to write (or read) there"
+_ELSEWHERE = ("choose an output directory (or --run-dir) on a disk with room; then rerun the "
+              "same command.")
+_ANOTHER = "or choose another output directory (or --run-dir)."
+#: errno -> (what was expected, what was found, how to fix it): the OS errors a user can fix.
+_FILESYSTEM_PROBLEMS = {
+    errno.ENOSPC: (_ROOM, "the disk full", f"free space on that disk, or {_ELSEWHERE}"),
+    errno.EDQUOT: (_ROOM, "the disk quota exhausted",
+                   f"free space within your quota, or {_ELSEWHERE}"),
+    errno.EACCES: (_ACCESS, "permission denied",
+                   f"make it writable (and readable) for this user, {_ANOTHER}"),
+    errno.EPERM: (_ACCESS, "the operation not permitted",
+                  f"make it writable for this user (its owner, mode and attributes), {_ANOTHER}"),
+    errno.EROFS: (_ACCESS, "a read-only filesystem",
+                  f"remount it read-write, {_ANOTHER}"),
+}
+
+
+def os_error_problem(exc: BaseException) -> FileSystemError | None:
+    """The project's error for an OS error a user can fix, else None.
+
+    ``exc`` or an exception it was raised from (``__cause__``/``__context__``) must be
+    an :class:`OSError` whose ``errno`` is ENOSPC, EDQUOT, EACCES, EROFS, or EPERM on a
+    named file (an EPERM without a file is about a process, not a permission on disk).
+    An :class:`AseprError` is returned as None: it already speaks for itself.
+
+    The message names the file (``filename``, and ``filename2`` of a rename), what the
+    operating system found, and the fix.
+    """
+    seen: set[int] = set()
+    while isinstance(exc, Exception) and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, AseprError):
+            return None
+        if isinstance(exc, OSError) and exc.errno in _FILESYSTEM_PROBLEMS:
+            if exc.errno != errno.EPERM or exc.filename is not None:
+                return _filesystem_error(exc)
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _filesystem_error(exc: OSError) -> FileSystemError:
+    expected, found, fix = _FILESYSTEM_PROBLEMS[exc.errno]
+    names = [os.fsdecode(f) for f in (exc.filename, exc.filename2) if f is not None]
+    where = " -> ".join(names) if names else "a file the operating system did not name"
+    code = errno.errorcode.get(exc.errno, str(exc.errno))
+    found = f"{found} ({code}: {exc.strerror or os.strerror(exc.errno)})"
+    filename = [exc.filename] if exc.filename is not None else []
+    return FileSystemError(exc.errno, format_problem(where, expected, found, fix), *filename)
+
+
+@contextlib.contextmanager
+def os_errors_as_problems() -> Iterator[None]:
+    """Raise the project's error (:func:`os_error_problem`) for a fixable OS error in the block.
+
+    Every entry point (the ``asepr`` commands, each trainer rank) runs inside it, so no
+    command prints a traceback for a full disk or a directory it may not write.
+    Other exceptions pass unchanged.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        problem = os_error_problem(exc)
+        if problem is None:
+            raise
+        raise problem from exc

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from storage.errors import AseprError, format_problem
+from storage.errors import AseprError, format_problem, os_errors_as_problems
 from training.config import (EVAL_MODES, FDS_PARTITIONERS, MODELS, SCAFFOLD_CONTROLS, SERVER_OPTIMIZERS, TASKS,
                              TrainConfig, load_config)
 
@@ -240,8 +240,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         exit_with_parent()  # torchrun's agent started this rank: die with it
     rank = 0
     try:
-        rank, _world, _ = init_process_group(config)
-        _train(args, config)
+        with os_errors_as_problems():  # a full disk or an unwritable run directory: one line, no traceback
+            rank, _world, _ = init_process_group(config)
+            _train(args, config)
         return 0
     except AseprError as exc:
         print(f"asepr train: rank {rank}: error: {exc}", file=sys.stderr)

@@ -2,7 +2,8 @@
 
 Each subcommand parses its flags, sets up logging and calls one library function; no
 algorithm lives here. Errors from the asepr hierarchy print one clear message and
-exit with status 1 (2 for usage errors, as argparse does).
+exit with status 1 (2 for usage errors, as argparse does); so do the OS errors a user can
+fix (a full disk, a directory it may not write: :func:`storage.errors.os_error_problem`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from storage.errors import AseprError
+from storage.errors import AseprError, os_errors_as_problems
 from storage.resources import tune_malloc
 
 __all__ = ["build_parser", "main", "run"]
@@ -256,7 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args)
     handler = getattr(args, "handler", None) or _COMMANDS[args.command]
     try:
-        return handler(args)
+        with os_errors_as_problems():  # a full disk or an unwritable directory: the project's error
+            return handler(args)
     except AseprError as exc:
         print(f"asepr {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -138,3 +138,20 @@ def test_console_script_flushes_its_output_and_keeps_the_exit_code(tmp_path):
     bad = _asepr("validate", str(tmp_path / "missing"), cwd=tmp_path)
     assert bad.returncode == 1
     assert "asepr validate: error:" in bad.stderr and "missing" in bad.stderr
+
+
+def test_an_unwritable_output_is_the_projects_error_not_a_traceback(tmp_path, capsys):
+    """`asepr import` and `asepr synth` into a read-only filesystem name the path and the fix."""
+    from tests.security.tmpfs import mounted_tmpfs
+    from workflows.demo import bundled_cora
+
+    with mounted_tmpfs(tmp_path / "ro", "1m", read_only=True) as ro:
+        assert main(["import", "gnn-npz", str(bundled_cora()), str(ro / "cora")]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("asepr import: error: ") and str(ro) in err
+        assert "read-only filesystem (EROFS" in err and "Fix: " in err
+        synth = _asepr("synth", str(ro / "g"), "--nodes", "300", "--edges", "2000", cwd=tmp_path)
+        assert synth.returncode == 1
+        assert "Traceback" not in synth.stderr and len(synth.stderr.strip().splitlines()) == 1, synth.stderr
+        assert synth.stderr.startswith("asepr synth: error: ") and str(ro) in synth.stderr
+        assert "read-only filesystem (EROFS" in synth.stderr
