@@ -38,6 +38,8 @@ from training.comm import Comm
 from training.data import LocalGraph
 from training.models import graph_operator
 from training.negatives import NegativePool, exchange_pool
+from torch_geometric.sampler import NodeSamplerInput
+
 from training.sampler import NeighborSampler
 
 __all__ = ["Batch", "EvalNegatives", "LinkTask", "NodeTask", "auc_from_histograms", "make_task"]
@@ -130,7 +132,7 @@ class NodeTask:
 
     def _sampler_(self) -> NeighborSampler:
         if self._sampler is None:
-            self._sampler = NeighborSampler(self.edge_index, self.graph.num_nodes)
+            self._sampler = NeighborSampler(self.edge_index, self.graph.num_nodes, self.config.fanouts)
         return self._sampler
 
     def batches(self, generator: torch.Generator) -> Iterator[Batch]:
@@ -143,7 +145,8 @@ class NodeTask:
             return
         order = self.train_idx[torch.randperm(len(self.train_idx), generator=generator)]
         for seeds in torch.split(order, self.config.batch_size):
-            n_id, ei = self._sampler_().sample(seeds, self.config.fanouts, generator)
+            out = self._sampler_().sample_from_nodes(NodeSamplerInput(None, seeds), generator=generator)
+            n_id, ei = out.node, torch.stack([out.row, out.col])
             k = len(seeds)
             target = y[seeds]
             yield Batch(n_id, graph_operator(self.config.model, ei, len(n_id)),
@@ -291,13 +294,14 @@ class LinkTask:
                         lambda z: self._pair_loss(z, pos[0], pos[1], neg_u, neg_v), anchors)
             return
         if self._sampler is None:
-            self._sampler = NeighborSampler(self.train_edge_index, self.num_train_nodes)
+            self._sampler = NeighborSampler(self.train_edge_index, self.num_train_nodes, self.config.fanouts)
         order = torch.randperm(pos.shape[1], generator=generator)
         for chunk in torch.split(order, self.config.batch_size):
             u, v = pos[0, chunk], pos[1, chunk]
             w = self.negatives(len(chunk), generator)
             seeds, inverse = torch.unique(torch.cat([u, v, w]), return_inverse=True)
-            n_id, ei = self._sampler.sample(seeds, self.config.fanouts, generator)
+            out = self._sampler.sample_from_nodes(NodeSamplerInput(None, seeds), generator=generator)
+            n_id, ei = out.node, torch.stack([out.row, out.col])
             k = len(chunk)
             iu, iv, iw = inverse[:k], inverse[k: 2 * k], inverse[2 * k:]
             yield Batch(n_id, graph_operator(self.config.model, ei, len(n_id)),

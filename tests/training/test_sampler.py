@@ -6,9 +6,13 @@ import itertools
 from collections import Counter
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch_geometric.data import Data
+from torch_geometric.loader import LinkLoader, NeighborLoader
+from torch_geometric.sampler import NegativeSampling, NodeSamplerInput
 
 from training.sampler import NeighborSampler, sample_in_edges
 
@@ -155,3 +159,88 @@ def test_every_subset_is_equally_likely():
     # 10 subsets, each Binomial(draws, 0.1): sd ≈ 52 draws; a 6-sd band.
     expected, sd = draws / 10, (draws * 0.1 * 0.9) ** 0.5
     assert max(abs(c - expected) for c in pairs.values()) < 6 * sd
+
+
+# -- the sampler through PyG's BaseSampler interface and loaders --------------------------
+
+def test_sample_from_nodes_is_sample_with_per_hop_counts():
+    ei = _power_law_graph(300, 4_000, seed=5)
+    sampler = NeighborSampler(ei, 300, num_neighbors=(4, 3))
+    seeds = torch.tensor([7, 0, 150, 42])
+    out = sampler.sample_from_nodes(NodeSamplerInput(torch.arange(4), seeds), generator=torch.Generator().manual_seed(9))
+    n_id, sub = sampler.sample(seeds, (4, 3), torch.Generator().manual_seed(9))
+    assert torch.equal(out.node, n_id) and torch.equal(torch.stack([out.row, out.col]), sub)
+    assert sum(out.num_sampled_nodes) == len(out.node) and out.num_sampled_nodes[0] == 4
+    assert sum(out.num_sampled_edges) == len(out.row) and len(out.num_sampled_edges) == 2
+    assert torch.equal(out.metadata[0], torch.arange(4))
+    # The sampler's own generator serves calls that pass none.
+    own = NeighborSampler(ei, 300, num_neighbors=(4, 3), generator=torch.Generator().manual_seed(9))
+    assert torch.equal(own.sample_from_nodes(NodeSamplerInput(None, seeds)).node, n_id)
+
+
+def test_repeated_or_out_of_range_seeds_are_refused_and_leave_the_sampler_clean():
+    ei = _power_law_graph(50, 400, seed=1)
+    sampler = NeighborSampler(ei, 50, num_neighbors=(3,))
+    with pytest.raises(ValueError, match="distinct"):
+        sampler.sample_from_nodes(NodeSamplerInput(None, torch.tensor([3, 4, 3])))
+    with pytest.raises(IndexError, match=r"\[0, 50\)"):
+        sampler.sample_from_nodes(NodeSamplerInput(None, torch.tensor([3, 50])))
+    assert (sampler._pos == -1).all()
+    with pytest.raises(ValueError, match="fanouts >= 1"):
+        NeighborSampler(ei, 50, num_neighbors=(3, 0))
+
+
+def test_from_csc_and_from_edge_index_draw_alike():
+    ei = _power_law_graph(200, 2_000, seed=2)
+    ptr, row = _csr(ei, 200)
+    a = NeighborSampler(ei, 200, (5, 5))
+    b = NeighborSampler.from_csc(ptr, row, (5, 5))
+    seeds = torch.arange(0, 200, 7)
+    oa = a.sample_from_nodes(NodeSamplerInput(None, seeds), generator=torch.Generator().manual_seed(1))
+    ob = b.sample_from_nodes(NodeSamplerInput(None, seeds), generator=torch.Generator().manual_seed(1))
+    assert torch.equal(oa.node, ob.node) and torch.equal(oa.row, ob.row) and torch.equal(oa.col, ob.col)
+
+
+def test_node_loader_over_data_batches_are_the_sampler_draws():
+    n = 120
+    ei = _power_law_graph(n, 1_500, seed=3)
+    data = Data(x=torch.randn(n, 4), y=torch.arange(n), edge_index=ei, num_nodes=n)
+    gen = torch.Generator().manual_seed(4)
+    sampler = NeighborSampler(ei, n, (3, 2), generator=gen)
+    loader = NeighborLoader(data, num_neighbors=[3, 2], batch_size=16, input_nodes=torch.arange(0, n, 2),
+                            neighbor_sampler=sampler)
+    ref = NeighborSampler(ei, n, (3, 2))
+    ref_gen = torch.Generator().manual_seed(4)
+    batches = list(loader)
+    assert len(batches) == 4
+    for i, batch in enumerate(batches):
+        seeds = torch.arange(0, n, 2)[16 * i: 16 * (i + 1)]
+        n_id, sub = ref.sample(seeds, (3, 2), ref_gen)
+        assert torch.equal(batch.n_id, n_id) and torch.equal(batch.edge_index, sub)
+        assert batch.batch_size == len(seeds) and torch.equal(batch.y[: batch.batch_size], seeds)
+        assert torch.equal(batch.x, data.x[n_id])
+
+
+@pytest.mark.parametrize("mode", ["binary", "triplet"])
+def test_link_loader_samples_the_endpoints_and_the_negatives(mode):
+    n = 100
+    ei = _power_law_graph(n, 1_000, seed=6)
+    data = Data(x=torch.randn(n, 4), edge_index=ei, num_nodes=n)
+    sampler = NeighborSampler(ei, n, (3,), generator=torch.Generator().manual_seed(2))
+    loader = LinkLoader(data, sampler, edge_label_index=ei[:, :64], batch_size=32,
+                        neg_sampling=NegativeSampling(mode, amount=1))
+    batches = list(loader)
+    assert len(batches) == 2
+    for i, batch in enumerate(batches):
+        pos = ei[:, 32 * i: 32 * (i + 1)]
+        if mode == "binary":
+            assert torch.equal(batch.n_id[batch.edge_label_index[:, :32]], pos)
+            assert batch.edge_label.tolist() == [1.0] * 32 + [0.0] * 32
+        else:
+            assert torch.equal(batch.n_id[batch.src_index], pos[0])
+            assert torch.equal(batch.n_id[batch.dst_pos_index], pos[1])
+            assert batch.dst_neg_index.shape == (32,)
+        # Every sampled edge is a real edge (positions of n_id), the endpoints are seeds.
+        real = set(zip(ei[0].tolist(), ei[1].tolist()))
+        assert all((s, d) in real for s, d in zip(batch.n_id[batch.edge_index[0]].tolist(),
+                                                  batch.n_id[batch.edge_index[1]].tolist()))
