@@ -1,10 +1,10 @@
-"""Partitioning algorithms and their stages (DESIGN.md section 4).
+"""Partitioning algorithms and their stages (docs/design.md#data-flow).
 
 ``pipeline.partition(input, k, algo=...)`` runs a whole partitioning and returns an
 :class:`Assignment`; the stage functions are exported for reuse (incremental ingest,
 benchmarks). ``pipeline.increment.ingest(out, new_edges, nodes)`` adds new shards to a committed
 output as its next generation, and ``pipeline.increment.rebalance(out)`` moves whole communities
-off partitions past the cap (DESIGN.md section 6).
+off partitions past the cap (docs/design.md#incremental-ingest).
 """
 
 from pipeline.assign import MODES, AssignState, KernelSettings, assign_batch, edge_cap, replica_sets, stream_assign

@@ -1,6 +1,6 @@
 """``pipeline.partition``: the whole ASEP (or baseline) run, stage by stage.
 
-Stages (DESIGN §1): validate → ② degrees (Dask) → ③ attribute clusters (Dask) →
+Stages (docs/design.md#data-flow): validate → ② degrees (Dask) → ③ attribute clusters (Dask) →
 ④ structural clusters (stream) → ⑤ community → partition map → ⑥ edge assignment
 (stream) → masters (stream) → metrics (stream). Nothing holds all edges: the
 streaming stages keep O(N) state and the edge → partition result goes to disk, one

@@ -1,4 +1,4 @@
-"""Local GNN training on one's own partition, and reconciliation (DESIGN.md section 7).
+"""Local GNN training on one's own partition, and reconciliation (docs/design.md#training).
 
 Rank r opens only its own partition store (:mod:`training.data`), trains a PyG model
 locally (:mod:`training.models`, :mod:`training.local`), and meets the other ranks

@@ -1,7 +1,7 @@
 """The trainer: process-group setup and the reconciliation round loop.
 
 One process per rank. Rank r loads its own partition(s) (:mod:`training.data`) and
-runs, every round (DESIGN.md section 7):
+runs, every round (docs/design.md#reconciliation-rounds):
 
 1. local epochs from the global weights θ_g (+ μ·L_con with ``con``);
 2. θ_avg: the weighted FedAvg, one flat-buffer all_reduce, applied by the server

@@ -1,6 +1,6 @@
 """Where the Dask stages run: an existing scheduler, a LocalCluster, or local threads.
 
-Order of precedence (DESIGN §8): ``--scheduler-address``, ``--scheduler-file``, the
+Order of precedence (docs/design.md#command-line-conventions): ``--scheduler-address``, ``--scheduler-file``, the
 ``DASK_SCHEDULER_ADDRESS`` environment variable, and otherwise a ``LocalCluster`` of
 ``--workers`` single-threaded worker processes (``--workers 0``: no cluster, the
 stages run on threads of this process).

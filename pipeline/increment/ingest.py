@@ -1,4 +1,4 @@
-"""Incremental ingest: add new edge and node shards to a committed output (DESIGN.md §6).
+"""Incremental ingest: add new edge and node shards to a committed output (docs/design.md#incremental-ingest).
 
 :func:`ingest` continues the stream where ``asepr partition`` (or the previous ingest)
 stopped, from the persisted state (:mod:`storage.state`), in roughly the time it takes

@@ -1,4 +1,4 @@
-"""``asepr rebalance``: move whole communities off overloaded partitions (DESIGN.md §6).
+"""``asepr rebalance``: move whole communities off overloaded partitions (docs/design.md#rebalance).
 
 As a graph grows by ingests, its communities grow unevenly. The kernel keeps every
 edge load under the cap, but a partition whose *community volume* (the summed volume

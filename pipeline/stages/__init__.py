@@ -1,4 +1,4 @@
-"""The partitioning stages, one module each (DESIGN.md section 4).
+"""The partitioning stages, one module each (docs/design.md#data-flow).
 
 ``degrees`` (②, Dask), ``attr_cluster`` / ``attr_column`` (③, attribute clusters),
 ``attr_lift`` (how much attributes explain edges), ``struct_cluster`` (④, streaming

@@ -1,4 +1,4 @@
-"""Stage ③: attribute clustering, a sampled fit then one labelling pass (DESIGN.md §4.2).
+"""Stage ③: attribute clustering, a sampled fit then one labelling pass (docs/design.md#attribute-clustering).
 
 Every node gets an ``attr_cluster_id`` in ``0..C-1``, either from spherical k-means
 over its feature vector (:func:`attribute_clusters`, here) or from a categorical node

@@ -1,4 +1,4 @@
-"""Stage ②: exact vertex degrees in one pass over the edge shards (DESIGN.md §4.1).
+"""Stage ②: exact vertex degrees in one pass over the edge shards (docs/design.md#degrees).
 
 One Dask task per edge shard streams ``src``/``dst`` record batches and bincounts them
 into an ``int64[N]`` vector. The per-shard vectors are combined by a *tree* sum

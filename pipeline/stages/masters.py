@@ -1,7 +1,7 @@
 """Masters: one owning partition per vertex.
 
 The master of v is the partition of A(v) that holds most of v's edges; ties go to
-the partition with fewer masters so far, then the lower id (DESIGN §4.6). Counting
+the partition with fewer masters so far, then the lower id (docs/design.md#masters). Counting
 edges per (vertex, partition) naively is O(N·k); here each vertex gets one counter
 per replica only (``Σ|A(v)| = RF·N`` counters), addressed by the rank of the
 partition among v's replica bits. Isolated vertices (no edges, no replicas) are

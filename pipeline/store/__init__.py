@@ -1,4 +1,4 @@
-"""From an assignment to committed Zarr stores (DESIGN.md sections 1 and 5).
+"""From an assignment to committed Zarr stores (docs/design.md#output-format, docs/design.md#commit-protocol).
 
 ``route`` (⑦, spill edge and node rows per partition), ``finalize`` (⑧ ⑨, one
 store per partition), ``commit`` (the commit protocol: staging, journal, recovery,

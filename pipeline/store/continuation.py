@@ -1,4 +1,4 @@
-"""The partitioner state as the algorithms see it (DESIGN.md §6).
+"""The partitioner state as the algorithms see it (docs/design.md#partitioner-state).
 
 :mod:`storage.state` is the on-disk format; this module fills it and reads it back:
 

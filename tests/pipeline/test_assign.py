@@ -164,7 +164,7 @@ def test_two_phase_on_a_hand_checked_graph(algo):
 def all_k_reference(src, dst, num_nodes, k, *, lam=1.0, epsilon=0.05, degree=None,
                     vertex_part=None, vertex_volume=None, vertex_home=None, beta=0.0):
     """All-k scoring written plainly: the published HDRF (Petroni et al. 2015) with our
-    hard cap and, for ASEP, the community and attribute-home terms of DESIGN.md §4.5.
+    hard cap and, for ASEP, the community and attribute-home terms of docs/design.md#streaming-assignment.
 
     Without ``degree`` it scores with partial degrees (plain HDRF). Operations follow
     the kernel's order so float rounding (and so ties) agree.

@@ -1,4 +1,4 @@
-"""The fully-decentralized baseline (FDS, DistDGL-style) of DESIGN.md section 7.
+"""The fully-decentralized baseline (FDS, DistDGL-style) of docs/design.md#training-baselines.
 
 Vertices are partitioned (METIS or a seeded hash, :mod:`~training.fds.partition`) and
 each rank holds only its own vertices' rows and in-edges (:mod:`~training.fds.graph`).

@@ -1,4 +1,4 @@
-"""Reconciliation of heterogeneous local models (DESIGN.md section 7).
+"""Reconciliation of heterogeneous local models (docs/design.md#reconciliation-rounds).
 
 * :mod:`~training.reconcile.average`: ``avg``, the weighted FedAvg of the local models
   (one all_reduce of one flat buffer).

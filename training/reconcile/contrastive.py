@@ -1,6 +1,6 @@
 """``con``: the cross-layer contrastive loss of local training (after MOON).
 
-For every layer l and anchor node i (DESIGN.md section 7)::
+For every layer l and anchor node i (docs/design.md#contrastive-term)::
 
     ℓ_l(i) = −log( e^{cos(z_l, z_l^g)/τ} / (e^{cos(z_l, z_l^g)/τ} + e^{cos(z_l, z_l^prev)/τ}) )
 
