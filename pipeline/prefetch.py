@@ -7,13 +7,10 @@ body (all-k scoring) exceeds. So the kernels issue a prefetch for the endpoints 
 edge a fixed distance ahead in the stream; the hint never faults and never changes a
 result, only when the cache line arrives.
 
-Measured on the 50M-edge, 5M-vertex shuffled ``asepr synth`` graph at k = 32, one core,
-kernel time only (JIT warm), identical assignments with and without:
-
-* assignment, 2PS-L candidates: 5.7 -> 14 M edges/s with prefetch (distance 8) and
-  64-byte aligned rows; distance 16 was faster than 4 and no slower than 32;
-* structural clustering: 13 -> 17-20 M edges/s with prefetch over separate arrays,
-  27-30 M with the state packed in rows (:class:`pipeline.stages.struct_cluster.ClusterState`).
+On a graph much larger than the cache this more than doubles the kernels' rate, with
+identical assignments; the distance and the packing of the state in rows
+(:class:`pipeline.stages.struct_cluster.ClusterState`) were chosen by measurement
+(``docs/results/implementation-choices/README.md``).
 
 NumPy aligns large arrays to 16 bytes, so a 64-byte row of the packed assignment state
 would straddle two cache lines; :func:`aligned_zeros` keeps each row on one.

@@ -9,12 +9,10 @@ missing file is damage), and compares each chunk's CRC-32C before it returns a r
 missing, undecodable or altered chunk raises :class:`StoreError` naming the partition,
 the array and the chunk key.
 
-Why CRC-32C per chunk, by measurement on the 2-core VM (16 MiB of float32, best of 15,
-with the other helpers' load): ``google_crc32c`` hashes 20 GB/s (hardware CRC-32C),
-``zlib.crc32`` 2.1-4.3 GB/s, sha256 0.9-1.8 GB/s, while a cold read of a store runs at
-0.6-1.0 GB/s. A check of every read against the whole-array sha256 would cost a third
-to a half of the read speed, ``zlib.crc32`` a sixth to a quarter (measured: cold
-``asepr bench read`` fell from 600-970 to 470-690 MB/s), CRC-32C a few percent. And a
+Why CRC-32C per chunk: hardware CRC-32C (``google_crc32c``) hashes many times faster
+than a cold read of a store, so checking every read costs a few percent, where a
+whole-array sha256 or ``zlib.crc32`` would cost a large share of the read speed
+(measured in ``docs/results/implementation-choices/README.md``). And a
 partial read (a block of ``x``, as ``asepr ingest`` reads it) is checked by its own
 chunks, where a whole-array digest needs the whole array.
 """

@@ -2,9 +2,9 @@
 
 A partition run reads every edge six to eight times (validation, the clustering and
 assignment streams, the fallback's two, masters, metrics). Decoding Parquet (ZSTD,
-dictionary pages) is most of a pass's cost once the kernels are fast: 0.57 CPU seconds
-per pass over the 20M-edge ``asepr synth`` graph against 0.03 s to read the same
-columns back as raw ``int64`` files (``docs/results/scale/micro.md``).
+dictionary pages) is most of a pass's cost once the kernels are fast, and reading the
+same columns back from raw files costs a small fraction of it
+(``docs/results/implementation-choices/README.md``).
 So the validator, which decodes every batch anyway, can write each shard's checked
 ``src`` and ``dst`` to two raw files (:class:`DecodedWriter`), and the stream reads
 those instead (:func:`read_decoded`). The ids are stored as ``int32`` while every id

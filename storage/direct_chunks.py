@@ -1,9 +1,9 @@
 """Raw Zarr chunks written with ``O_DIRECT``, past the page cache.
 
-Writing a new file through the page cache costs this VM far more than the copy: each
-fresh page is zeroed (and faulted in from the host) before the data lands in it. 600 MB
-of new files took 1.74 s of system time buffered and 0.08 s with ``O_DIRECT`` at
-1.5 GB/s (``docs/results/scale/s14/direct.txt``). A partition's node features are most
+Writing a new file through the page cache can cost far more than the copy: each fresh
+page is zeroed (and, on a virtual machine, faulted in from the host) before the data
+lands in it; the measurements are in ``docs/results/implementation-choices/README.md``
+(writes past the page cache). A partition's node features are most
 of the bytes a run writes and are not read back by it, so an uncompressed array's
 chunks go straight to the device.
 

@@ -3,11 +3,9 @@
 A partition run writes its decoded copies once (the validator's edge copy and node
 table, :mod:`storage.decoded`, :mod:`storage.node_table`) and reads them back a few
 times. Through the page cache every byte of a new file lands in a freshly allocated
-page, and fresh pages are what this VM charges for: 600 MB of new files took 1.87 s of
-system time buffered against 0.08 s written with ``O_DIRECT``
-(``docs/results/scale/s14/pagecost.txt``, ``direct.txt``), and reading 160 MB with
-``O_DIRECT`` took 0.07-0.10 s and no system time
-(``docs/results/scale/s15/direct_read.txt``). So these files are written in aligned
+page, and fresh pages cost system time far beyond the copy, while ``O_DIRECT`` writes
+and reads cost almost none (measured in
+``docs/results/implementation-choices/README.md``). So these files are written in aligned
 blocks with ``O_DIRECT`` (:class:`DirectWriter`) and read back the same way
 (:func:`pread_into`).
 

@@ -42,28 +42,16 @@ CRC-32C of each chunk's content, and the reader's arrays are
 altered chunk (the module says why CRC-32C per chunk, by measurement). The sha256 stays
 the store's identity (manifest, ``asepr verify``, resume).
 
-Codecs and chunks, by measurement
----------------------------------
-Measured with zarr 3.1.6 / numcodecs 0.16 on a 2-core VM (local disk, page cache warm),
-on partition-shaped arrays: 500 k nodes, 3.3 M edges, dense 32-d features, and
-Cora-like sparse binary 1433-d features. Throughput in MB/s of raw bytes, best of 3;
-ratio = raw / stored::
-
-    array (chunk 4 MiB)    none          blosc lz4+shuffle   lz4+bitshuffle   zstd-1+shuffle
-                           write  read   write read  ratio   write read ratio write read ratio
-    x dense f32 [n,32]      1080  1166    553  1130  1.08     514 1093  1.10   256  432  1.09
-    x sparse f32 [n,1433]   1176   832   1173  1714 27.7      651  710 42.4    528 1150 71.1
-    global_nid i64 sorted    556   787    446   679  7.1      395  451  7.8    330  535  7.6
-    indices i32              530   822    387   782  1.53     356  594  1.67   300  627  1.51
-    y i64 (8 classes)        473   671    292   394  8.1      395  377 19.6    275  496 20.6
-
-Whole stores (all arrays, 85 MiB raw) with lz4+shuffle: chunks of 1 MiB wrote at
-273 MB/s and read at 675 MB/s; 4 MiB: 327 / 971; 16 MiB: 408 / 819. zstd halves the
-read speed of dense features for no gain on them. So: **Blosc lz4, byte shuffle,
+Codecs and chunks
+-----------------
+Chosen by measuring write and read throughput and compression ratios of candidate
+codecs and chunk sizes on partition-shaped arrays (dense and sparse features, sorted
+ids, CSR indices, labels; the table is in
+``docs/results/implementation-choices/README.md``): **Blosc lz4, byte shuffle,
 clevel 5, chunks of about 4 MiB** (whole rows of ``x``), and bit shuffle for the small
 label-like arrays (``y``, ``split``, ``is_master``, ``is_halo``), where it compresses
-2-3 times better at no cost worth measuring. Dense features halve the write speed for
-an 8 % saving, so an array is stored raw when blosc does not shrink its first chunk by
+several times better. Dense features compress little and write slower through blosc,
+so an array is stored raw when blosc does not shrink its first chunk by
 at least :data:`MIN_SAVING` (:class:`ArrayWriter`); readers see either through zarr's
 metadata, and the content digests do not depend on it. Raw arrays' chunk files are
 written with ``O_DIRECT`` where the filesystem allows (:mod:`storage.direct_chunks`).

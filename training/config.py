@@ -1,7 +1,7 @@
 """``TrainConfig``: every knob of local training, reconciliation and the round loop.
 
-Defaults follow docs/design.md#reconciliation-rounds (τ = 0.5, μ = 1 for the contrastive term; KD with
-temperature T for S student steps). The resolved config is written next to every
+Defaults follow docs/design.md#reconciliation-rounds (τ = 0.5, μ = 1 for the
+contrastive term; KD with temperature T for S student steps). The resolved config is written next to every
 checkpoint, and ``--resume`` refuses a run directory whose config differs in a field
 that changes the result.
 """

@@ -8,9 +8,8 @@ stages run on threads of this process).
 Without ``--workers`` a machine of up to two cores runs on threads: there, worker
 processes only compete with the driver's streaming stages for the same two cores, and
 their start-up and the transfers between processes cost more than they return
-(``asepr partition -k 16`` on the 20M-edge ``asepr synth`` graph, 2 cores: 23.3 s on
-threads against 33.1 s with two worker processes, ``docs/results/scale/``). Larger
-machines start up to four worker processes, as before (not measured here).
+(``docs/results/scale/workers.md``). Larger machines start up to four worker
+processes.
 """
 
 from __future__ import annotations

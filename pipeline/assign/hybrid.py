@@ -29,12 +29,10 @@ every edge in stream order to the :class:`~pipeline.assign.loop.EdgePartSink`: a
 edge's by binary search in its low endpoint's sorted list, a streamed edge's from the
 kernel.
 
-Defaults, measured at 10 bytes per edge (docs/results/hybrid): ``mixed=True`` (holding
-only the low-low edges gave a 2.6 % higher RF on the 4 benchmark graphs × 2 orders ×
-k in {4, 8, 16, 32}); ``prefer="attr"``: on the 50M-edge synthetic graph (k = 16) its
-RF is 2.7 % lower than without a preference (1.938 against 1.991) and its attribute
-homogeneity 0.152 against 0.127; on the benchmark graphs, whose attributes explain
-few edges, it costs 0.3 % RF on average (lower in 11 of 32 cells).
+Defaults, chosen by measurement (``docs/results/hybrid/``, summarised in
+``docs/results/implementation-choices/README.md``): ``mixed=True``, because holding only
+the low-low edges replicated more; ``prefer="attr"``, which lowers the RF where the
+attributes explain the edges and costs little where they do not.
 """
 
 from __future__ import annotations

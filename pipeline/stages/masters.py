@@ -70,9 +70,9 @@ def count_edges_per_replica(src, dst, part, replicas, offsets, counts):
 
     The counters, offsets and replica rows of random vertices miss the cache, so the
     endpoints' rows are prefetched :data:`~pipeline.prefetch.PREFETCH_DISTANCE` edges
-    ahead and their first counters half as far (their offsets have arrived by then):
-    1.9 -> 1.4 CPU seconds for 20M random edges on 2M vertices (a hint only; the counts
-    are the same).
+    ahead and their first counters half as far (their offsets have arrived by then; a
+    hint only, the counts are the same; measured in
+    ``docs/results/implementation-choices/README.md``).
     """
     n = src.shape[0]
     ahead = PREFETCH_DISTANCE
@@ -98,8 +98,8 @@ def replica_rows(replicas: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """``int64 [N, W + 1]``: each vertex's replica words, then its first counter
     (``offsets[v]``). Given to :func:`count_edges_per_replica` as both ``replicas`` and
     (its last column) ``offsets``, a vertex's bits and its counters' offset share a
-    cache line: an endpoint costs two random reads instead of three (25M edges on 5M
-    vertices, one thread: 1.14 -> 0.82 s; the same counts). The last column can then
+    cache line: an endpoint costs two random reads instead of three (the same counts;
+    ``docs/results/implementation-choices/README.md``). The last column can then
     hold the masters for :func:`~pipeline.stages.metrics.locality_batch`."""
     words = replicas.shape[1]
     rows = np.empty((replicas.shape[0], words + 1), dtype=np.int64)
