@@ -152,7 +152,7 @@ def test_a_run_that_does_not_fit_is_refused_before_anything_is_written(synth_inp
     assert "--ignore-plan" in err
     if short == "memory":
         # The driver's baseline is this process's size, measured again by the run.
-        # (MiB or GiB: the baseline is this test process's, large late in a session.)
+        # (MiB or GiB: the baseline is this test process's, large late in a long test run.)
         needed = re.search(r"a peak memory of ([\d.]+) (MiB|GiB) \(stage [a-z ]+\) with 1\.0 MiB available", err)
         assert needed and float(needed.group(1)) * (1024 if needed.group(2) == "GiB" else 1) == pytest.approx(
             expected.peak_bytes / 2**20, rel=0.1)

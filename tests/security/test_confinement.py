@@ -1,4 +1,4 @@
-"""Issue 16, cases 4, 5 and 10: crafted files inside an output never reach outside it.
+"""Crafted files inside an output never reach outside it.
 
 Each test builds a real output (``asepr partition``), plants what a hostile co-user of
 a shared filesystem could plant, runs the real command, and checks that it is refused

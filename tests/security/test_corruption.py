@@ -1,4 +1,4 @@
-"""Issue 16, cases 1 to 3: a damaged or crafted partition store is never read silently.
+"""A damaged or crafted partition store is never read silently.
 
 Each test damages a copy of a real output the way a failing disk or a hostile co-user
 of a shared filesystem could, then reads it through every door: the reader

@@ -1,4 +1,4 @@
-"""Crafted inputs (issue 16, cases 8 and 9): mistyped ``meta.json`` fields and symlink loops.
+"""Crafted inputs: mistyped ``meta.json`` fields and symlink loops.
 
 Each is refused through the command line with a message naming the file and the field
 (or the entry), never a traceback, and nothing is written.

@@ -1,4 +1,4 @@
-"""Training runs are guarded (issue 16, cases 6, 7 and the trainer half of 2).
+"""Training runs are guarded: run directories, checkpoints and the trainers' reads.
 
 * one run at a time in a run directory, and a dead run's lock is taken over;
 * the ranks die with their agent (``asepr train``, torchrun's elastic agent);

@@ -31,7 +31,7 @@ def cora_input(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def cora_parts(cora_input, tmp_path_factory):
-    """``parts(k, halo=0)``: Cora partitioned by ASEP into k stores (cached per session)."""
+    """``parts(k, halo=0)``: Cora partitioned by ASEP into k stores (cached for the whole test run)."""
     cache: dict[tuple[int, int], Path] = {}
 
     def parts(k: int, halo: int = 0) -> Path:

@@ -1,7 +1,7 @@
 """Link prediction learns on 2 gloo ranks of Cora under the default reconciliation and
 with every component: the training loss falls clearly below chance (2 ln 2, the binary
 cross-entropy of a positive and a negative scored 0), where ``avg+kd+con`` with the
-node task's contrastive weight once kept it (issue 13)."""
+node task's contrastive weight once kept it there."""
 
 from __future__ import annotations
 

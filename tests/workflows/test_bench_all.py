@@ -10,7 +10,7 @@ from workflows.cli import main
 
 def test_bench_all_quick_writes_every_part(tmp_path, capsys, monkeypatch):
     # From another directory, with a relative --out: the trainers and bench phases
-    # run as child processes and must get absolute paths (issue 16, item 11).
+    # run as child processes and must get absolute paths.
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "report"
     assert main(["bench", "all", "--quick", "--out", "report"]) == 0

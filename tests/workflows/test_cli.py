@@ -119,7 +119,7 @@ def test_killed_synth_leaves_no_output_and_a_rerun_completes(tmp_path):
 
 
 def test_quiet_partition_on_a_local_cluster_prints_nothing(tmp_path):
-    """`-q` silences distributed's scheduler, nanny and worker lines too (issue 16, item 12)."""
+    """`-q` silences distributed's scheduler, nanny and worker lines too."""
     synth = _asepr("synth", str(tmp_path / "in"), "--nodes", "300", "--edges", "2000", "--dim", "4",
                    "--classes", "3", "-q", cwd=tmp_path)
     assert synth.returncode == 0, synth.stderr

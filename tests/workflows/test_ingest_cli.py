@@ -140,7 +140,7 @@ def test_sigkill_during_ingest_leaves_generation_1_and_a_rerun_completes(case, t
 
 @pytest.mark.slow
 def test_bench_ingest_quick_writes_both_tables(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # a relative --out from another directory (issue 16, item 11)
+    monkeypatch.chdir(tmp_path)  # a relative --out from another directory
     assert main(["bench", "ingest", "--quick", "--out", "report", "--verify"]) == 0
     text = (tmp_path / "report" / "ingest.md").read_text()
     assert "| partition base |" in text and "| ingest |" in text and "| full repartition |" in text
