@@ -1,4 +1,4 @@
-"""md5 of edge->partition ids for asep, 2ps-l, hdrf on given inputs (issue 12 check)."""
+"""md5 of edge->partition ids for asep, 2ps-l, hdrf on given inputs (the refactor's check)."""
 import hashlib, sys, json
 import numpy as np
 from pipeline import partition

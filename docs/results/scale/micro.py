@@ -1,4 +1,4 @@
-"""The per-pass costs behind session 10's speed changes (issue 15), in CPU seconds.
+"""The per-pass costs behind the speed changes of 2026-12-01, in CPU seconds.
 
 Usage: python docs/results/scale/micro.py INPUT > docs/results/scale/micro.md
 INPUT: an `asepr synth` input (the 20M-edge one of bench scale). CPU time of this process

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Threads (the default on up to two cores) against a LocalCluster of two worker processes:
 # `asepr partition -k 16` on the 20M- and 50M-edge synthetic graphs of `asepr bench scale`,
-# one after the other, twice each, in the same session as the scale run.
+# one after the other, twice each, right after the scale run.
 # Usage: bash workers.sh WORKDIR   (WORKDIR: bench scale's --workdir, holding synth-e*)
 # Prints a Markdown table: wall seconds, CPU seconds (user + sys of the process tree), peak
 # RSS of the largest process (GNU time's figure; the worker processes' own are not summed).

@@ -1,4 +1,4 @@
-# Session 11's ablation (issue 13): every reconciliation component and every partitioner,
+# The ablation of 2026-12-01 11:20: every reconciliation component and every partitioner,
 # amazon-computers k = 4, seed 0, on today's partitions and today's default
 # (avg+scaffold with --sync-every 10 and --scaffold-weigh-segments). Wrote train.md,
 # train.parquet, train_rounds.parquet and the plots here; the machine was loaded by other

@@ -1,5 +1,5 @@
-# Assembled 2026-12-01 08:05 (session 10): the avg+scaffold runs are new (the default now weighs short
-# segments, --scaffold-weigh-segments); centralized, avg and fds are session 9's (../train-headline-s9/),
+# Assembled 2026-12-01 08:05: the avg+scaffold runs are new (the default now weighs short
+# segments, --scaffold-weigh-segments); centralized, avg and fds are those of ../train-headline-s9/,
 # copied into OUT/runs and reused by bench train (its reuse check: same config, scaffold settings ignored
 # for strategies without scaffold).
 # The new runs, seeds 0 1 2, on the cached default partitions (C):

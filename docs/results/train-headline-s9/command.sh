@@ -1,7 +1,7 @@
 #!/bin/bash
 # The headline on today's partitions with today's default (ungated avg+scaffold): every run
-# already exists (centralized and fds from session 6's headline, k = 8 avg and avg+scaffold from
-# session 8 on today's partitions, k = 4 avg from the gated run, k = 4 avg+scaffold ungated), so
+# already exists (centralized and fds from the headline of 2026-11-30 (../train-headline/), k = 8 avg and avg+scaffold from
+# ../asep-tuning/training/ on today's partitions, k = 4 avg from the gated run, k = 4 avg+scaffold ungated), so
 # bench train reuses them and writes the report.
 set -e
 F=/work/scratch/s9/lead/headline-final; G=/work/scratch/s9/lead/headline; U=/work/scratch/s9/lead/ungated-k4

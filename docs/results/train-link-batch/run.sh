@@ -1,6 +1,6 @@
 #!/bin/bash
 # Link prediction on amazon-computers (k = 4) with batches of 1,024 edges for every strategy
-# (session 13, issue 13). Usage: run.sh WORK [stream]
+# (2026-12-01/02). Usage: run.sh WORK [stream]
 # WORK is train-link-scaffold/run.sh's directory (ac-in, ac-asep-k4 made there; its batch-4,096
 # runs are the comparison). Two streams side by side on 2 cores: run.sh WORK a & run.sh WORK b; then run.sh WORK c.
 # Metrics are deterministic per seed.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The runs of README.md (session 9, 2026-12-01). Usage: run.sh WORK   (scratch dir, ~1 GB)
+# The runs of README.md (2026-12-01). Usage: run.sh WORK   (scratch dir, ~1 GB)
 # Metrics are deterministic per seed; no seconds are reported (the machine was shared).
 set -e
 W=${1:?usage: run.sh WORK}; mkdir -p $W/cora $W/ac $W/central; cd /tmp

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The link-prediction runs of README.md ("Link prediction", session 12, 2026-12-01).
+# The link-prediction runs of README.md ("Link prediction", 2026-12-01).
 # Usage: run.sh WORK   (scratch directory, ~1 GB). Metrics are deterministic per seed.
 # Both graphs at k = 4 on the default partitions (asep; on these graphs it keeps its
 # two-phase fallback's assignment), every strategy with the exact evaluation on the same

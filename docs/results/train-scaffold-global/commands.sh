@@ -1,5 +1,6 @@
 #!/bin/bash
-# The scripts that produced these runs (from /work/scratch/s10/helper18), in the order they ran.
+# The scripts that produced these runs, in the order they ran. $WORK (the scratch directory of
+# the runs' outputs and logs) and $TREE (a checkout with tail-weight.patch applied) were set by hand.
 
 # ---- run.sh
 # usage: run.sh NAME CACHE DATASETS... -- FLAGS...

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 14's scale figures (issue 15). Run from anywhere with the project installed.
+# The scale figures of 2026-12-02 03:00. Run from anywhere with the project installed.
 # WORK holds the synthetic inputs (kept and reused between runs).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -15,7 +15,7 @@ rm -rf "$WORK/perf-out"
   asepr partition "$WORK/synth-e20000000-v2000000-d32-c8-s1" "$WORK/perf-out" -k 16 > /dev/null
 perf report -i "$WORK/perf.data" --sort sym --stdio | grep -v '^$' | head -60 | sed 's/[ .]*$//' \
   | sed '/^# Overhead/d' > "$HERE/perf-20m.txt"
-# What fresh pages cost on this VM (pagecost.txt):
+# What fresh pages cost on this virtual machine (pagecost.txt):
 python "$HERE/pagecost.py" "$WORK/pagecost" > "$HERE/pagecost.txt"
 # O_DIRECT against buffered writes of 600 MB (direct.txt):
 WORK="$WORK" "$HERE/direct.sh" > "$HERE/direct.txt"

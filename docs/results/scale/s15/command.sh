@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 15's scale figures (issue 15). Run from anywhere with the project installed.
+# The scale figures of 2026-12-02. Run from anywhere with the project installed.
 # WORK holds the synthetic inputs (kept and reused between runs).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `asepr partition -k 16` of the session's starting commit (BASE) and of the working
+# `asepr partition -k 16` of an earlier revision (BASE) and of the working
 # tree, alternating, on the same inputs: /usr/bin/time's wall, CPU and peak RSS.
 # Usage: side_by_side.sh SIZE_DIR PAIRS; BASE (default 81795b9), WORK as in command.sh.
 set -euo pipefail
