@@ -7,17 +7,17 @@
 name=$1; cache=$2; shift 2
 ds=(); while [ "$1" != "--" ]; do ds+=("$1"); shift; done; shift
 cd /tmp
-uptime > /work/scratch/s10/helper18/$name.log
+uptime > $WORK/$name.log
 PYTHONPATH=/work/wt-ctl flock -s /work/scratch/s10/cpu.lock /work/main/.venv/bin/python -m workflows bench train \
   --datasets "${ds[@]}" -k 8 --strategies avg+scaffold --rounds 15 --local-epochs 2 --feature-projection 256 \
-  --cache $cache --out /work/scratch/s10/helper18/$name "$@" >> /work/scratch/s10/helper18/$name.log 2>&1
-echo "rc=$?" >> /work/scratch/s10/helper18/$name.log
-uptime >> /work/scratch/s10/helper18/$name.log
+  --cache $cache --out $WORK/$name "$@" >> $WORK/$name.log 2>&1
+echo "rc=$?" >> $WORK/$name.log
+uptime >> $WORK/$name.log
 
 # ---- tune.sh
 # usage: tune.sh TAG FLAGS...   (tuning graphs: coauthor-cs amazon-photo, then facebook-pagepage; k=8 seeds 0 1)
 tag=$1; shift
-H=/work/scratch/s10/helper18
+H=$WORK
 $H/run.sh tune-$tag /work/scratch/s8/train/alpha/cache0.5 coauthor-cs amazon-photo -- --seeds 0 1 "$@"
 $H/run.sh fb-$tag /work/scratch/s9/lead/cache facebook-pagepage -- --seeds 0 1 "$@"
 
@@ -25,16 +25,16 @@ $H/run.sh fb-$tag /work/scratch/s9/lead/cache facebook-pagepage -- --seeds 0 1 "
 # usage: hl.sh NAME K STRATEGIES -- FLAGS...   (report graphs, seeds 0 1 2, runs kept and reused)
 name=$1; k=$2; strat=$3; shift 4
 cd /tmp
-uptime >> /work/scratch/s10/helper18/$name.log
+uptime >> $WORK/$name.log
 PYTHONPATH=/work/wt-ctl flock -s /work/scratch/s10/cpu.lock /work/main/.venv/bin/python -m workflows bench train \
   --datasets amazon-computers coauthor-physics -k $k --strategies $strat --seeds 0 1 2 --rounds 15 --local-epochs 2 \
-  --feature-projection 256 --cache /work/scratch/s8/train/cache --out /work/scratch/s10/helper18/$name --keep-runs \
-  "$@" >> /work/scratch/s10/helper18/$name.log 2>&1
-echo "rc=$?" >> /work/scratch/s10/helper18/$name.log
-uptime >> /work/scratch/s10/helper18/$name.log
+  --feature-projection 256 --cache /work/scratch/s8/train/cache --out $WORK/$name --keep-runs \
+  "$@" >> $WORK/$name.log 2>&1
+echo "rc=$?" >> $WORK/$name.log
+uptime >> $WORK/$name.log
 
 # ---- queue1.sh
-H=/work/scratch/s10/helper18
+H=$WORK
 while kill -0 16195 2>/dev/null; do sleep 5; done
 $H/run.sh diag-global-full-clip0 /work/scratch/s8/train/cache coauthor-physics -- --seeds 0 --scaffold-control global --scaffold-batches 0 --scaffold-clip 0
 $H/run.sh diag-global-b10 /work/scratch/s8/train/cache coauthor-physics -- --seeds 0 --scaffold-control global --scaffold-batches 10
@@ -42,13 +42,13 @@ $H/tune.sh global-full-clip0 --scaffold-control global --scaffold-batches 0 --sc
 $H/tune.sh global-b10 --scaffold-control global --scaffold-batches 10
 
 # ---- queue2.sh
-H=/work/scratch/s10/helper18
+H=$WORK
 while kill -0 18049 2>/dev/null; do sleep 5; done
 # Does today's code reproduce the path baseline of the tuning table? (coauthor-cs seed 0: 0.939130 there)
 $H/run.sh check-path /work/scratch/s8/train/alpha/cache0.5 coauthor-cs -- --seeds 0 --scaffold-control path
 
 # ---- queue3.sh
-H=/work/scratch/s10/helper18
+H=$WORK
 while kill -0 20386 2>/dev/null; do sleep 5; done
 B10="--scaffold-control global --scaffold-batches 10"
 FULL="--scaffold-control global --scaffold-batches 0"
@@ -60,7 +60,7 @@ $H/hl.sh headline-full 4 avg+scaffold -- $FULL
 $H/hl.sh headline-full "4 8" "centralized avg avg+scaffold fds" -- $FULL
 
 # ---- queue4.sh
-H=/work/scratch/s10/helper18
+H=$WORK
 while kill -0 26980 2>/dev/null; do sleep 5; done
 B10="--scaffold-control global --scaffold-batches 10"
 FULL="--scaffold-control global --scaffold-batches 0"
@@ -73,25 +73,25 @@ $H/hl.sh headline-b10 "4 8" "centralized avg avg+scaffold fds" -- $B10
 # queue3 was stopped after its second line; queue4 ran the rest.
 
 # ---- tail.sh (diagnostic)
-# DIAGNOSTIC (uncommitted patch docs/results/train-scaffold-global/tail-weight.patch applied in /tmp/h18-tail):
+# DIAGNOSTIC (uncommitted patch docs/results/train-scaffold-global/tail-weight.patch applied in $TREE):
 # path estimate, a segment of s steps enters c_r with weight s/10.
 cd /tmp
 for ds in coauthor-physics amazon-computers; do
-uptime >> /work/scratch/s10/helper18/diag-tail-$ds.log
-PYTHONPATH=/tmp/h18-tail flock -s /work/scratch/s10/cpu.lock /work/main/.venv/bin/python -m workflows bench train \
+uptime >> $WORK/diag-tail-$ds.log
+PYTHONPATH=$TREE flock -s /work/scratch/s10/cpu.lock /work/main/.venv/bin/python -m workflows bench train \
   --datasets $ds -k 8 --strategies avg+scaffold --seeds 0 --rounds 15 --local-epochs 2 --feature-projection 256 \
-  --cache /work/scratch/s8/train/cache --out /work/scratch/s10/helper18/diag-tail-$ds >> /work/scratch/s10/helper18/diag-tail-$ds.log 2>&1
-echo "rc=$?" >> /work/scratch/s10/helper18/diag-tail-$ds.log
-uptime >> /work/scratch/s10/helper18/diag-tail-$ds.log
+  --cache /work/scratch/s8/train/cache --out $WORK/diag-tail-$ds >> $WORK/diag-tail-$ds.log 2>&1
+echo "rc=$?" >> $WORK/diag-tail-$ds.log
+uptime >> $WORK/diag-tail-$ds.log
 done
 
 # ---- tail2.sh (diagnostic)
-# DIAGNOSTIC (patch tail-weight.patch in /tmp/h18-tail): report cells k = 8 seeds 1 2, then the tuning graphs.
+# DIAGNOSTIC (patch tail-weight.patch in $TREE): report cells k = 8 seeds 1 2, then the tuning graphs.
 cd /tmp
 B="/work/main/.venv/bin/python -m workflows bench train -k 8 --strategies avg+scaffold --rounds 15 --local-epochs 2 --feature-projection 256"
-run() { name=$1; shift; uptime >> /work/scratch/s10/helper18/$name.log
-  PYTHONPATH=/tmp/h18-tail flock -s /work/scratch/s10/cpu.lock $B "$@" --out /work/scratch/s10/helper18/$name >> /work/scratch/s10/helper18/$name.log 2>&1
-  echo "rc=$?" >> /work/scratch/s10/helper18/$name.log; uptime >> /work/scratch/s10/helper18/$name.log; }
+run() { name=$1; shift; uptime >> $WORK/$name.log
+  PYTHONPATH=$TREE flock -s /work/scratch/s10/cpu.lock $B "$@" --out $WORK/$name >> $WORK/$name.log 2>&1
+  echo "rc=$?" >> $WORK/$name.log; uptime >> $WORK/$name.log; }
 run tail-report-s12 --datasets coauthor-physics amazon-computers --seeds 1 2 --cache /work/scratch/s8/train/cache
 run tune-tail --datasets coauthor-cs amazon-photo --seeds 0 1 --cache /work/scratch/s8/train/alpha/cache0.5
 run fb-tail --datasets facebook-pagepage --seeds 0 1 --cache /work/scratch/s9/lead/cache
@@ -99,12 +99,12 @@ run fb-tail --datasets facebook-pagepage --seeds 0 1 --cache /work/scratch/s9/le
 # headline-b10-k4: the bench over the kept amazon-computers k=4 runs of headline-b10 (reuse only) to write their table
 
 # ---- tail3.sh (diagnostic; tail2.sh was stopped after its first run)
-# DIAGNOSTIC (patch tail-weight.patch in /tmp/h18-tail): the tuning graphs, in parallel with tail2's first run.
+# DIAGNOSTIC (patch tail-weight.patch in $TREE): the tuning graphs, in parallel with tail2's first run.
 cd /tmp
 B="/work/main/.venv/bin/python -m workflows bench train -k 8 --strategies avg+scaffold --rounds 15 --local-epochs 2 --feature-projection 256"
-run() { name=$1; shift; uptime >> /work/scratch/s10/helper18/$name.log
-  PYTHONPATH=/tmp/h18-tail flock -s /work/scratch/s10/cpu.lock $B "$@" --out /work/scratch/s10/helper18/$name >> /work/scratch/s10/helper18/$name.log 2>&1
-  echo "rc=$?" >> /work/scratch/s10/helper18/$name.log; uptime >> /work/scratch/s10/helper18/$name.log; }
+run() { name=$1; shift; uptime >> $WORK/$name.log
+  PYTHONPATH=$TREE flock -s /work/scratch/s10/cpu.lock $B "$@" --out $WORK/$name >> $WORK/$name.log 2>&1
+  echo "rc=$?" >> $WORK/$name.log; uptime >> $WORK/$name.log; }
 run fb-tail --datasets facebook-pagepage --seeds 0 1 --cache /work/scratch/s9/lead/cache &
 run tune-tail --datasets amazon-photo coauthor-cs --seeds 0 1 --cache /work/scratch/s8/train/alpha/cache0.5
 wait
