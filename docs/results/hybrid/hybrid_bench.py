@@ -15,13 +15,15 @@ Usage (from the repository root)::
 Budgets: ``stream`` is 0 bytes (pure streaming); ``small`` is ``SMALL_BYTES_PER_EDGE`` bytes
 per edge of the graph (fixed, not tuned per graph); ``whole`` holds the whole graph
 (every vertex low); ``6bpe`` is 6 bytes per edge; a number is a byte count. Writes ``hybrid.csv`` and ``hybrid.md``
-(RF and edge balance next to HEP-1 and HEP-100 of ../shared/anchors/reference-rf.csv).
+(RF and edge balance next to HEP-1 and HEP-100 of the published reference values,
+``anchors/reference-rf.csv`` beside the ``$ASEPR_DATASETS`` folder).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 import tempfile
 import time
@@ -50,7 +52,7 @@ SHARED_INPUTS = {
                  "tolokers": "tolokers-ceef77d3-shuffled-0",
                  "facebook-pagepage": "facebook-pagepage-f3eb62fe-shuffled-0"},
 }
-REFERENCE = Path("/work/shared/anchors/reference-rf.csv")
+REFERENCE = Path(os.environ.get("ASEPR_DATASETS", "datasets")).resolve().parent / "anchors" / "reference-rf.csv"
 DATASETS = ["amazon-computers", "coauthor-physics", "tolokers", "facebook-pagepage"]
 #: The small budget, in bytes per edge of the graph (plus nothing for the vertices).
 SMALL_BYTES_PER_EDGE = 10.0
@@ -190,7 +192,8 @@ def write_report(rows: list[dict], out: Path, command: str) -> None:
         f"(cap 1.05). Default hybrid: `prefer={DEFAULT_PREFER!r}`, `mixed=True` (HEP's held set). "
         f"small = {SMALL_BYTES_PER_EDGE:g} bytes per edge of the graph; whole = every vertex low. "
         "`B/e` = bytes the hybrid allocated per edge; `held` = share of the edges held in memory. "
-        "HEP-1 / HEP-100 from ../shared/anchors/reference-rf.csv (blank: not in the file). "
+        "HEP-1 / HEP-100 from the published reference values, anchors/reference-rf.csv beside "
+        "$ASEPR_DATASETS (blank: not in the file). "
         "Marks: small ≤ HEP-1 (✓/✗), whole ≤ 1.1 × HEP-100 (✓/✗).",
         "",
         "| dataset | order | k | stream RF | small RF | small bal | small held | small B/e | HEP-1 | small≤HEP-1 "

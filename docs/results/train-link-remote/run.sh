@@ -4,8 +4,8 @@
 set -e
 W=${1:?usage: run.sh WORK}; mkdir -p $W/cora $W/ac $W/central; cd /tmp
 H=$(cd "$(dirname "$0")" && pwd)
-asepr import gnn-npz /work/shared/datasets/cora $W/cora-in --overwrite -q
-asepr import gnn-npz /work/shared/datasets/amazon-computers $W/ac-in --overwrite -q
+asepr import gnn-npz $ASEPR_DATASETS/cora $W/cora-in --overwrite -q
+asepr import gnn-npz $ASEPR_DATASETS/amazon-computers $W/ac-in --overwrite -q
 # The default partitions (asep with its two-phase fallback), k = 4.
 asepr partition $W/cora-in $W/cora-asep-k4 -k 4 -q
 asepr partition $W/ac-in $W/ac-asep-k4 -k 4 -q
