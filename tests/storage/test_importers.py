@@ -1,7 +1,7 @@
 """Importers: the nine shared datasets, small edge lists, and the error paths.
 
 Each shared dataset is imported once per module (``imported``) and checked against the
-published figures (``/work/shared/datasets/README.md``) and against its source file,
+published figures (the ``README.md`` of the ``$ASEPR_DATASETS`` folder) and against its source file,
 read here independently of the importer.
 """
 
