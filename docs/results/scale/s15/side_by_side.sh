@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # `asepr partition -k 16` of an earlier revision (BASE) and of the working
 # tree, alternating, on the same inputs: /usr/bin/time's wall, CPU and peak RSS.
-# Usage: side_by_side.sh SIZE_DIR PAIRS; BASE (default 81795b9), WORK as in command.sh.
+# Usage: BASE=REV side_by_side.sh SIZE_DIR PAIRS, REV the revision to compare with (the runs
+# here used the code of 2026-12-02 03:21); WORK as in command.sh.
 set -euo pipefail
 REPO="$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
 WORK="${WORK:-/tmp/asepr-scale-work}"
-BASE="${BASE:-81795b9}"
+BASE="${BASE:?set BASE to the revision to compare with}"
 TREE="$WORK/base-$BASE"
 [ -d "$TREE" ] || git -C "$REPO" worktree add -f "$TREE" "$BASE" -q
 input="$1"; pairs="$2"; out="$WORK/side-by-side-out"
