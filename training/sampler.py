@@ -29,6 +29,7 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 import torch
+from torch_geometric.data.graph_store import EdgeLayout
 from torch_geometric.sampler import BaseSampler, EdgeSamplerInput, NegativeSampling, NodeSamplerInput, SamplerOutput
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
@@ -192,8 +193,15 @@ class NeighborSampler(BaseSampler):
     @classmethod
     def from_graph_store(cls, graph_store, num_neighbors: Sequence[int], generator: torch.Generator | None = None,
                          edge_type=None) -> NeighborSampler:
-        """A sampler over a PyG ``GraphStore``'s ``csc`` layout of ``edge_type`` (homogeneous: None)."""
-        row, colptr = graph_store.get_edge_index(edge_type=edge_type, layout="csc")
+        """A sampler over a PyG ``GraphStore``'s ``csc`` layout of ``edge_type`` (homogeneous:
+        None), or over its edges converted to ``csc`` (``GraphStore.csc``) where it lists none."""
+        for attr in graph_store.get_all_edge_attrs():
+            if attr.edge_type == edge_type and attr.layout == EdgeLayout.CSC:
+                row, colptr = graph_store.get_edge_index(attr)
+                break
+        else:
+            rows, colptrs, _ = graph_store.csc([edge_type])
+            row, colptr = rows[edge_type], colptrs[edge_type]
         return cls.from_csc(colptr, row, num_neighbors, generator)
 
     def _init_csc(self, ptr: np.ndarray, src_by_dst: np.ndarray, num_neighbors: Sequence[int],
