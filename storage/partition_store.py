@@ -133,8 +133,9 @@ def _codec(name: str) -> BloscCodec:
 
 
 #: A chunk is stored compressed only if blosc makes it at least this much smaller (the
-#: first chunk of an array decides for all of it). Random float features shrink by
-#: about 7 % at 1.75 ms per MB, which would be most of the cost of writing them.
+#: first chunk of an array decides for all of it). Random float features shrink little,
+#: at a cost that would be most of the cost of writing them
+#: (``docs/results/implementation-choices/README.md``).
 MIN_SAVING = 1 / 8
 
 

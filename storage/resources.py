@@ -28,8 +28,7 @@ def tune_malloc(arenas: int | None = None) -> bool:
       a run starts fresh worker threads, and glibc gives threads their own arenas (up
       to 8 per core), each keeping what its threads freed: resident memory ratchets up
       stage by stage. With as many arenas as cores, a stage reuses what the previous one
-      freed: ``asepr partition`` on the 5M-edge ``asepr synth`` graph peaked at 666
-      against 891 MiB, no slower (``docs/results/scale/s14``).
+      freed, so a run peaks lower and runs no slower (``docs/results/scale/s14/README.md``).
     - **Batches reused, not remapped.** glibc maps every block above its (dynamic)
       threshold afresh and unmaps it when freed, so each decoded batch of a stream
       landed in new pages that the kernel zeroes on the first touch (zeroing pages is

@@ -272,8 +272,8 @@ def run() -> None:
 
     Every command has finished its work when :func:`main` returns (its files written
     and closed, its threads and worker processes joined), so the interpreter's teardown
-    (collecting every object, unloading the modules) only adds time: 0.25-0.3 s after
-    a 20M-edge ``asepr partition`` here. The output streams and the log handlers are
+    (collecting every object, unloading the modules) only adds time, noticeably after a
+    large ``asepr partition`` (``docs/results/scale/s15/README.md``). The output streams and the log handlers are
     flushed first; a command that left a child process running exits normally.
     """
     code = main()
