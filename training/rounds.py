@@ -87,9 +87,9 @@ def configure_cpu(config: TrainConfig, world: int) -> None:
 
     Weights that only weight decay moves (a unit whose ReLU input stays negative) and Adam's
     moments of such weights decay geometrically into the denormal range, where x86 float
-    arithmetic is 10-100x slower: in a link-prediction run on amazon-computers 16 % of the
-    weights and 19 % of the first moments were denormal after 30 epochs, and the following
-    5-epoch round took 540 s instead of 24 s. Values below 1.2e-38 are zero for any model.
+    arithmetic is many times slower; a long link-prediction run slowed about twentyfold
+    (``docs/results/train-link-scaffold/README.md``). Values below 1.2e-38 are zero for any
+    model.
     """
     torch.set_num_threads(threads(config, world))
     torch.set_flush_denormal(True)
