@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 from pathlib import Path
 from pipeline.assign import AssignState, assign_batch, MODES
 
-edges = sorted(Path("/work/scratch/s50/edges").glob("*.parquet"))[:8]
+edges = sorted(Path("/work/scratch/edges").glob("*.parquet"))[:8]
 t = [pq.read_table(p, columns=["src", "dst"]) for p in edges]
 src = np.concatenate([x.column("src").to_numpy() for x in t]).astype(np.int64)
 dst = np.concatenate([x.column("dst").to_numpy() for x in t]).astype(np.int64)

@@ -1,6 +1,6 @@
 cd /tmp
 . /work/main/.venv/bin/activate
-B=/work/scratch/s7/billion
+B=/work/scratch/billion
 while kill -0 6159 2>/dev/null; do sleep 5; done
 uptime; df -h /work | tail -1; du -sh $B/out
 git -C /work/main log --oneline -1

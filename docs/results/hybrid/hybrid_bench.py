@@ -297,7 +297,7 @@ def main(argv=None) -> int:
             for bname in args.budgets:
                 for pref, mixed in [(p, m == "yes") for p in prefs for m in args.mixed] if bname != "stream" \
                         else [("none", True)]:
-                    with tempfile.TemporaryDirectory(dir="/work/scratch/s8/hybrid") as wd:
+                    with tempfile.TemporaryDirectory(dir="/work/scratch/hybrid") as wd:
                         state, info, seconds = prep.assign(budget_bytes(bname, prep), Path(wd), pref, mixed)
                     rf = replication_factor(state, prep.degree)
                     row = {

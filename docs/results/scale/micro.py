@@ -18,7 +18,7 @@ import numpy as np
 from pipeline.stream import iter_edge_batches
 from storage.decoded import decoded_shards
 from storage.input import open_input
-from storage.validate import validate_input
+from storage.decoded_copy import validate_and_copy
 
 
 def best(fn, repeat: int = 3) -> float:
@@ -34,7 +34,7 @@ def main(path: str) -> None:
     source = open_input(path)
     rows = []
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(path))) as tmp:
-        report = validate_input(source, check_duplicates=False, decoded_dir=tmp)
+        report = validate_and_copy(source, tmp, check_duplicates=False)
         copy = decoded_shards(source.edge_shards, [i.rows for i in report.edge_shards], tmp, report.num_nodes)
         edges = report.num_edges
         for name, shards in (("Parquet", source.edge_shards), ("decoded copy", copy)):

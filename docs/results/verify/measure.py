@@ -10,8 +10,8 @@ a worktree of the commit before the change. A row also gives the in-process time
 
 Usage (see README.md)::
 
-    python docs/results/verify/measure.py --old-tree /work/scratch/s7/verify/wt-old \\
-        --lock /work/scratch/s7/cpu.lock --repeat 2 /tmp/o50 /work/scratch/s7/verify/o20
+    python docs/results/verify/measure.py --old-tree /work/scratch/verify/wt-old \\
+        --lock /work/scratch/cpu.lock --repeat 2 /tmp/o50 /work/scratch/verify/o20
 """
 
 from __future__ import annotations

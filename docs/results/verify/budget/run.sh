@@ -1,6 +1,6 @@
 cd /tmp
 . /work/main/.venv/bin/activate
-W=/work/scratch/s7/v100
+W=/work/scratch/v100
 asepr synth $W/in --nodes 10000000 --edges 100000000 --dim 32 --classes 8 --seed 1 -q
 asepr partition $W/in $W/out -k 16 -q
 uptime
