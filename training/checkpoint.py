@@ -296,8 +296,36 @@ class RunDir:
             out.append(parsed)
         return out
 
+    def previous_run(self) -> list[str]:
+        """What a previous run left here that a fresh start would delete (empty: nothing)."""
+        found = []
+        rounds = sorted(self.checkpoints.glob("round-*")) if self.checkpoints.is_dir() else []
+        try:
+            latest = self.latest_round()
+        except StoreError:
+            latest, found = None, [f"a damaged {self.checkpoints / LATEST}"]
+        if latest is not None:
+            found.append(f"checkpoints up to round {latest + 1}")
+        elif rounds:
+            found.append(f"{len(rounds)} unfinished checkpoint director{'ies' if len(rounds) > 1 else 'y'}")
+        if (self.path / "metrics.csv").exists():
+            found.append("metrics.csv")
+        return found
+
+    def refuse_previous_run(self) -> None:
+        """StoreError naming the directory and the fixes when a previous run's checkpoints or
+        metrics are here: a fresh start deletes them, so it needs ``--overwrite``."""
+        found = self.previous_run()
+        if found:
+            raise StoreError(format_problem(
+                f"run directory {self.path}", "no previous run (a fresh start deletes its checkpoints)",
+                f"a previous run's {' and '.join(found)}",
+                "pass --resume to continue that run, --overwrite to delete it and start over, or choose "
+                "another --run-dir."))
+
     def clear(self) -> None:
-        """Remove the checkpoints and metrics of a previous run (a fresh start)."""
+        """Remove the checkpoints and metrics of a previous run (a fresh start; the command
+        line refuses it without ``--overwrite``: :meth:`refuse_previous_run`)."""
         refuse_symlink(self.checkpoints)
         shutil.rmtree(self.checkpoints, ignore_errors=True)
         for name in ("metrics.csv", "run.json"):

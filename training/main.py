@@ -6,8 +6,10 @@ it to ``RUN/config.json`` and launches K of these through ``torch.distributed.ru
 back (:func:`training.config.load_config`). ``torchrun --nproc-per-node K -m
 training.main OUT [flags]`` and SLURM ``srun`` work too: the flags then build the config
 (:func:`config_from_args`, the one way from flags to a config), and rank 0 takes the run
-directory's lock itself. ``--strategy fds`` runs the fully-decentralized baseline, OUT
-being the input directory. Rank 0 prints one line per round. Exit status: 0 on success,
+directory's lock itself. A run directory holding a previous run is refused unless
+``--resume`` continues it or ``--overwrite`` starts over. ``--strategy fds`` runs the
+fully-decentralized baseline, OUT being the input directory. Rank 0 prints one line per
+round. Exit status: 0 on success,
 1 when this rank failed (bad input, a dead peer or a timed-out collective), with the
 reason on stderr; 2 for a bad config.
 """
@@ -43,7 +45,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """The trainer flags, shared by ``asepr train`` and ``python -m training.main``."""
     d = TrainConfig()
     p.add_argument("--run-dir", help="checkpoints and metrics.csv (default: OUT.runs/TASK-MODEL-STRATEGY)")
-    p.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
+    start = p.add_mutually_exclusive_group()
+    start.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
+    start.add_argument("--overwrite", action="store_true",
+                       help="start over in a run directory that holds a previous run, deleting its checkpoints "
+                            "and metrics.csv (refused without it)")
     p.add_argument("--task", choices=TASKS, default=d.task)
     p.add_argument("--model", choices=MODELS, default=d.model)
     p.add_argument("--reconcile", default=d.reconcile,
@@ -210,9 +216,15 @@ def _train(args: argparse.Namespace, config: TrainConfig) -> None:
         if not args.quiet:
             print(format_row(row), flush=True)
 
+    def hold() -> None:
+        """Rank 0: the run directory's lock, and no previous run deleted without --overwrite."""
+        runs = RunDir(run_dir)
+        held.enter_context(runs.claim())
+        if not (args.resume or args.overwrite):
+            runs.refuse_previous_run()
+
     with contextlib.ExitStack() as held:
-        all_ranks_ready(comm, "lock the run directory",
-                        lambda: held.enter_context(RunDir(run_dir).claim()) if comm.rank == 0 else None)
+        all_ranks_ready(comm, "lock the run directory", lambda: hold() if comm.rank == 0 else None)
         if args.strategy == "fds":
             from training.fds import run_fds
 

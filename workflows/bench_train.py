@@ -193,7 +193,8 @@ def _launch(data: Path, run_dir: Path, config: TrainConfig, k: int, strategy: st
         echo("  (reusing the finished run in " + str(run_dir) + ")")
         return rows
     t0 = time.perf_counter()
-    launch_trainers(data, run_dir, config, k, strategy="fds" if strategy == "fds" else "asepr", quiet=True)
+    launch_trainers(data, run_dir, config, k, strategy="fds" if strategy == "fds" else "asepr", overwrite=True,
+                    quiet=True)
     (run_dir / "bench.json").write_text(json.dumps({"wall_s": time.perf_counter() - t0}))
     return RunDir(run_dir).read_metrics()
 

@@ -67,6 +67,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else (
             Path(f"{args.centralized.rstrip('/')}.runs") / f"{config.task}-{config.model}-centralized")
         with RunDir(run_dir).lock():
+            if not args.overwrite:
+                RunDir(run_dir).refuse_previous_run()
             rows = run_centralized(args.centralized, run_dir, config,
                                    on_round=None if args.quiet else (lambda row: print(format_row(row), flush=True)))
         print(summary_table(rows, f"centralized {config.model} on {args.centralized} (run directory {run_dir})"))
@@ -77,8 +79,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from workflows.launch import launch_trainers
 
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config)
-    launch_trainers(args.out, run_dir, config, args.nproc, resume=args.resume, quiet=args.quiet,
-                    verbose=args.verbose)
+    launch_trainers(args.out, run_dir, config, args.nproc, resume=args.resume, overwrite=args.overwrite,
+                    quiet=args.quiet, verbose=args.verbose)
     rows = RunDir(run_dir).read_metrics()
     print(summary_table(rows, f"{args.nproc} trainers, {config.model}, {config.reconcile} "
                               f"on {args.out} (run directory {run_dir})"))
@@ -110,7 +112,7 @@ def _train_fds(args: argparse.Namespace, config) -> int:
         return 2
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config, "fds")
     launch_trainers(args.out, run_dir, config, args.nproc, strategy="fds", fds_partition=args.fds_partition,
-                    resume=args.resume, quiet=args.quiet, verbose=args.verbose)
+                    resume=args.resume, overwrite=args.overwrite, quiet=args.quiet, verbose=args.verbose)
     rows = RunDir(run_dir).read_metrics()
     partition = (RunDir(run_dir).read_run_info() or {}).get("partition", args.fds_partition)
     print(summary_table(rows, f"{args.nproc} trainers, {config.model}, fds ({partition} partition, "

@@ -116,7 +116,7 @@ def _train(input_dir: Path, out_dir: Path, new_dir: Path, base: Path, echo) -> d
     first = dataclasses.replace(config, rounds=DEMO_ROUNDS_GEN1)
     echo(f"asepr demo: training {DEMO_PARTS} GraphSAGE ranks, {first.rounds} rounds of "
          f"{config.local_epochs} local epochs, reconciliation {config.reconcile} (torchrun, gloo)")
-    launch_trainers(out_dir, run_dir, first, DEMO_PARTS, quiet=True)
+    launch_trainers(out_dir, run_dir, first, DEMO_PARTS, overwrite=True, quiet=True)
     echo(f"asepr demo: ingesting the held-back edges ({new_dir / 'edges'}) as the next generation")
     manifest = ingest(out_dir, new_dir / "edges")
     verified = verify_output(out_dir)

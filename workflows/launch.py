@@ -69,7 +69,8 @@ def _environment(**values: str) -> Iterator[None]:
 
 def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, nproc: int, *,
                     strategy: str = "asepr", fds_partition: str = "auto", resume: bool = False,
-                    quiet: bool = False, verbose: int = 0, monitor_interval: float = 0.2) -> None:
+                    overwrite: bool = False, quiet: bool = False, verbose: int = 0,
+                    monitor_interval: float = 0.2) -> None:
     """Train ``config`` on ``out`` as ``nproc`` ranks (``python -m training.main``); raise on any failure.
 
     Parameters
@@ -80,24 +81,32 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
         The run directory: locked for the launch, ``config.json`` written into it.
     config
         The resolved config the ranks read back.
-    strategy, fds_partition, resume, quiet, verbose
-        The trainer's ``--strategy``, ``--fds-partition``, ``--resume``, ``-q`` and ``-v``.
+    strategy, fds_partition, resume, overwrite, quiet, verbose
+        The trainer's ``--strategy``, ``--fds-partition``, ``--resume``, ``--overwrite``, ``-q``
+        and ``-v``. Without ``resume`` or ``overwrite``, a run directory holding a previous
+        run is refused before any rank starts; with ``resume``, one without a complete
+        round to resume (or of another config or world size).
 
     Raises
     ------
     TrainLaunchError
         A rank failed (named with its exit code or signal), or ``nproc`` < 1.
     StoreError
-        Another run holds ``run_dir``.
+        Another run holds ``run_dir``, or it holds a previous run (see above).
     """
     if nproc < 1:
         raise TrainLaunchError(format_problem("--nproc", "an integer >= 1", str(nproc), "pass --nproc K."))
     runs = RunDir(run_dir)
     with runs.lock() as lock:
+        if resume:
+            runs.check_resume(config, nproc)
+        elif not overwrite:
+            runs.refuse_previous_run()
         args = [str(out), "--config", str(runs.write_config(config)), "--run-dir", str(run_dir)]
         if strategy == "fds":
             args += ["--strategy", "fds", "--fds-partition", fds_partition]
-        args += ["--resume"] * bool(resume) + ["-q"] * bool(quiet) + ["-v"] * int(verbose)
+        args += ["--resume"] * bool(resume) + ["--overwrite"] * bool(overwrite and not resume)
+        args += ["-q"] * bool(quiet) + ["-v"] * int(verbose)
         # torchrun sets OMP_NUM_THREADS=1 per rank; the trainer picks its own thread count.
         threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
         with _environment(OMP_NUM_THREADS=threads, **{LOCK_TOKEN_VARIABLE: lock.token}):

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from pipeline.config import PartitionConfig
-from pipeline.store.write import partition_to_store
+from pipeline.partition_run import partition_to_store
 from storage.errors import AseprError, StoreError
 from storage.importers import import_dataset
 from tests.training.conftest import REPO, wait_ranks
@@ -35,7 +35,7 @@ from training.distributed import train_rounds
 from workflows.cli import main
 from workflows.demo import bundled_cora
 
-TINY = TrainConfig(hidden=16, rounds=1, local_epochs=1, kd_steps=2, threads=1, seed=1, feature_norm="none",
+TINY = TrainConfig(hidden=16, rounds=1, local_epochs=1, threads=1, seed=1, feature_norm="none",
                    eval_mode="local")  # in-process runs train one partition of two
 #: Seconds a rank may wait on a dead peer in these runs (the bound of "within the timeout").
 TIMEOUT_S = 30
@@ -67,7 +67,7 @@ def test_killing_the_agent_stops_its_ranks_and_a_second_run_is_refused_until_the
     run = tmp_path / "run"
     agent = subprocess.Popen(
         [sys.executable, "-m", "workflows.cli", "train", str(cora_k2), "--nproc", "2", "--rounds", "500",
-         "--local-epochs", "1", "--hidden", "16", "--kd-steps", "2", "--threads", "1",
+         "--local-epochs", "1", "--hidden", "16", "--threads", "1",
          "--timeout", str(TIMEOUT_S), "--run-dir", str(run), "-q"],
         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ranks: list[psutil.Process] = []
@@ -232,3 +232,42 @@ def test_symlinks_in_the_run_directory_are_refused(cora_k2, tmp_path):
     with pytest.raises(StoreError, match="symbolic link"):
         _one_round(cora_k2, run)
     assert not list(outside.iterdir())
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*"))
+            if p.is_file() and p.name not in (".asepr.lock", "config.json")}
+
+
+_QUICK = ["--rounds", "1", "--local-epochs", "1", "--hidden", "16", "--threads", "1",
+          "--eval", "local", "-q"]
+
+
+def test_a_previous_run_is_never_deleted_without_overwrite(cora_k2, tmp_path, capsys):
+    """`asepr train` without --resume into a run directory that holds a run refuses, naming the
+    directory and both fixes, and leaves its checkpoints and metrics.csv as they were;
+    --overwrite starts over (the flag reaches the ranks through the launcher)."""
+    run = tmp_path / "run"
+    _one_round(cora_k2, run)
+    before = _files(run)
+    assert "metrics.csv" in before and any(name.startswith("checkpoints/round-") for name in before)
+    for extra in ([], ["--centralized", str(cora_k2.parent / "in")]):
+        assert main(["train", str(cora_k2), "--nproc", "2", *_QUICK, "--run-dir", str(run), *extra]) == 1
+        err = capsys.readouterr().err
+        assert f"run directory {run}" in err and "--resume" in err and "--overwrite" in err, err
+        assert "checkpoints up to round 1 and metrics.csv" in err
+        assert _files(run) == before
+    assert main(["train", str(cora_k2), "--nproc", "2", *_QUICK, "--run-dir", str(run), "--overwrite"]) == 0
+    assert RunDir(run).read_run_info()["world_size"] == 2 and len(RunDir(run).read_metrics()) == 1
+
+
+def test_trainers_started_without_the_launcher_refuse_a_previous_run(cora_k2, tmp_path):
+    """Plain torchrun / SLURM ranks: rank 0 checks the run directory under its lock."""
+    run = tmp_path / "run"
+    _one_round(cora_k2, run)
+    before = _files(run)
+    args = [str(cora_k2), "--config", str(RunDir(tmp_path / "cfg").write_config(TINY)), "--run-dir", str(run), "-q"]
+    (code0, _, err0), (code1, _, err1) = wait_ranks(spawn_trainer_ranks(2, args), timeout=240)
+    assert code0 == 1 and f"run directory {run}" in err0 and "--overwrite" in err0, err0[-2000:]
+    assert code1 == 1 and "rank 0 could not" in err1, err1[-2000:]
+    assert _files(run) == before
