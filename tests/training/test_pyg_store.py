@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch_geometric.loader import NeighborLoader, NodeLoader
+from torch_geometric.loader import LinkLoader, NeighborLoader, NodeLoader
+from torch_geometric.sampler import NegativeSampling
 from torch_geometric.nn import SAGEConv
 
 from pipeline.config import PartitionConfig
@@ -172,3 +173,18 @@ def test_a_directed_store_serves_its_stored_csr(tmp_path):
     row, colptr = gs.get_edge_index(layout="csc")
     ref = NeighborSampler(reference.edge_index, reference.num_nodes)
     assert np.array_equal(colptr.numpy(), ref.ptr) and np.array_equal(row.numpy(), ref.src_by_dst)
+
+
+def test_link_loader_over_the_stores(cora_parts):
+    fs, gs = open_pyg_stores(cora_parts(2), 0)
+    row, col = gs.get_edge_index(layout="coo")
+    pos = torch.stack([row, col])[:, :300]
+    loader = LinkLoader((fs, gs), NeighborSampler.from_graph_store(gs, (4, 4), generator=torch.Generator().manual_seed(3)),
+                        edge_label_index=(None, pos), batch_size=128, neg_sampling=NegativeSampling("binary", amount=2))
+    seen = []
+    for batch in loader:
+        k = len(batch.input_id)
+        assert batch.edge_label.tolist() == [1.0] * k + [0.0] * 2 * k
+        seen.append(batch.n_id[batch.edge_label_index[:, :k]])
+        assert torch.equal(batch.global_nid, fs.global_ids(batch.n_id))
+    assert torch.equal(torch.cat(seen, dim=1), pos)
