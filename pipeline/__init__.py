@@ -22,8 +22,9 @@ from pipeline.inputs.shuffle import shuffle_edges
 from pipeline.stream import EdgeBatch, iter_edge_batches
 from pipeline.stages.struct_cluster import Communities, structural_clusters
 from pipeline.inputs.synth import SynthConfig, generate
-from pipeline.store.verify import Problem, VerifyReport, verify_output
-from pipeline.store.write import partition_to_store, write_partitions
+from pipeline.verify import Problem, VerifyReport, verify_output
+from pipeline.partition_run import partition_to_store
+from pipeline.store.write import write_partitions
 
 __all__ = [
     "Problem",

@@ -97,8 +97,8 @@ def _phase(args: dict[str, Any]) -> dict[str, Any]:
 
     from pipeline import PartitionConfig
     from pipeline.increment.ingest import ingest
-    from pipeline.store.verify import verify_output
-    from pipeline.store.write import partition_to_store
+    from pipeline.verify import verify_output
+    from pipeline.partition_run import partition_to_store
     from storage.resources import peak_rss_bytes
 
     config = PartitionConfig(num_parts=int(args["k"]), seed=int(args["seed"]))

@@ -25,7 +25,8 @@ Outputs in ``OUT``:
 Times are training seconds, evaluation excluded (``elapsed_s`` of the metrics rows).
 The network model (:func:`modelled_seconds`, labelled *modelled* everywhere) projects
 each time onto a cluster: the measured seconds plus the training bytes over the
-bandwidth plus the training messages times a per-message latency, for the rank that
+bandwidth plus the messages times a per-message latency, training's and the
+evaluations' (a run learns that it reached a target by evaluating), for the rank that
 sent the most (the ranks meet at every collective, so the busiest one sets the pace),
 at 1, 10 and 100 Gbit/s with :data:`LATENCY_S`. The measured seconds already include
 the transfers over this machine's loopback, so the projection errs on the slow side.
@@ -49,11 +50,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.config import PartitionConfig
-from pipeline.store.write import partition_to_store
+from pipeline.partition_run import partition_to_store
 from storage.manifest import read_manifest
 from training.centralized import centralized_config
 from training.checkpoint import RunDir
-from training.config import TrainConfig
+from training.config import TrainConfig, removed_conflicts
 from workflows.bench import machine_info, markdown_table, pyplot, save_figure
 from workflows.datasets import resolve_dataset
 from workflows.launch import launch_trainers
@@ -100,10 +101,18 @@ def modelled_seconds(seconds: float, bytes_sent: float, messages: float, gbit: f
 
 
 def _modelled(row: dict[str, Any] | None, prefix: str) -> dict[str, float | None]:
-    """The modelled seconds at each bandwidth up to a metrics row (None without one)."""
-    return {f"{prefix}_{g}gbit": None if row is None else modelled_seconds(
-        row["elapsed_s"], row.get("bytes_sent_cum_max", 0.0), row.get("messages_sent_cum_max", 0.0), g)
-        for g in NETWORK_GBITS}
+    """The modelled seconds at each bandwidth up to a metrics row (None without one).
+
+    The bytes and messages are those of training and of every evaluation so far (the
+    busiest rank's ``bytes_sent_total_max`` and ``messages_sent_total_max``): a run
+    learns that it reached its target by evaluating. Rows written before those columns
+    existed fall back to the training traffic alone.
+    """
+    if row is None:
+        return {f"{prefix}_{g}gbit": None for g in NETWORK_GBITS}
+    sent = row.get("bytes_sent_total_max", row.get("bytes_sent_cum_max", 0.0))
+    messages = row.get("messages_sent_total_max", row.get("messages_sent_cum_max", 0.0))
+    return {f"{prefix}_{g}gbit": modelled_seconds(row["elapsed_s"], sent, messages, g) for g in NETWORK_GBITS}
 
 
 def summarise_run(rows: list[dict[str, Any]], target: float | None) -> dict[str, Any]:
@@ -142,8 +151,21 @@ def summarise_run(rows: list[dict[str, Any]], target: float | None) -> dict[str,
         "bytes_per_epoch_max": float(last["bytes_sent_cum_max"]) / epochs,
         "messages_per_epoch_max": float(last["messages_sent_cum_max"]) / epochs,
         "eval_bytes_per_eval": sum(float(r["eval_bytes_sent_round"]) for r in rows) / len(rows),
-        "peak_rss_mib_rank0": float(last.get("peak_rss_mib", float("nan"))),
+        **_peak_rss(rows),
     }
+
+
+def _peak_rss(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The run's peak RSS per rank (each rank's own ``VmHWM``, mean and largest over the
+    ranks, the largest evaluation-to-training ratio); NaN for rows written before the
+    ranks reported their own peak."""
+    nan = float("nan")
+    last = rows[-1]
+    if "peak_rss_mib_mean" not in last:
+        return {"peak_rss_mib_mean": nan, "peak_rss_mib_max": nan, "eval_peak_ratio_max": nan}
+    ratios = [float(r["eval_peak_ratio_max"]) for r in rows if r.get("eval_peak_ratio_max") not in (None, "")]
+    return {"peak_rss_mib_mean": float(last["peak_rss_mib_mean"]), "peak_rss_mib_max": float(last["peak_rss_mib"]),
+            "eval_peak_ratio_max": max(ratios) if ratios else nan}
 
 
 def _finished(run_dir: Path, config: TrainConfig) -> list[dict[str, Any]] | None:
@@ -156,19 +178,11 @@ def _finished(run_dir: Path, config: TrainConfig) -> list[dict[str, Any]] | None
     saved = dict(info.get("config", {}))
     mine = config.to_dict()
     # Settings that cannot change this run's result: how it ran, and scaffold's bound
-    # without scaffold (a run from before the field existed is still the same run).
-    scaffold = {"scaffold_clip", "scaffold_memory", "scaffold_shrink", "scaffold_threshold", "scaffold_control",
-                "scaffold_batches", "scaffold_weigh_segments"}
-    ignored = {"timeout_s", "threads"} | (set() if config.uses_scaffold else scaffold)
-    if config.scaffold_control == "path":
-        ignored.add("scaffold_batches")
-    if config.task == "node":  # link prediction's evaluation pool and training negatives
-        ignored |= {"link_eval_pool", "negative_pool", "remote_negatives"}
-    # A run saved before a setting existed ran as the older code did: no memory, no gate.
-    # (A link run saved before link_eval_pool existed was evaluated differently: rerun.)
-    older = {"scaffold_memory": 0.0, "scaffold_shrink": False, "scaffold_threshold": 0.0, "scaffold_control": "path",
-             "scaffold_weigh_segments": False}
-    return rows if all(saved.get(k, older.get(k)) == v for k, v in mine.items() if k not in ignored) else None
+    # without scaffold. A run that set a removed field to another behaviour is rerun.
+    ignored = {"timeout_s", "threads", "patience"} | (set() if config.uses_scaffold else {"scaffold_clip"})
+    if removed_conflicts(saved):
+        return None
+    return rows if all(saved.get(k) == v for k, v in mine.items() if k not in ignored) else None
 
 
 def _wall(run_dir: Path) -> float:
@@ -415,6 +429,9 @@ def _table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                             ("placement_bytes_mean", "placement MiB/rank"),
                             ("placement_bytes_max", "max placement MiB/rank")):
             t[column] = _mib(r.get(key))
+        t["peak RSS MiB/rank"] = r.get("peak_rss_mib_mean", "-")
+        t["max peak RSS MiB/rank"] = r.get("peak_rss_mib_max", "-")
+        t["eval/train peak"] = r.get("eval_peak_ratio_max", "-")
         reached = r.get("epochs_to_target") is not None
         t["epochs to 95%"] = r["epochs_to_target"] if reached else "not reached"
         t["s to 95%"] = r["seconds_to_target"] if reached else "-"
@@ -428,7 +445,7 @@ def _table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 #: The summary fields :func:`over_seeds` averages.
 SEED_FIELDS = ("test_at_best_val", "final_test", "best_val", "seconds_to_target", "modelled_s_to_target_1gbit",
                "modelled_s_to_target_10gbit", "modelled_s_to_target_100gbit", "epochs_to_target",
-               "train_seconds", "bytes_per_epoch", "bytes_per_epoch_max", "replication_factor")
+               "train_seconds", "bytes_per_epoch", "bytes_per_epoch_max", "eval_bytes_per_eval", "replication_factor")
 
 
 def over_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -468,7 +485,7 @@ HEADLINE_COLUMNS = ["dataset", "k", "seeds", "centralized test@best val", "asepr
                     "fds test@best val", "asepr − centralized (points)", "asepr − fds (points)", "asepr s to 95%",
                     "fds s to 95%", "fds/asepr time", "asepr modelled s @10G", "fds modelled s @10G",
                     "fds/asepr modelled @10G", "asepr MiB/epoch", "fds MiB/epoch", "fds/asepr bytes",
-                    "asepr final test", "fds final test"]
+                    "asepr eval MiB/eval", "fds eval MiB/eval", "asepr final test", "fds final test"]
 
 
 def _to_target(row: dict[str, Any], key: str) -> str:
@@ -515,6 +532,8 @@ def headline(results: list[dict[str, Any]], strategy: str) -> list[dict[str, Any
             "asepr MiB/epoch": spread(r, "bytes_per_epoch", 3, 2**20),
             "fds MiB/epoch": spread(f, "bytes_per_epoch", 3, 2**20),
             "fds/asepr bytes": _ratio(f.get("bytes_per_epoch"), r.get("bytes_per_epoch")),
+            "asepr eval MiB/eval": spread(r, "eval_bytes_per_eval", 3, 2**20),
+            "fds eval MiB/eval": spread(f, "eval_bytes_per_eval", 3, 2**20),
             "asepr final test": spread(r, "final_test"), "fds final test": spread(f, "final_test"),
         })
     return out
@@ -531,7 +550,7 @@ def _headline_section(bench: _Bench) -> list[str]:
         ("Means over the seeds (lowest–highest in brackets). Gaps in points of the test metric at the best "
          "validation point. Times: training seconds to 95 % of the centralized best validation metric, "
          "averaged over the seeds that reached it; modelled @10G as below. Bytes: training traffic per epoch "
-         "of the mean rank."),
+         "of the mean rank, and evaluation traffic per evaluation of the mean rank."),
         "",
         markdown_table(rows, HEADLINE_COLUMNS),
         "",
@@ -551,12 +570,14 @@ def _seed_table(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 spread(r, "modelled_s_to_target_10gbit", 1),
             "MiB/rank/epoch": spread(r, "bytes_per_epoch", 3, 2**20),
             "max MiB/rank/epoch": spread(r, "bytes_per_epoch_max", 3, 2**20),
+            "eval MiB/rank/eval": spread(r, "eval_bytes_per_eval", 3, 2**20),
         })
     return rows
 
 
 STRATEGY_COLUMNS = ["dataset", "k", "strategy", "eval", "final_test", "test_at_best_val", "best_val",
-                    "epochs to 95%", "s to 95%", "train_seconds", "eval_seconds", "wall_s"]
+                    "epochs to 95%", "s to 95%", "train_seconds", "eval_seconds", "wall_s", "peak RSS MiB/rank",
+                    "max peak RSS MiB/rank", "eval/train peak"]
 NETWORK_COLUMNS = ["dataset", "k", "strategy", "MiB/rank/epoch", "max MiB/rank/epoch", "messages_per_epoch_max",
                    "eval MiB/rank/eval", "s to 95%", *(f"modelled s to 95% @{g}G" for g in NETWORK_GBITS)]
 PARTITIONER_COLUMNS = ["dataset", "k", "partitioner", "replication_factor", "label_entropy_mean", "final_test",
@@ -621,7 +642,7 @@ def _write(bench: _Bench) -> None:
          "all_gather, exact for all_to_all), over the whole run divided by its epochs: `MiB/rank/epoch` is the "
          "mean over ranks, `max ...` the rank that sent the most; evaluation traffic apart (`eval MiB/rank/eval`, "
          "mean rank, per evaluation). **Modelled** (not measured): the time to 95 % on a cluster, the measured "
-         "training seconds plus the busiest rank's training bytes / bandwidth plus its messages × "
+         "training seconds plus the busiest rank's bytes (training and evaluation) / bandwidth plus its messages × "
          f"{LATENCY_S * 1e6:g} µs, at {', '.join(f'{g}' for g in NETWORK_GBITS)} Gbit/s; the measured seconds "
          "already include this machine's loopback transfers, so the model errs on the slow side."),
         "",

@@ -1,9 +1,9 @@
 """``asepr partition``, ``asepr inspect`` and ``asepr verify``.
 
 ``partition`` validates the input, partitions it and commits one Zarr store per
-partition plus ``manifest.json`` (:func:`pipeline.store.write.partition_to_store`);
+partition plus ``manifest.json`` (:func:`pipeline.partition_run.partition_to_store`);
 ``inspect`` prints what an output holds; ``verify`` checks every invariant
-(:func:`pipeline.store.verify.verify_output`) and exits 1 on any violation.
+(:func:`pipeline.verify.verify_output`) and exits 1 on any violation.
 
 Before anything is written, ``partition`` prints its memory and disk plan
 (:mod:`pipeline.plan`) and refuses to start when the plan does not fit this machine,
@@ -205,7 +205,7 @@ def _plan(args: argparse.Namespace, config: PartitionConfig, halo: int):
 
 def _cmd_partition(args: argparse.Namespace) -> int:
     from pipeline.plan import check_plan, human_bytes
-    from pipeline.store.write import partition_to_store
+    from pipeline.partition_run import partition_to_store
 
     config, halo = config_from_args(args)
     # The plan comes first: nothing is written (no output or staging directory, no
@@ -326,7 +326,8 @@ def drift_text(out: str | Path, manifest: dict[str, Any]) -> str | None:
 
 def inspect_text(out: str | Path, manifest: dict[str, Any]) -> str:
     """Everything ``asepr inspect`` prints."""
-    from storage.partition_store import resolve_store_url, store_bytes
+    from storage.output_stores import resolve_store_url
+    from storage.partition_store import store_bytes
 
     inp = manifest.get("input", {})
     kind = "undirected" if manifest.get("undirected") else "directed"
@@ -395,7 +396,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from pipeline.store.verify import verify_output
+    from pipeline.verify import verify_output
 
     if (args.memory_budget is not None and not args.memory_budget > 0) or (args.threads is not None
                                                                           and args.threads < 1):

@@ -20,8 +20,8 @@ from importlib import resources
 from pathlib import Path
 
 from pipeline.config import PartitionConfig
-from pipeline.store.verify import verify_output
-from pipeline.store.write import partition_to_store
+from pipeline.verify import verify_output
+from pipeline.partition_run import partition_to_store
 from storage.errors import StoreError
 from storage.importers import import_dataset
 from storage.resources import peak_rss_bytes
@@ -38,7 +38,7 @@ __all__ = ["DEMO_PARTS", "bundled_cora", "run_demo"]
 #: Partitions (and trainer ranks) of the demo run.
 DEMO_PARTS = 4
 #: The demo's training: small and quick (about a minute for all runs on 2 cores).
-DEMO_TRAIN = TrainConfig(hidden=64, rounds=6, local_epochs=3, kd_steps=5)
+DEMO_TRAIN = TrainConfig(hidden=64, rounds=6, local_epochs=3)
 #: Rounds trained on generation 1, before the held-back edges are ingested.
 DEMO_ROUNDS_GEN1 = 4
 #: The share of the edge stream (its end) held back for the ingest step.

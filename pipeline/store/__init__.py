@@ -2,10 +2,11 @@
 
 ``route`` (⑦, spill edge and node rows per partition), ``finalize`` (⑧ ⑨, one
 store per partition), ``commit`` (the commit protocol: staging, journal, recovery,
-node map), ``write`` (the whole ``asepr partition`` commit), ``continuation`` (the
+node map), ``output_dir`` (the output directory: created, checked, locked),
+``run_record`` (a run's input identity, key and saved assignment, for resumption),
+``write`` (an assignment's stores, written and committed), ``continuation`` (the
 partitioner state that ingest continues from), ``tasks`` (running a stage's calls as
-Dask tasks, timed) and ``verify`` (``asepr verify``, with its checks in
-``verify_store`` (one read per store array: checksums, CSR), ``verify_edges`` (the
-edge multiset: bucket counts and fingerprints), ``verify_nodes`` (node rows against the
-input) and ``verify_state``).
+Dask tasks, timed). The whole ``asepr partition`` run is
+:func:`pipeline.partition_run.partition_to_store`; ``asepr verify`` is the package
+:mod:`pipeline.verify`.
 """

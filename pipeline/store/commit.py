@@ -22,7 +22,7 @@ inside ``OUT/.asepr-staging/`` until the commit::
 Commit (:func:`commit`): write the journal, then for each item move the old one into
 ``old/`` and the new one into place, then replace ``manifest.json`` atomically, then
 delete the staging directory. Readers trust the manifest and look in ``old/`` for a
-store of the manifest's generation (:func:`storage.partition_store.resolve_store_url`),
+store of the manifest's generation (:func:`storage.output_stores.resolve_store_url`),
 so generation g stays readable until the new manifest lands.
 
 A rerun after a crash first finishes or undoes an interrupted commit
@@ -56,12 +56,10 @@ import pyarrow.parquet as pq
 from storage import failpoints
 from storage.atomic import atomic_file, refuse_symlink, write_json_atomic
 from storage.confine import confined_path
-from storage.decoded import DECODED_PREFIX
 from storage.errors import AseprError, StoreError, format_problem
 from storage.fs import resolve, url_of
 from storage.manifest import (
     JOURNAL_NAME,
-    LOCK_NAME,
     MANIFEST_NAME,
     NODE_MAP_NAME,
     OLD_DIR,
@@ -70,6 +68,7 @@ from storage.manifest import (
     read_manifest,
     write_manifest,
 )
+from storage.npy import load_npy
 from storage.partition_store import checksum_problems, open_store, store_bytes
 from storage.state import STATE_NAME
 
@@ -84,10 +83,8 @@ __all__ = [
     "finished_entries",
     "finished_entry",
     "local_output",
-    "prepare_output_dir",
     "read_json_object",
     "recover_journal",
-    "remove_if_empty",
     "node_map_from_ids",
     "write_node_map",
 ]
@@ -122,57 +119,6 @@ def local_output(out: str | Path, storage_options: dict | None) -> Path:
         )
     return Path(path)
 
-
-def _owned_name(name: str) -> bool:
-    return (
-        name in (MANIFEST_NAME, NODE_MAP_NAME, STAGING_NAME, STATE_NAME)
-        or name.startswith((LOCK_NAME, f".{MANIFEST_NAME}.", f"{MANIFEST_NAME}.partial-", DECODED_PREFIX))
-        or (name.startswith("part-") and name.endswith(".zarr"))
-    )
-
-
-def prepare_output_dir(out: Path) -> bool:
-    """Create ``out`` if needed; return whether it was created.
-
-    Raises
-    ------
-    StoreError
-        ``out`` is a file, cannot be created, is not writable, or holds files that no
-        asepr output has (it is refused rather than mixed with a partition output).
-    """
-    fix = "choose an output path you can write to (or fix its permissions)."
-    if out.exists() and not out.is_dir():
-        raise StoreError(
-            format_problem(f"output {out}", "a directory (or a path that does not exist yet)",
-                           "an existing file", "choose another output path.")
-        )
-    created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(
-            format_problem(f"output {out}", "a directory that can be created",
-                           f"{exc.strerror or exc} ({type(exc).__name__})", fix)
-        ) from exc
-    foreign = sorted(n for n in os.listdir(out) if not _owned_name(n))
-    if foreign:
-        raise StoreError(
-            format_problem(
-                f"output {out}",
-                "an empty directory or the output of `asepr partition`",
-                f"other files, e.g. {foreign[:3]}",
-                "choose a new or empty output directory.",
-            )
-        )
-    if not os.access(out, os.W_OK):
-        raise StoreError(format_problem(f"output {out}", "a writable directory", "no write permission", fix))
-    return created
-
-
-def remove_if_empty(out: Path) -> None:
-    """Remove the directory ``out`` if it is empty (a run that created it and failed)."""
-    with contextlib.suppress(OSError):
-        out.rmdir()
 
 
 @contextlib.contextmanager
@@ -415,12 +361,12 @@ def node_map_from_ids(staging: Staging, master_path: str, global_nid_paths: list
     run while the stores' node rows are still being written. A node's part-local id is
     its position in its master partition's ids, as in the store's ``nodes/is_master``.
     """
-    master = np.load(master_path, mmap_mode="r")
+    master = load_npy(master_path, mmap_mode="r")
     num_nodes = len(master)
     master_part = np.full(num_nodes, -1, dtype=np.int64)
     part_local = np.full(num_nodes, -1, dtype=np.int64)
     for p, path in enumerate(global_nid_paths):
-        gid = np.load(path, allow_pickle=False)
+        gid = load_npy(path, allow_pickle=False)
         if gid.ndim != 1 or (len(gid) and (gid[0] < 0 or gid[-1] >= num_nodes or (np.diff(gid) <= 0).any())):
             raise StoreError(format_problem(f"partition {p}, node id file {path}",
                                             f"increasing node ids in [0, {num_nodes:,})", f"shape {gid.shape}", fix))

@@ -1,12 +1,12 @@
-"""Turn an assignment into committed partition stores: the ``asepr partition`` write.
+"""Write an assignment's partition stores and commit them as the output's next generation.
 
-:func:`partition_to_store` is the whole ``asepr partition`` run (validate, partition,
-write); :func:`write_partitions` writes the stores of an :class:`~pipeline.Assignment`
-you already have. Both hold the output's lock (:class:`storage.lock.OutputLock`) and
-commit through the protocol of :mod:`pipeline.store.commit` (staging, journal,
-recovery, resumption). This module adds what is particular to a partition run::
-
-    OUT/.asepr-staging/work/    edge-parts-*.npy, master.npy, assignment.json (saved last)
+:func:`write_generation` writes (or resumes) every store of a generation and commits it;
+:func:`write_partitions` does so for an :class:`~pipeline.Assignment` you already have,
+and :func:`pipeline.partition_run.partition_to_store` (the whole ``asepr partition`` run)
+after validating and partitioning. Both hold the output's lock
+(:class:`storage.lock.OutputLock`) and commit through the protocol of
+:mod:`pipeline.store.commit` (staging, journal, recovery, resumption); what a run records
+to resume is :mod:`pipeline.store.run_record`.
 
 Stages (Dask graphs, one task per shard or partition): route edges (one task per edge
 shard) → finalize edges (per partition) → gather node rows (per node shard) →
@@ -27,261 +27,56 @@ A rerun after a crash, with the same run key (same input bytes, config and halo)
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import hashlib
 import logging
-import os
 import shutil
-import tempfile
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pipeline.assign import edge_parts_path
-from pipeline.config import PartitionConfig
-from pipeline.store.finalize import finalize_edges, finalize_nodes, finalize_nodes_from_table, sweep_groups
 from pipeline.store.commit import (
     Staging,
     commit,
-    disk_errors,
-    file_sha256,
     finished_entries,
-    local_output,
-    prepare_output_dir,
-    read_json_object,
-    recover_journal,
-    remove_if_empty,
     node_map_from_ids,
+    recover_journal,
     write_node_map,
 )
+from pipeline.store.output_dir import writable_output
+from pipeline.store.finalize import finalize_edges, finalize_nodes, finalize_nodes_from_table, sweep_groups
 from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
-from pipeline.store.tasks import Progress, bar_for, run_tasks, task_slots, timed, worker_peak_rss
-from storage.decoded import DECODED_PREFIX, decoded_shards, remove_decoded
-from storage.node_table import NodeTable
+from pipeline.store.run_record import (
+    SavedAssignment,
+    assignment_digest,
+    check_halo,
+    input_info_from_shards,
+    load_assignment,
+    parts_files,
+    run_key_of,
+    save_assignment,
+    stage_state,
+    staged_state_ok,
+)
+from pipeline.store.tasks import Progress, run_tasks, task_slots, timed, worker_peak_rss
+from storage.decoded import remove_decoded
 from storage.errors import StoreError, format_problem
-from storage.fs import Shard, fingerprint, resolve, url_of
-from storage.lock import OutputLock
-from storage.atomic import dumps_json, save_npy_atomic, write_json_atomic
+from storage.fs import Shard
 from storage.manifest import MANIFEST_FORMAT, MANIFEST_VERSION, NODE_MAP_NAME, part_name, read_manifest
-from storage.partition_store import STORE_VERSION
-from storage.resources import peak_rss_bytes, stage
-from storage.schema import check_node_schema, feature_matrix
+from storage.node_table import NodeTable
+from storage.resources import peak_rss_bytes
 from storage.state import STATE_NAME, state_entry, state_identity
-from storage.input import open_input, open_parquet
-from storage.validate import validate_input
 
-__all__ = ["Progress", "partition_to_store", "write_partitions"]
+__all__ = ["Progress", "begin_run", "write_generation", "write_partitions"]
 
 log = logging.getLogger(__name__)
-
-
-# --- the assignment, saved for resumption ----------------------------------------------
-
-
-@dataclass
-class _SavedAssignment:
-    num_nodes: int
-    num_edges: int
-    num_parts: int
-    config: dict[str, Any]
-    undirected: bool
-    metrics: dict[str, Any]
-    timings: dict[str, float]
-    edge_shards: list[Shard]
-    node_shards: list[Shard]
-    workdir: Path
-    digest: str
-
-    def parts_path(self, i: int) -> str:
-        return str(edge_parts_path(self.workdir, i))
-
-    @property
-    def master_path(self) -> str:
-        return str(self.workdir / "master.npy")
-
-
-def _assignment_digest(master: np.ndarray, parts_files: list[Path]) -> str:
-    h = hashlib.sha256(np.ascontiguousarray(master, dtype=np.int32).tobytes())
-    for f in parts_files:
-        file_sha256(f, h)
-    return h.hexdigest()
-
-
-def _parts_files(workdir: str | Path, count: int) -> list[Path]:
-    return [edge_parts_path(workdir, i) for i in range(count)]
-
-
-def _save_assignment(assignment, work: Path, run_key: str, halo: int) -> _SavedAssignment:
-    """Persist what the write stages and a resumption need (assignment.json goes last)."""
-    count = len(assignment.edge_shards)
-    src_files = _parts_files(assignment.workdir, count)
-    dst_files = _parts_files(work, count)
-    for src, dst in zip(src_files, dst_files):
-        if src.resolve() == dst.resolve():
-            continue
-        dst.unlink(missing_ok=True)
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copyfile(src, dst)
-    master = np.ascontiguousarray(assignment.master, dtype=np.int32)
-    save_npy_atomic(work / "master.npy", master)
-    digest = _assignment_digest(master, dst_files)
-    config = assignment.config
-    saved = _SavedAssignment(
-        num_nodes=int(assignment.num_nodes),
-        num_edges=int(assignment.num_edges),
-        num_parts=int(config.num_parts),
-        config=config.to_dict(),
-        undirected=bool(config.undirected),
-        metrics=dict(assignment.metrics),
-        timings=dict(assignment.timings),
-        edge_shards=list(assignment.edge_shards),
-        node_shards=list(assignment.node_shards),
-        workdir=work,
-        digest=digest,
-    )
-    record = {
-        "run_key": run_key, "halo": halo, "digest": digest,
-        **{f.name: getattr(saved, f.name) for f in dataclasses.fields(saved)
-           if f.name not in ("edge_shards", "node_shards", "workdir")},
-        "edge_shards": [s.url for s in saved.edge_shards],
-        "node_shards": [s.url for s in saved.node_shards],
-    }
-    write_json_atomic(work / "assignment.json", record)
-    return saved
-
-
-def _load_assignment(work: Path, run_key: str, edge_shards: list[Shard], node_shards: list[Shard]) -> _SavedAssignment | None:
-    record = read_json_object(work / "assignment.json")
-    if not record or record.get("run_key") != run_key:
-        return None
-    if record["edge_shards"] != [s.url for s in edge_shards] or record["node_shards"] != [s.url for s in node_shards]:
-        return None
-    files = _parts_files(work, len(edge_shards))
-    if not (work / "master.npy").exists() or not all(f.exists() for f in files):
-        return None
-    return _SavedAssignment(
-        num_nodes=record["num_nodes"], num_edges=record["num_edges"], num_parts=record["num_parts"],
-        config=record["config"], undirected=record["undirected"], metrics=record["metrics"],
-        timings=record["timings"], edge_shards=edge_shards, node_shards=node_shards,
-        workdir=work, digest=record["digest"],
-    )
-
-
-def _stage_state(staging: Staging, assignment, generation: int, input_info: dict[str, Any],
-                 close: bool = False) -> None:
-    """Write the partitioner state (``state.zarr``) of this run into the staging
-    directory; with ``close``, close ``assignment`` afterwards (even on an error)."""
-    from pipeline.store.continuation import write_assignment_state
-
-    try:
-        with stage("state", log):
-            write_assignment_state(assignment, staging.state_path, generation, input_info)
-    finally:
-        if close:
-            assignment.close()
-
-
-def _staged_state_ok(staging: Staging, generation: int) -> bool:
-    ident = state_identity(staging.state_path)
-    return ident is not None and ident[0] == generation
-
-
-# --- input identity ------------------------------------------------------------------
-
-
-def _input_url(input_url, storage_options=None) -> str:
-    """The input's URL as ``asepr verify`` can find it again from any directory."""
-    return url_of(*resolve(input_url, storage_options))
-
-
-def _input_info_from_report(input_url, report, storage_options=None) -> dict[str, Any]:
-    return {
-        "url": _input_url(input_url, storage_options),
-        "edges": [{"url": s.url, "rows": s.rows, "sha256": s.sha256} for s in report.edge_shards],
-        "nodes": [{"url": s.url, "rows": s.rows, "sha256": s.sha256} for s in report.node_shards],
-        "feat_dim": int(report.feat_dim),
-    }
-
-
-def _feat_dim(node_shards: list[Shard]) -> int:
-    for shard in node_shards:
-        pf = open_parquet(shard)
-        layout, _, _ = check_node_schema(pf.schema_arrow, shard.url)
-        if layout.dim is not None:
-            return int(layout.dim)
-        for batch in pf.iter_batches(batch_size=1, columns=list(layout.columns)):
-            return int(feature_matrix(batch, layout).shape[1])
-    return 0
-
-
-def _input_info_from_shards(input_url, edge_shards, node_shards) -> dict[str, Any]:
-    def describe(shards):
-        return [{"url": s.url, "rows": open_parquet(s).metadata.num_rows, "sha256": fingerprint(s)} for s in shards]
-
-    return {"url": None if input_url is None else _input_url(input_url), "edges": describe(edge_shards),
-            "nodes": describe(node_shards), "feat_dim": _feat_dim(node_shards)}
-
-
-def _run_key(config: dict[str, Any], halo: int, input_info: dict[str, Any]) -> str:
-    # How the fallback is scheduled changes no result, so it does not make a new run.
-    identity = {
-        "format_version": [MANIFEST_VERSION, STORE_VERSION],
-        "config": {k: v for k, v in config.items() if k != "concurrent_fallback"},
-        "halo": halo,
-        "edges": [s["sha256"] for s in input_info["edges"]],
-        "nodes": [s["sha256"] for s in input_info["nodes"]],
-    }
-    return hashlib.sha256(dumps_json(identity)).hexdigest()
-
-
-def _check_halo(halo: int) -> int:
-    if halo not in (0, 1):
-        raise StoreError(f"--halo: expected 0 or 1, found {halo!r}.")
-    return int(halo)
 
 
 # --- begin, write, commit ---------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _writable_output(out: str | Path, storage_options: dict | None) -> Iterator[Path]:
-    """The local output directory, created if needed, locked, with disk errors explained.
-
-    A directory this run created is removed again when the run leaves it empty.
-    """
-    out_path = local_output(out, storage_options)
-    created = prepare_output_dir(out_path)
-    try:
-        with OutputLock(out_path), disk_errors(out_path):
-            yield out_path
-    finally:
-        if created:
-            remove_if_empty(out_path)
-
-
-@contextlib.contextmanager
-def _decoded_copy(out: Path) -> Iterator[Path]:
-    """A new directory in the (locked) output for the validator's decoded edge copy
-    (:mod:`storage.decoded`), removed on the way out, as are those of killed runs."""
-    for stale in out.glob(f"{DECODED_PREFIX}*"):
-        if stale.is_dir() and not stale.is_symlink():
-            shutil.rmtree(stale, ignore_errors=True)
-    path = Path(tempfile.mkdtemp(prefix=DECODED_PREFIX, dir=out))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _begin(out: Path, run_key: str, overwrite: bool) -> tuple[Staging, int, dict | None]:
+def begin_run(out: Path, run_key: str, overwrite: bool) -> tuple[Staging, int, dict | None]:
     """Recover an interrupted commit, decide resume vs clean start; return the staging.
 
     Returns ``(staging, generation, committed)``; ``committed`` is the manifest when an
@@ -307,7 +102,7 @@ def _begin(out: Path, run_key: str, overwrite: bool) -> tuple[Staging, int, dict
     return staging, generation, None
 
 
-def _route_and_finalize_edges(staging: Staging, saved: _SavedAssignment, todo: list[int], *, halo: int,
+def _route_and_finalize_edges(staging: Staging, saved: SavedAssignment, todo: list[int], *, halo: int,
                               client, progress: Progress | None, timings: dict[str, float],
                               decoded_edges: list[Shard] | None = None) -> list[dict]:
     """Route every edge shard not routed yet, then write the CSR of each partition in ``todo``.
@@ -348,7 +143,7 @@ def _route_and_finalize_edges(staging: Staging, saved: _SavedAssignment, todo: l
     return edge_infos
 
 
-def _gather_and_finalize_nodes(staging: Staging, saved: _SavedAssignment, todo: list[int], edge_infos: list[dict],
+def _gather_and_finalize_nodes(staging: Staging, saved: SavedAssignment, todo: list[int], edge_infos: list[dict],
                                *, feat_dim: int, attrs: dict[str, Any], client, progress: Progress | None,
                                timings: dict[str, float], node_table: NodeTable | None = None) -> list[dict]:
     """Gather the node rows of the partitions in ``todo``, then finish their stores.
@@ -393,7 +188,7 @@ def _gather_and_finalize_nodes(staging: Staging, saved: _SavedAssignment, todo: 
     return entries
 
 
-def _partition_manifest(saved: _SavedAssignment, *, input_info: dict[str, Any], run_key: str, generation: int,
+def _partition_manifest(saved: SavedAssignment, *, input_info: dict[str, Any], run_key: str, generation: int,
                         halo: int, entries: dict[int, dict], resumed: list[int], node_map_sha: str,
                         state: tuple[int, str] | None, timings: dict[str, float], client) -> dict[str, Any]:
     """The manifest of a partition run's generation."""
@@ -430,9 +225,9 @@ def _partition_manifest(saved: _SavedAssignment, *, input_info: dict[str, Any], 
     return manifest
 
 
-def _write_generation(
+def write_generation(
     staging: Staging,
-    saved: _SavedAssignment,
+    saved: SavedAssignment,
     *,
     input_info: dict[str, Any],
     run_key: str,
@@ -503,105 +298,8 @@ def _write_generation(
     return manifest
 
 
-# --- public entry points ------------------------------------------------------------------
 
-
-def partition_to_store(
-    input_url: str | Path,
-    out: str | Path,
-    config: PartitionConfig,
-    *,
-    halo: int = 0,
-    client=None,
-    overwrite: bool = False,
-    progress: Progress | None = None,
-    storage_options: dict | None = None,
-) -> dict[str, Any]:
-    """Validate, partition and write: the whole ``asepr partition`` run.
-
-    Bad input fails in validation, before anything is written. The output gets a new
-    generation only when everything succeeded; a failed or killed run leaves the
-    previous one intact, and the same command resumes it.
-
-    Parameters
-    ----------
-    input_url
-        The input directory (``edges/``, ``nodes/``, optional ``meta.json``).
-    out
-        The output directory (local).
-    config
-        How to partition (:class:`~pipeline.config.PartitionConfig`).
-    halo
-        1 to copy the 1-hop in-neighbourhood of every master into its partition.
-    client
-        A ``distributed.Client``; None runs the Dask stages on local threads.
-    overwrite
-        Allow replacing a committed output (by the next generation).
-    progress
-        ``progress(stage, total)`` → a context manager with ``update(n)``, per stage.
-
-    Returns
-    -------
-    dict
-        The committed manifest.
-
-    Raises
-    ------
-    InputError, SchemaError
-        The input is invalid (nothing was written).
-    StoreError
-        The output is unusable, locked by another writer, or a disk error occurred.
-    """
-    from pipeline.partition import partition
-
-    halo = _check_halo(halo)
-    with _writable_output(out, storage_options) as out_path, _decoded_copy(out_path) as decoded_dir:
-        timings: dict[str, float] = {}
-        start = time.perf_counter()
-        with stage("validate", log):
-            source = open_input(input_url, storage_options)
-            config = config.resolved(source).effective()
-            report = validate_input(source, undirected=config.undirected, check_duplicates=False,
-                                    decoded_dir=str(decoded_dir))
-        timings["validate"] = time.perf_counter() - start
-        input_info = _input_info_from_report(input_url, report, storage_options)
-        table = NodeTable(decoded_dir, report.num_nodes, report.feat_dim)
-        decoded_edges = decoded_shards(source.edge_shards, [info.rows for info in report.edge_shards], decoded_dir,
-                                       report.num_nodes)
-        run_key = _run_key(config.to_dict(), halo, input_info)
-        staging, generation, committed = _begin(out_path, run_key, overwrite)
-        if committed is not None:
-            return committed
-        saved = _load_assignment(staging.work, run_key, source.edge_shards, source.node_shards)
-        if saved is not None and not _staged_state_ok(staging, generation):
-            saved = None
-        # A new assignment's state is written on a thread beside the route and the edge
-        # stores (one core's work while theirs leave room); the commit waits for it. A
-        # run killed before it is finished finds no staged state and partitions again.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="asepr-state") as state_pool:
-            state_pending = None
-            if saved is None:
-                staging.reset_work()
-                # The streaming passes read the validator's decoded copy; everything after
-                # them (and what is saved) names the input's own shards.
-                decoded = dataclasses.replace(source, edge_shards=decoded_edges, node_table=table)
-                with bar_for(progress, "assign", 1) as bar:
-                    assignment = partition(decoded, config=config, client=client, workdir=staging.work,
-                                           report=report)
-                    bar.update(1)
-                assignment.edge_shards = source.edge_shards
-                state_pending = state_pool.submit(_stage_state, staging, assignment, generation, input_info,
-                                                  close=True)
-                saved = _save_assignment(assignment, staging.work, run_key, halo)
-                del assignment  # the state's thread holds (and then closes) it
-            else:
-                log.warning("resuming: reusing the saved assignment of generation %d", generation)
-            saved.timings = {**saved.timings, "validate": timings["validate"]}
-            return _write_generation(
-                staging, saved, input_info=input_info, run_key=run_key, generation=generation,
-                halo=halo, client=client, progress=progress, timings=dict(saved.timings), node_table=table,
-                decoded_edges=decoded_edges, state_pending=state_pending,
-            )
+# --- writing an existing assignment -------------------------------------------------------
 
 
 def write_partitions(
@@ -624,27 +322,28 @@ def write_partitions(
     dict
         The committed manifest.
     """
-    halo = _check_halo(halo)
-    with _writable_output(out, None) as out_path:
-        input_info = _input_info_from_shards(input_url, assignment.edge_shards, assignment.node_shards)
-        run_key = _run_key(assignment.config.to_dict(), halo, input_info)
-        staging, generation, committed = _begin(out_path, run_key, overwrite)
+    halo = check_halo(halo)
+    with writable_output(out, None) as out_path:
+        input_info = input_info_from_shards(input_url, assignment.edge_shards, assignment.node_shards)
+        run_key = run_key_of(assignment.config.to_dict(), halo, input_info)
+        staging, generation, committed = begin_run(out_path, run_key, overwrite)
         if committed is not None:
             return committed
-        parts = _parts_files(assignment.workdir, len(assignment.edge_shards))
-        digest = _assignment_digest(assignment.master, parts)
-        saved = _load_assignment(staging.work, run_key, assignment.edge_shards, assignment.node_shards)
+        parts = parts_files(assignment.workdir, len(assignment.edge_shards))
+        digest = assignment_digest(assignment.master, parts)
+        saved = load_assignment(staging.work, run_key, assignment.edge_shards, assignment.node_shards)
         if saved is not None and saved.digest != digest:
             log.warning("discarding an interrupted run in %s (another assignment); starting clean", out_path)
             staging.restart(run_key, generation, "partition")
             saved = None
-        if saved is not None and not _staged_state_ok(staging, generation):
+        if saved is not None and not staged_state_ok(staging, generation):
             saved = None
         if saved is None:
             staging.reset_work()
-            _stage_state(staging, assignment, generation, input_info)
-            saved = _save_assignment(assignment, staging.work, run_key, halo)
-        return _write_generation(
+            stage_state(staging, assignment, generation, input_info)
+            saved = save_assignment(assignment, staging.work, run_key, halo)
+        return write_generation(
             staging, saved, input_info=input_info, run_key=run_key, generation=generation,
             halo=halo, client=client, progress=progress, timings=dict(saved.timings),
         )
+

@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from pipeline import ingest
 from pipeline.stages.attr_cluster import AttrModel
 from pipeline.config import PartitionConfig
-from pipeline.store.verify import verify_output
-from pipeline.store.write import partition_to_store
+from pipeline.verify import verify_output
+from pipeline.partition_run import partition_to_store
 from storage.errors import InputError, InputNotFoundError, SchemaError, StoreError
 from storage.manifest import LOCK_NAME, STAGING_NAME, read_manifest, write_manifest
-from storage.partition_store import open_partition
+from storage.output_stores import open_partition
 from storage.state import read_state
 from tests.pipeline.crash import Crash, crash_at
 from tests.pipeline.ingest_cases import edge_multiset, input_edges, split_case

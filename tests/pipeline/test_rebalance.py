@@ -12,8 +12,8 @@ from pipeline import ingest, rebalance
 from pipeline.config import PartitionConfig
 from pipeline.stages.metrics import drift_metrics
 from pipeline.inputs.synth import SynthConfig, generate
-from pipeline.store.verify import verify_output
-from pipeline.store.write import partition_to_store
+from pipeline.verify import verify_output
+from pipeline.partition_run import partition_to_store
 from storage.errors import StoreError
 from storage.manifest import STAGING_NAME, read_manifest
 from storage.state import read_state

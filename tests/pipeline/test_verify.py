@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from pipeline.config import PartitionConfig
 from pipeline.inputs.synth import SynthConfig, generate
-from pipeline.store.verify import verify_output
-from pipeline.store.verify_edges import (
+from pipeline.verify import verify_output
+from pipeline.verify.edges import (
     MERSENNE_61,
     EdgeFingerprint,
     draw_points,
@@ -36,7 +36,7 @@ from pipeline.store.verify_edges import (
     miss_bound,
     mulmod61,
 )
-from pipeline.store.write import partition_to_store
+from pipeline.partition_run import partition_to_store
 from storage.errors import InputError
 from storage.partition_store import combine_digests, write_array
 

@@ -1,6 +1,6 @@
 """The write path: invariants of committed outputs, resumption, failures, Dask clusters.
 
-``check_output`` checks an output independently of ``pipeline.store.verify`` (plain numpy
+``check_output`` checks an output independently of ``pipeline.verify`` (plain numpy
 over the whole graph, which is small here), and every test also runs the verifier.
 """
 
@@ -20,11 +20,13 @@ import pytest
 import storage.partition_store
 from pipeline.config import ALGORITHMS, PartitionConfig
 from pipeline.partition import partition
-from pipeline.store.verify import verify_output
-from pipeline.store.write import partition_to_store, write_partitions
+from pipeline.verify import verify_output
+from pipeline.partition_run import partition_to_store
+from pipeline.store.write import write_partitions
 from storage.errors import AseprError, InputError, SchemaError, StoreError
 from storage.manifest import STAGING_NAME, read_manifest
-from storage.partition_store import combine_digests, open_partition, zarr_array_digest
+from storage.output_stores import open_partition
+from storage.partition_store import combine_digests, zarr_array_digest
 from tests.pipeline.crash import Crash, crash_at
 from tests.storage.helpers import edge_table, node_table, write_input
 
@@ -518,7 +520,7 @@ def test_node_map_and_node_sweep_refuse_damaged_id_files(tmp_path):
     from storage.input import open_input
     from storage.node_table import NodeTable
     from storage.partition_store import create_store
-    from storage.validate import validate_input
+    from storage.decoded_copy import validate_and_copy
 
     staging = Staging(tmp_path / "out")
     staging.root.mkdir(parents=True)
@@ -540,7 +542,7 @@ def test_node_map_and_node_sweep_refuse_damaged_id_files(tmp_path):
 
     write_input(tmp_path / "in", num_nodes=20, num_edges=40, dim=3)
     (tmp_path / "copy").mkdir()
-    report = validate_input(open_input(tmp_path / "in"), decoded_dir=str(tmp_path / "copy"))
+    report = validate_and_copy(open_input(tmp_path / "in"), tmp_path / "copy")
     node_table_copy = NodeTable(tmp_path / "copy", report.num_nodes, report.feat_dim)
     info = {"part_id": 0, "counts": {"nodes": 4}, "digests": {}, "index_dtype": "int32"}
     for ids, message in ((np.array([1, 2, 3], np.int64), r"4 increasing node ids.*shape \(3,\)"),

@@ -19,8 +19,8 @@ import pytest
 
 from pipeline.config import PartitionConfig
 from pipeline.increment.ingest import ingest
-from pipeline.store.verify import verify_output
-from pipeline.store.write import partition_to_store
+from pipeline.verify import verify_output
+from pipeline.partition_run import partition_to_store
 from storage.atomic import save_npy_atomic, write_bytes_atomic, write_json_atomic
 from storage.confine import confined_path
 from storage.errors import StoreError

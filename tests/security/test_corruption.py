@@ -22,12 +22,13 @@ import zarr
 import storage.partition_store as ps
 from pipeline.config import PartitionConfig
 from pipeline.increment.ingest import ingest
-from pipeline.store.verify import verify_output
-from pipeline.store.write import partition_to_store
+from pipeline.verify import verify_output
+from pipeline.partition_run import partition_to_store
 from storage.errors import StoreError
 from storage.manifest import read_manifest
 from storage.checked_array import CHUNK_DIGESTS, CheckedArray
-from storage.partition_store import create_store, open_partition, write_array
+from storage.output_stores import open_partition
+from storage.partition_store import create_store, write_array
 from tests.storage.helpers import edge_table
 from training.data import load_local_graph
 from workflows.cli import main

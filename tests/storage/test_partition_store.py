@@ -18,12 +18,13 @@ import zarr
 import storage.atomic
 import storage.partition_store as ps
 from pipeline.config import PartitionConfig
-from pipeline.store.write import partition_to_store
+from pipeline.partition_run import partition_to_store
 from storage.checked_array import CheckedArray
 from storage.errors import StoreError
 from storage.lock import OutputLock
 from storage.manifest import LOCK_NAME, read_manifest, write_manifest
-from storage.partition_store import open_partition, open_store
+from storage.output_stores import open_partition
+from storage.partition_store import open_store
 from tests.storage.helpers import write_input
 
 
@@ -93,7 +94,7 @@ def test_store_uses_the_measured_codecs_and_chunks(outputs, tmp_path):
         (codec,) = group[name].compressors
         assert isinstance(codec, zarr.codecs.BloscCodec) and codec.cname.value == "lz4"
     assert x.chunks[1] == x.shape[1]  # whole rows
-    assert "MB/s" in ps.__doc__  # the measurement behind the choice is written down
+    assert "docs/results/implementation-choices" in ps.__doc__  # the measurements behind the choice
     # Sparse (bag-of-words-like) features compress: blosc; the digests do not depend on it.
     sparse = np.zeros((5000, 64), np.float32)
     sparse[::7, 3] = 1.0
@@ -206,7 +207,7 @@ def test_reader_refuses_unfinished_or_foreign_stores(outputs, tmp_path):
 
 def test_manifest_replacement_is_atomic(tmp_path, monkeypatch):
     write_manifest(tmp_path, {"format": "asepr-partitions", "format_version": 1, "generation": 1,
-                              "num_parts": 0, "partitions": []})
+                              "num_parts": 1, "partitions": [{"part_id": 0}]})
 
     def crash(src, dst):
         raise OSError("simulated crash before the rename")
@@ -214,7 +215,7 @@ def test_manifest_replacement_is_atomic(tmp_path, monkeypatch):
     monkeypatch.setattr(storage.atomic.os, "replace", crash)
     with pytest.raises(OSError):
         write_manifest(tmp_path, {"format": "asepr-partitions", "format_version": 1, "generation": 2,
-                                  "num_parts": 0, "partitions": []})
+                                  "num_parts": 1, "partitions": [{"part_id": 0}]})
     monkeypatch.undo()
     assert read_manifest(tmp_path)["generation"] == 1
 

@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from pipeline.config import PartitionConfig
-from pipeline.store.write import partition_to_store
+from pipeline.partition_run import partition_to_store
 from storage.importers import import_dataset
 from workflows.demo import bundled_cora
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.store.verify import verify_output
+from pipeline.verify import verify_output
 from storage.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
-from storage.partition_store import open_partition
+from storage.output_stores import open_partition
 from storage.state import read_state
 from tests.pipeline.ingest_cases import skewed_edges, split_case
 from tests.storage.helpers import edge_table

@@ -14,11 +14,11 @@ import zarr
 
 from pipeline.config import PartitionConfig
 from pipeline.inputs.synth import SynthConfig, generate
-from pipeline.store.verify import verify_output
-from pipeline.store.write import partition_to_store
+from pipeline.verify import verify_output
+from pipeline.partition_run import partition_to_store
 from storage.importers import import_dataset
 from storage.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
-from storage.partition_store import open_partition
+from storage.output_stores import open_partition
 from tests.storage.helpers import write_input
 from tests.workflows.helpers import spawn_paused, wait_for_pause
 from workflows.cli import main

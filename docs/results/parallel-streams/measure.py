@@ -1,7 +1,7 @@
 """W parallel assignment streams against one: RF, edge balance and merge traffic.
 
 For every input, edge order, k and algorithm: one real ``partition()`` run (the
-sequential stream, W = 1), then :func:`pipeline.assign.parallel.simulate_parallel_streams`
+sequential stream, W = 1), then :func:`parallel.simulate_parallel_streams` (``parallel.py`` beside it)
 from the same starting state (degrees, communities, attribute homes) at every W and B.
 The W = 1 simulation must reproduce the run's loads and RF exactly (checked, not
 assumed). Rows go to ``parallel-streams.csv`` and the table to ``table.md``.
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import PartitionConfig, attribute_clusters, compute_degrees, partition
-from pipeline.assign.parallel import replay_state, simulate_parallel_streams
+from parallel import replay_state, simulate_parallel_streams
 from storage.input import open_input, read_meta
 from storage.resources import peak_rss_bytes
 from workflows.bench import ordered_inputs

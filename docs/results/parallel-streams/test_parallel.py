@@ -1,4 +1,9 @@
-"""pipeline.assign.parallel: W simulated assignment streams merged every B edges."""
+"""Checks of parallel.py (W simulated assignment streams merged every B edges).
+
+The simulation is a results script, not part of the package, so its checks are not
+in the default suite: ``python -m pytest docs/results/parallel-streams/test_parallel.py``
+from the project root.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from hypothesis import strategies as st
 
 from pipeline import PartitionConfig, partition, replica_sets
 from pipeline.assign import MODES, AssignState, KernelSettings, assign_batch
-from pipeline.assign.parallel import (
+from parallel import (
     iter_epochs,
     iter_share,
     replay_state,

@@ -25,8 +25,8 @@ from storage.partition_store import (
     checksum_problems,
     combine_digests,
     open_store,
-    resolve_store_url,
 )
+from storage.output_stores import resolve_store_url
 
 __all__ = ["CSR_ARRAYS", "NODE_ROW_ARRAYS", "Csr", "PartitionScan", "owned_edge_keys", "read_arrays",
            "scan_partition"]
@@ -190,7 +190,7 @@ def _check_csr(where: str, data: dict[str, np.ndarray], attrs, num_nodes: int, h
 
 
 def scan_partition(out, manifest, entry, storage_options) -> PartitionScan:
-    """Open, check and read one partition (checks 1 to 3 of :mod:`pipeline.store.verify`)."""
+    """Open, check and read one partition (checks 1 to 3 of :mod:`pipeline.verify`)."""
     scan = PartitionScan(int(entry["part_id"]))
     where = f"partition {scan.part_id}"
     halo = int(manifest.get("halo", 0))

@@ -90,7 +90,7 @@ FINGERPRINT_BUCKETS = 1 << 16
 _BUCKET_SHIFT = np.uint64(64 - 16)
 #: Independent evaluation points.
 LANES = 2
-#: ``edge_check`` choices of :func:`pipeline.store.verify.verify_output`.
+#: ``edge_check`` choices of :func:`pipeline.verify.verify_output`.
 EDGE_CHECKS = ("fingerprint", "exact")
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -17,7 +17,7 @@ Checks (each problem names the partition, what was expected and what was found):
    ``global_nid`` space, equals the input's edge rows: per-bucket counts and
    polynomial fingerprints at points drawn at random for each run (a difference
    escapes with probability below ``2**-60``, argued in
-   :mod:`pipeline.store.verify_edges`), then an exact out-of-core sort and compare
+   :mod:`pipeline.verify.edges`), then an exact out-of-core sort and compare
    of the buckets that differ, which names each differing edge
    (``edge_check="exact"`` compares every bucket so). With ``halo`` 1, each master
    also holds every input edge into it (for an undirected input, every edge
@@ -25,7 +25,7 @@ Checks (each problem names the partition, what was expected and what was found):
 6. **nodes**: ``x``, ``y`` and ``split`` equal the input's rows, through
    ``global_nid`` (bit for bit): against a table of the input's rows by id when it
    fits the memory budget, else partitions are loaded in groups that fit it, each
-   group costing one pass over the node shards (:mod:`pipeline.store.verify_nodes`).
+   group costing one pass over the node shards (:mod:`pipeline.verify.nodes`).
 7. **input identity**: the input's shard hashes match the manifest's fingerprints;
    the shards of every ingested increment (``manifest["increments"]``, read from the
    URLs recorded there) count as input too.
@@ -37,7 +37,7 @@ Checks (each problem names the partition, what was expected and what was found):
 
 How it runs: each array of each store is read once, through the checked reader, and
 that one read serves the checksums, the CSR checks, the edge fingerprints and the
-node comparison (:mod:`pipeline.store.verify_store`). The partitions, the input's
+node comparison (:mod:`pipeline.verify.stores`). The partitions, the input's
 edge shards (in ``workers`` contiguous runs), the input node table, the shard
 hashes and the state are independent tasks on ``workers`` threads (numpy, hashlib,
 pyarrow, zarr's codecs and the numba kernels release the GIL); each task keeps its
@@ -66,7 +66,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pipeline.plan import free_memory_bytes
-from pipeline.store.verify_edges import (
+from pipeline.verify.edges import (
     EDGE_CHECKS,
     EdgeFingerprint,
     InputEdges,
@@ -77,7 +77,7 @@ from pipeline.store.verify_edges import (
     miss_bound,
     scan_input_edges,
 )
-from pipeline.store.verify_nodes import (
+from pipeline.verify.nodes import (
     NodeTable,
     RowMismatch,
     build_node_table,
@@ -86,8 +86,8 @@ from pipeline.store.verify_nodes import (
     mismatch_problems,
     node_table_bytes,
 )
-from pipeline.store.verify_state import ReplicaBits, load_state, state_masters_problems, state_partition_problems
-from pipeline.store.verify_store import PartitionScan, owned_edge_keys, scan_partition
+from pipeline.verify.state import ReplicaBits, load_state, state_masters_problems, state_partition_problems
+from pipeline.verify.stores import PartitionScan, owned_edge_keys, scan_partition
 from storage.errors import AseprError, InputError, format_problem
 from storage.fs import discover_shards, fingerprint, join, resolve, url_of
 from storage.input import open_input
