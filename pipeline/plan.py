@@ -54,7 +54,8 @@ from pathlib import Path
 from pipeline.assign.hybrid import held_bytes
 from pipeline.assign.state import FIELDS
 from pipeline.config import PartitionConfig
-from pipeline.stages.attr_cluster import RESTARTS, label_threads, sample_rows
+from pipeline.stages.attr_cluster import RESTARTS, sample_rows
+from pipeline.stages.attr_rows import label_threads
 from pipeline.store.route import EDGE_RECORD, edge_record
 from pipeline.stream import stream_ways
 from storage.decoded import decoded_row

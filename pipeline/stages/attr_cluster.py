@@ -38,10 +38,11 @@ When the sample is every row (``m = N``: few rows, or wide rows whose second rea
 cost more than fitting on all of them), step 1 keeps the embedded rows and their ids,
 and step 3 labels them in the client: one read in all.
 
-``asepr partition`` hands over the validator's decoded node table
-(:mod:`storage.node_table`): steps 1 and 3 then read its raw rows on threads of the
-client instead of decoding the shards, draw the same rows (by shard-order row number)
-and so give the same clusters.
+The steps read their rows through one row source (:mod:`pipeline.stages.attr_rows`),
+whatever the input: the node shards, one Dask task per shard, or the validator's
+decoded node table (:mod:`storage.node_table`) that ``asepr partition`` hands over,
+read on threads of the client instead of decoding the shards. The table draws the same
+rows (by shard-order row number) and so gives the same clusters.
 
 Everything random comes from ``np.random.SeedSequence(seed)``, and the fit runs in the
 client on a sample that does not depend on how the shards are read. So a seed and a
@@ -57,26 +58,19 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import dask
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-from pipeline.dask_ops import captured, compute, first_error, share, task_prefix
+from pipeline.dask_ops import task_prefix
+from pipeline.stages.attr_rows import NodeRows, ShardRows, TableRows
 from pipeline.stages.checks import check_float, check_int
 from pipeline.stages.kmeans import assign_nearest, embed, fit_sample, nearest
 from storage.errors import InputError, format_problem
 from storage.fs import Shard
-from storage.resources import StageClock, stage
-from storage.schema import FeatureLayout, check_node_schema, feature_matrix
-from storage.input import open_parquet
 from storage.node_table import NodeTable
+from storage.resources import StageClock, stage
 
 if TYPE_CHECKING:
     import distributed
@@ -89,15 +83,11 @@ __all__ = [
     "AttrClusters",
     "AttrModel",
     "attribute_clusters",
-    "label_threads",
     "sample_rows",
-    "scatter_labels",
 ]
 
 log = logging.getLogger(__name__)
 
-#: Target uncompressed bytes per record batch when reading features.
-_BATCH_BYTES = 64 << 20
 #: The sample holds at least this many rows per cluster (``docs/results/kmeans``).
 SAMPLE_PER_CLUSTER = 1024
 #: At most this many bytes of embedded sample rows (``float32 [m, d']``).
@@ -216,253 +206,7 @@ class AttrClusters:
     inertia_history: tuple[float, ...] = field(default=())
 
 
-# --- shard tasks -------------------------------------------------------------------
-
-
-def _rows_per_batch(feat_dim: int, batch_rows: int) -> int:
-    """``batch_rows`` capped so that one decoded batch holds about ``_BATCH_BYTES``.
-
-    The width, not the Parquet byte counts, sets the cap: sparse features compress
-    (and encode) to a fraction of their decoded size.
-    """
-    return max(1, min(batch_rows, _BATCH_BYTES // (8 + 4 * feat_dim)))
-
-
-def _scan_shard(shard: Shard) -> tuple[int, int | None]:
-    """``(rows, feature width)`` of a node shard; the width is None for an empty shard."""
-    pf = open_parquet(shard)
-    layout, _, _ = check_node_schema(pf.schema_arrow, shard.url)
-    rows = pf.metadata.num_rows
-    if layout.dim is not None:
-        return rows, layout.dim
-    for batch in pf.iter_batches(batch_size=1, columns=list(layout.columns)):
-        if batch.num_rows:
-            return rows, _features(batch, layout, shard, 0).shape[1]
-    return rows, None
-
-
-def _features(batch: pa.RecordBatch, layout: FeatureLayout, shard: Shard, row0: int) -> np.ndarray:
-    try:
-        return feature_matrix(batch, layout)
-    except ValueError as exc:
-        rows = f"rows {row0}..{row0 + batch.num_rows - 1}"
-        raise InputError(
-            format_problem(
-                f"file {shard.url}, column '{layout.columns[0]}', {rows}",
-                "one feature vector of the same width per node",
-                str(exc),
-                "run `asepr validate` on the input and fix what it reports.",
-            )
-        ) from exc
-
-
-def _where(shard: Shard, first: int, last: int) -> str:
-    return f"file {shard.url}, rows {first}..{last}"
-
-
-def _checked_features(batch: pa.RecordBatch, layout: FeatureLayout, shard: Shard, feat_dim: int,
-                      rows: tuple[int, int]) -> np.ndarray:
-    """The batch's ``[b, d]`` features, or InputError naming the file rows ``rows``."""
-    feat = _features(batch, layout, shard, rows[0])
-    if feat.shape[1] != feat_dim:
-        raise InputError(
-            format_problem(
-                f"{_where(shard, *rows)}, column '{layout.columns[0]}'",
-                f"feature width {feat_dim} (as in the other node shards)",
-                f"width {feat.shape[1]}",
-                "every node shard must store vectors of the same width d.",
-            )
-        )
-    return feat
-
-
-def _checked_embed(feat: np.ndarray, projection: np.ndarray | None, layout: FeatureLayout,
-                   shard: Shard, rows: tuple[int, int]) -> np.ndarray:
-    """:func:`embed`, or InputError when a row is not finite."""
-    x = embed(feat, projection)
-    if not np.isfinite(x).all():
-        raise InputError(
-            format_problem(
-                f"{_where(shard, *rows)}, column '{layout.columns[0]}'",
-                "finite features",
-                "NaN or inf values",
-                "run `asepr validate` on the input and fix what it reports.",
-            )
-        )
-    return x
-
-
-def _all_rows(pf: pq.ParquetFile, shard: Shard, feat_dim: int, projection: np.ndarray | None,
-              batch_rows: int) -> Iterator[tuple[int, np.ndarray, np.ndarray]]:
-    """``(first row, global_nid, embedded rows)`` of every row of a node shard, batch by
-    batch, checked (at most the footer's row count, which the caller may allocate)."""
-    layout, _, _ = check_node_schema(pf.schema_arrow, shard.url)
-    n = pf.metadata.num_rows
-    row0 = 0
-    for batch in pf.iter_batches(batch_size=_rows_per_batch(feat_dim, batch_rows),
-                                 columns=["id", *layout.columns]):
-        b = batch.num_rows
-        rows = (row0, row0 + b - 1)
-        if row0 + b > n:
-            raise InputError(
-                format_problem(_where(shard, *rows), f"{n} rows (the footer's count)", "more rows")
-            )
-        id_col = batch.column("id")
-        if id_col.null_count:
-            raise InputError(
-                format_problem(f"{_where(shard, *rows)}, column 'id'", "no null ids",
-                               f"{id_col.null_count} null(s)")
-            )
-        feat = _checked_features(batch, layout, shard, feat_dim, rows)
-        ids = id_col.to_numpy().astype(np.int64, copy=False)
-        yield row0, ids, _checked_embed(feat, projection, layout, shard, rows)
-        row0 += b
-    if row0 != n:
-        raise InputError(
-            format_problem(f"file {shard.url}", f"{n} rows (the footer's count)", f"{row0}")
-        )
-
-
-def _picked_rows(shard: Shard, feat_dim: int, projection: np.ndarray | None, picks: np.ndarray,
-                 batch_rows: int) -> np.ndarray:
-    """The embedded rows ``picks`` (sorted file row numbers) of a node shard, in order.
-
-    Only the feature column of the row groups that hold a pick is decoded, one row group
-    at a time; only the picked rows are embedded and checked.
-    """
-    pf = open_parquet(shard)
-    layout, _, _ = check_node_schema(pf.schema_arrow, shard.url)
-    width = projection.shape[1] if projection is not None else feat_dim
-    out = np.empty((len(picks), width), dtype=np.float32)
-    starts = _row_group_starts(pf.metadata)
-    group_of = np.searchsorted(starts, picks, side="right") - 1
-    if len(picks) and (picks[-1] >= starts[-1] or picks[0] < 0):
-        raise InputError(format_problem(f"file {shard.url}", f"{starts[-1]} rows (the footer's "
-                                        "count)", f"a row {int(picks[-1])} to sample"))
-    done = 0
-    for g in np.unique(group_of):
-        row0 = int(starts[g])
-        for batch in pf.iter_batches(batch_size=_rows_per_batch(feat_dim, batch_rows),
-                                     row_groups=[int(g)], columns=list(layout.columns)):
-            b = batch.num_rows
-            hi = done + int(np.searchsorted(picks[done:], row0 + b))
-            if hi > done:
-                rows = (int(picks[done]), int(picks[hi - 1]))
-                feat = _checked_features(batch, layout, shard, feat_dim, (row0, row0 + b - 1))
-                out[done:hi] = _checked_embed(feat[picks[done:hi] - row0], projection, layout,
-                                              shard, rows)
-                done = hi
-            row0 += b
-    if done != len(picks):
-        raise InputError(format_problem(f"file {shard.url}", f"{starts[-1]} rows (the footer's "
-                                        "count)", f"fewer rows in its row groups (no row "
-                                        f"{int(picks[done])})"))
-    return out
-
-
-def _row_group_starts(meta: pq.FileMetaData) -> np.ndarray:
-    """``int64 [groups + 1]``: the first file row of each row group, then the row count."""
-    sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
-    return np.r_[0, np.cumsum(sizes, dtype=np.int64)].astype(np.int64)
-
-
-def _sample_shard(shard: Shard, feat_dim: int, projection: np.ndarray | None,
-                  picks: np.ndarray | None,
-                  batch_rows: int) -> tuple[np.ndarray | None, np.ndarray]:
-    """Step 1 for one shard: ``(None, picked rows)``, or ``(global_nid, every row)`` when
-    ``picks`` is None (the sample is every row)."""
-    if picks is not None:
-        return None, _picked_rows(shard, feat_dim, projection, picks, batch_rows)
-    pf = open_parquet(shard)
-    n = pf.metadata.num_rows
-    ids = np.empty(n, dtype=np.int64)
-    width = projection.shape[1] if projection is not None else feat_dim
-    emb = np.empty((n, width), dtype=np.float32)
-    for row0, batch_ids, x in _all_rows(pf, shard, feat_dim, projection, batch_rows):
-        ids[row0 : row0 + len(x)] = batch_ids
-        emb[row0 : row0 + len(x)] = x
-    return ids, emb
-
-
-def _label_rows(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(int32 labels, float64 squared distances)`` of embedded rows: nearest centroid."""
-    labels, _, dist = nearest(x, centroids)
-    return labels, dist
-
-
-def _label_shard(shard: Shard, feat_dim: int, projection: np.ndarray | None, centroids: np.ndarray,
-                 batch_rows: int) -> tuple[np.ndarray, np.ndarray, float]:
-    """Step 3 for one shard: ``(global_nid, attr_cluster_id, inertia)``; the inertia is the
-    exactly rounded sum of the rows' squared distances, whatever the batches."""
-    pf = open_parquet(shard)
-    n = pf.metadata.num_rows
-    ids = np.empty(n, dtype=np.int64)
-    labels = np.empty(n, dtype=np.int32)
-    dist = np.empty(n, dtype=np.float64)
-    for row0, batch_ids, x in _all_rows(pf, shard, feat_dim, projection, batch_rows):
-        ids[row0 : row0 + len(x)] = batch_ids
-        labels[row0 : row0 + len(x)], dist[row0 : row0 + len(x)] = _label_rows(x, centroids)
-    return ids, labels, math.fsum(dist)
-
-
-def scatter_labels(
-    parts: list[tuple[np.ndarray, np.ndarray]], shards: list[Shard], num_nodes: int, what: str
-) -> np.ndarray:
-    """Place per-shard ``(global_nid, cluster id)`` into one ``int32 [N]`` array."""
-    attr_cluster_id = np.full(num_nodes, -1, dtype=np.int32)
-    seen = np.zeros(num_nodes, dtype=bool)
-    # Row of each id within its shard: of repeated ids only the last row keeps its own
-    # (O(rows), without the sort np.unique would need).
-    position = np.empty(num_nodes, dtype=np.int32)
-    for shard, (ids, labels) in zip(shards, parts):
-        bad = (ids < 0) | (ids >= num_nodes)
-        if bad.any():
-            raise InputError(
-                format_problem(
-                    f"file {shard.url}, column 'id'",
-                    f"node ids in [0, {num_nodes})",
-                    f"{int(bad.sum()):,} id(s) outside, e.g. {int(ids[bad][0])}",
-                    "run `asepr validate` on the input and fix what it reports.",
-                )
-            )
-        rows = np.arange(len(ids), dtype=np.int32)
-        position[ids] = rows
-        if seen[ids].any() or not np.array_equal(position[ids], rows):
-            raise InputError(
-                format_problem(
-                    f"file {shard.url}, column 'id'",
-                    "each node id exactly once across all node shards",
-                    "a repeated id",
-                    "run `asepr validate` on the input and fix what it reports.",
-                )
-            )
-        seen[ids] = True
-        attr_cluster_id[ids] = labels
-    if not seen.all():
-        missing = np.flatnonzero(~seen)
-        raise InputError(
-            format_problem(
-                f"node shards ({what})",
-                f"one row for every node id in [0, {num_nodes})",
-                f"{len(missing):,} id(s) without a row, e.g. {int(missing[0])}",
-                "run `asepr validate` on the input and fix what it reports.",
-            )
-        )
-    return attr_cluster_id
-
-
 # --- k-means -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Job:
-    """The fixed context of one k-means run: the shards, where tasks run, how they read."""
-
-    shards: list[Shard]
-    client: distributed.Client | None
-    prefix: str
-    batch_rows: int
-    table: NodeTable | None = None
 
 
 def attribute_clusters(
@@ -545,8 +289,9 @@ def attribute_clusters(
             format_problem("attribute_clusters(node_shards=...)", "at least one node shard", "none")
         )
     with stage("attr_cluster", log) as info:
-        job = _Job(node_shards, client, task_prefix("attr"), batch_rows, table)
-        result = _kmeans_impl(job, num_nodes, num_clusters, seed, max_passes, tol, sample_size,
+        source = (TableRows(table, batch_rows) if table is not None
+                  else ShardRows(node_shards, client, task_prefix("attr"), batch_rows))
+        result = _kmeans_impl(source, num_nodes, num_clusters, seed, max_passes, tol, sample_size,
                               restarts, projection_dim, projection_threshold)
         info.update(
             nodes=num_nodes,
@@ -558,49 +303,6 @@ def attribute_clusters(
     return result
 
 
-def _scan(job: _Job, num_nodes: int) -> tuple[np.ndarray, int]:
-    """Step 0: the rows of every shard and the feature width d (the same in all)."""
-    scans = first_error(
-        compute(
-            [
-                dask.delayed(captured)(_scan_shard, s, dask_key_name=f"{job.prefix}-scan-{i}")
-                for i, s in enumerate(job.shards)
-            ],
-            job.client,
-        )
-    )
-    rows = np.array([r for r, _ in scans], dtype=np.int64)
-    dims = {d for _, d in scans if d is not None}
-    if len(dims) > 1:
-        found = ", ".join(f"{s.url}: {d}" for s, (_, d) in zip(job.shards, scans) if d is not None)
-        raise InputError(
-            format_problem(
-                "node shards, feature width",
-                "one width d in every shard",
-                found,
-                "every node shard must store vectors of the same width d.",
-            )
-        )
-    feat_dim = dims.pop() if dims else 0
-    if feat_dim < 1:
-        raise InputError(
-            format_problem(
-                "node shards, features", "feature vectors of width >= 1", f"width {feat_dim}"
-            )
-        )
-    total = int(rows.sum())
-    if total != num_nodes:
-        raise InputError(
-            format_problem(
-                f"node shards ({len(job.shards)} file(s))",
-                f"{num_nodes:,} rows (one per node)",
-                f"{total:,} rows",
-                "run `asepr validate` on the input and fix what it reports.",
-            )
-        )
-    return rows, feat_dim
-
-
 def _random_projection(feat_dim: int, projection_dim: int, projection_threshold: int,
                        seq: np.random.SeedSequence) -> np.ndarray | None:
     """The seeded Gaussian ``[d, d']`` projection scaled by ``1/sqrt(d')``; None when d is small."""
@@ -610,122 +312,69 @@ def _random_projection(feat_dim: int, projection_dim: int, projection_threshold:
     return (rng.standard_normal((feat_dim, projection_dim)) / math.sqrt(projection_dim)).astype(np.float32)
 
 
-def _shared(value: np.ndarray | None, job: _Job, name: str):
-    """``value`` as one graph node or scattered future (:func:`share`); None stays None."""
-    return None if value is None else share(value, job.client, f"{job.prefix}-{name}")
+def _sample_piece(piece, projection: np.ndarray | None,
+                  picks: np.ndarray | None) -> tuple[np.ndarray | None, np.ndarray]:
+    """Step 1 for one piece: ``(None, picked rows)``, or ``(ids, every row)`` when ``picks``
+    is None (the sample is every row)."""
+    if picks is None:
+        return piece.every_row(projection)
+    return None, piece.picked(picks, projection)
 
 
-def _draw_sample(job: _Job, rows: np.ndarray, feat_dim: int, projection: np.ndarray | None,
+def _label_rows(x: np.ndarray, centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(int32 labels, float64 squared distances)`` of embedded rows: nearest centroid."""
+    labels, _, dist = nearest(x, centroids)
+    return labels, dist
+
+
+def _label_piece(piece, projection: np.ndarray | None,
+                 centroids: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """Step 3 for one piece: ``(ids, attr_cluster_id, inertia)``; the inertia is the exactly
+    rounded sum of the rows' squared distances, whatever the batches."""
+    ids, labels, dist = [np.empty(0, dtype=np.int64)], [np.empty(0, dtype=np.int32)], [np.empty(0)]
+    for batch_ids, x in piece.batches(projection):
+        batch_labels, batch_dist = _label_rows(x, centroids)
+        ids.append(batch_ids)
+        labels.append(batch_labels)
+        dist.append(batch_dist)
+    return np.concatenate(ids), np.concatenate(labels), math.fsum(np.concatenate(dist))
+
+
+def _draw_sample(source: NodeRows, rows: np.ndarray, feat_dim: int, projection: np.ndarray | None,
                  n_sample: int, seq: np.random.SeedSequence) -> tuple[np.ndarray, list | None]:
-    """Step 1: ``(sample, per-shard (ids, rows))``; the second is None unless the sample is
-    every row, when it holds each shard's embedded rows for step 3."""
+    """Step 1: ``(sample, per-piece (ids, rows))``; the second is None unless the sample is
+    every row, when it holds each piece's embedded rows for step 3."""
     total = int(rows.sum())
     every = n_sample == total
     rng = np.random.default_rng(seq)
     picks = None if every else np.sort(rng.choice(total, size=n_sample, replace=False))
-    if job.table is not None:
-        return _table_sample(job.table, projection, picks)
     offsets = np.r_[0, np.cumsum(rows)]
-    proj_node = _shared(projection, job, "projection")
-    tasks = []
-    for i, shard in enumerate(job.shards):
-        local = None
-        if not every:
-            local = picks[(picks >= offsets[i]) & (picks < offsets[i + 1])] - offsets[i]
-        tasks.append(
-            dask.delayed(_sample_shard)(
-                shard, feat_dim, proj_node, local, job.batch_rows,
-                dask_key_name=f"{job.prefix}-sample-{i}",
-            )
-        )
-    pieces = compute(tasks, job.client)
+    projection_node = source.shared(projection, "projection")
+    calls = []
+    for i, piece in enumerate(source.sample_pieces(feat_dim)):
+        local = None if every else picks[(picks >= offsets[i]) & (picks < offsets[i + 1])] - offsets[i]
+        calls.append((piece, projection_node, local))
+    pieces = source.run("sample", _sample_piece, calls)
     sample = np.concatenate([x for _, x in pieces])
     return sample, (pieces if every else None)
 
 
-def _label_all(job: _Job, projection: np.ndarray | None, centroids: np.ndarray, feat_dim: int,
+def _label_all(source: NodeRows, projection: np.ndarray | None, centroids: np.ndarray, feat_dim: int,
                num_nodes: int, kept: list | None) -> tuple[np.ndarray, float]:
     """Step 3: ``(attr_cluster_id, full-data inertia)``; in the client when ``kept`` holds
-    every shard's embedded rows, else one Dask task per shard."""
-    if kept is None and job.table is not None:
-        return _table_labels(job, projection, centroids)
+    every piece's embedded rows, else one task per piece."""
     if kept is not None:
         labelled = []
         for ids, x in kept:
             labels, dist = _label_rows(x, centroids)
             labelled.append((ids, labels, math.fsum(dist)))
     else:
-        proj_node = _shared(projection, job, "projection-labels")
-        cent_node = share(centroids, job.client, f"{job.prefix}-centroids")
-        labelled = compute(
-            [
-                dask.delayed(_label_shard)(shard, feat_dim, proj_node, cent_node, job.batch_rows,
-                                           dask_key_name=f"{job.prefix}-labels-{i}")
-                for i, shard in enumerate(job.shards)
-            ],
-            job.client,
-        )
-    if job.table is not None:  # every row, from the table: one piece
-        attr_cluster_id = np.full(num_nodes, -1, dtype=np.int32)
-        attr_cluster_id[labelled[0][0]] = labelled[0][1]
-    else:
-        attr_cluster_id = scatter_labels([(ids, lab) for ids, lab, _ in labelled], job.shards,
-                                         num_nodes, "k-means")
+        projection_node = source.shared(projection, "projection-labels")
+        centroids_node = source.shared(centroids, "centroids")
+        calls = [(piece, projection_node, centroids_node) for piece in source.label_pieces(feat_dim)]
+        labelled = source.run("labels", _label_piece, calls)
+    attr_cluster_id = source.place([(ids, labels) for ids, labels, _ in labelled], num_nodes)
     return attr_cluster_id, math.fsum(x for _, _, x in labelled)
-
-
-def _table_scan(table: NodeTable, num_nodes: int) -> tuple[np.ndarray, int]:
-    """Step 0 from the decoded table: its rows and width."""
-    if table.num_nodes != num_nodes or table.feat_dim < 1:
-        raise InputError(format_problem(
-            f"decoded node table {table.directory}", f"{num_nodes:,} rows of width >= 1",
-            f"{table.num_nodes:,} rows of width {table.feat_dim}", "rerun the command: the copy is rewritten."))
-    return np.array([num_nodes], dtype=np.int64), table.feat_dim
-
-
-def _table_embed(feat: np.ndarray, projection: np.ndarray | None, table: NodeTable) -> np.ndarray:
-    x = embed(feat, projection)
-    if not np.isfinite(x).all():
-        raise InputError(format_problem(f"decoded node table {table.directory}", "finite embedded features",
-                                        "NaN or inf values", "rerun the command: the copy is rewritten."))
-    return x
-
-
-def _table_sample(table: NodeTable, projection: np.ndarray | None,
-                  picks: np.ndarray | None) -> tuple[np.ndarray, list | None]:
-    """Step 1 from the decoded table: the rows ``picks`` (shard-order row numbers; None:
-    every row, kept with their ids as one piece for step 3)."""
-    rows = np.arange(table.num_nodes, dtype=np.int64) if picks is None else picks
-    ids = table.ids_of_rows(rows)
-    if picks is None and not table.has_order:
-        feat = table.rows(0, table.num_nodes)
-    else:
-        (feat,) = table.gather(ids, ("x",))
-    sample = _table_embed(feat, projection, table)
-    return sample, ([(ids, sample)] if picks is None else None)
-
-
-def label_threads() -> int:
-    """Threads that label the decoded node table: the cores, at most 4."""
-    return max(1, min(4, os.cpu_count() or 1))
-
-
-def _table_labels(job: _Job, projection: np.ndarray | None, centroids: np.ndarray) -> tuple[np.ndarray, float]:
-    """Step 3 from the decoded table: blocks of ids on threads; ``(attr_cluster_id, inertia)``."""
-    table = job.table
-    n = table.num_nodes
-    attr_cluster_id = np.empty(n, dtype=np.int32)
-    block = _rows_per_batch(table.feat_dim, job.batch_rows)
-
-    def label(start: int) -> float:
-        stop = min(n, start + block)
-        labels, dist = _label_rows(_table_embed(table.rows(start, stop), projection, table), centroids)
-        attr_cluster_id[start:stop] = labels
-        return math.fsum(dist)
-
-    with ThreadPoolExecutor(max_workers=label_threads()) as pool:
-        sums = list(pool.map(label, range(0, n, block)))
-    return attr_cluster_id, math.fsum(sums)
 
 
 def _distinct_rows(x: np.ndarray, enough: int) -> int:
@@ -741,13 +390,13 @@ def _distinct_rows(x: np.ndarray, enough: int) -> int:
     return bound if bound >= enough else len(np.unique(x, axis=0))
 
 
-def _kmeans_impl(job: _Job, num_nodes: int, num_clusters: int, seed: int, max_passes: int,
+def _kmeans_impl(source: NodeRows, num_nodes: int, num_clusters: int, seed: int, max_passes: int,
                  tol: float, sample_size: int, restarts: int, projection_dim: int,
                  projection_threshold: int) -> AttrClusters:
     """Steps 0-3 of the module docstring."""
     seq_projection, seq_sample, seq_init = np.random.SeedSequence(seed).spawn(3)
     clock = StageClock()
-    rows, feat_dim = _scan(job, num_nodes) if job.table is None else _table_scan(job.table, num_nodes)
+    rows, feat_dim = source.scan(num_nodes)
     total = int(rows.sum())
     if num_clusters > num_nodes:
         log.info("attribute clusters: C = %d clamped to N = %d", num_clusters, num_nodes)
@@ -757,7 +406,7 @@ def _kmeans_impl(job: _Job, num_nodes: int, num_clusters: int, seed: int, max_pa
     clock.tick("scan")
 
     n_sample = sample_rows(total, num_clusters, feat_dim, width, sample_size, max_passes, restarts)
-    sample, kept = _draw_sample(job, rows, feat_dim, projection, n_sample, seq_sample)
+    sample, kept = _draw_sample(source, rows, feat_dim, projection, n_sample, seq_sample)
     if kept is not None:
         distinct = _distinct_rows(sample[np.einsum("ij,ij->i", sample, sample) > 0], num_clusters)
         if 0 < distinct < num_clusters:
@@ -769,7 +418,7 @@ def _kmeans_impl(job: _Job, num_nodes: int, num_clusters: int, seed: int, max_pa
     fit = fit_sample(sample, num_clusters, restarts=restarts, max_iter=max_passes, tol=tol,
                      seq=seq_init)
     clock.tick(f"fit ({restarts} restart(s), {fit.iterations} update(s))")
-    attr_cluster_id, inertia = _label_all(job, projection, fit.centroids, feat_dim, num_nodes, kept)
+    attr_cluster_id, inertia = _label_all(source, projection, fit.centroids, feat_dim, num_nodes, kept)
     clock.tick("labels")
     log.debug("attribute clusters: %s",
               ", ".join(f"{step} {s:.2f} s" for step, s in clock.timings.items()))

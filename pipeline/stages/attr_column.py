@@ -14,7 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.stages.attr_cluster import AttrClusters, scatter_labels
+from pipeline.stages.attr_cluster import AttrClusters
+from pipeline.stages.attr_rows import scatter_labels
 from pipeline.stages.checks import check_int
 from pipeline.dask_ops import captured, compute, first_error, share, task_prefix
 from storage.errors import InputError, SchemaError, format_problem

@@ -21,8 +21,8 @@ from pipeline.stages.attr_cluster import (
     AttrModel,
     attribute_clusters,
     sample_rows,
-    scatter_labels,
 )
+from pipeline.stages.attr_rows import scatter_labels
 from pipeline.stages.kmeans import fit_sample, kmeans_pp
 from pipeline.stages.attr_column import column_clusters
 from storage.errors import InputError, SchemaError

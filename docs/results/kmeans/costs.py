@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.stages import attr_cluster
+from pipeline.stages.attr_cluster import READ_COST
+from pipeline.stages.attr_rows import ShardPiece
 from pipeline.stages.kmeans import nearest
 from storage.fs import discover_shards
 from storage.input import open_parquet
@@ -55,8 +56,9 @@ def main() -> None:
     centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
     rows = [("decode the feature column", cpu(decode))]
     rows.append(("sample pass (4,000 rows picked)",
-                 cpu(lambda: attr_cluster._sample_shard(shard, d, None, picks, 65_536))))
-    rows.append(("labelling pass, C = 16", cpu(lambda: attr_cluster._label_shard(shard, d, None, centroids, 65_536))))
+                 cpu(lambda: ShardPiece(shard, d, 65_536).picked(picks, None))))
+    piece = ShardPiece(shard, d, 65_536)
+    rows.append(("labelling pass, C = 16", cpu(lambda: [nearest(x, centroids) for _, x in piece.batches(None)])))
     per_value = rows[0][1] / (n * d)
     lines = [f"# CPU costs on {shard.url} ({n:,} rows, d = {d})", "",
              f"uptime: `{subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}`", "",
@@ -71,7 +73,7 @@ def main() -> None:
         fma.append(s / (len(x) * width * 16))
         lines.append(f"| nearest | {len(x):,} | {width} | 16 | {s:.3f} | {fma[-1] * 1e9:.3f} ns |")
     lines += ["", f"Decoding one feature value costs {per_value / max(fma):.0f} to {per_value / min(fma):.0f} "
-              f"multiply-adds of the kernel (READ_COST = {attr_cluster.READ_COST})."]
+              f"multiply-adds of the kernel (READ_COST = {READ_COST})."]
     (HERE / "costs.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
