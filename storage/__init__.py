@@ -4,13 +4,16 @@
 algorithms or training.
 
 - Input: the format (:mod:`~storage.schema`), the one way in (:mod:`~storage.input`,
-  ``open_input``), streaming validation (:mod:`~storage.validate`, its report in
-  :mod:`~storage.report`), importers from public formats (:mod:`~storage.importers`),
-  the writer they share (:mod:`~storage.input_writer`), one node column read by id
-  (:mod:`~storage.reader`) and ``asepr clean`` (:mod:`~storage.clean`, with the
+  ``open_input``), streaming validation (:mod:`~storage.validate`, its checks in
+  :mod:`~storage.checks`, its report in :mod:`~storage.report`; new shards for a
+  partitioned output in :mod:`~storage.validate_increment`), the decoded copy written
+  while validating (:mod:`~storage.decoded_copy`), importers from public formats
+  (:mod:`~storage.importers`), the writer they share (:mod:`~storage.input_writer`), one
+  node column read by id (:mod:`~storage.reader`) and ``asepr clean`` (:mod:`~storage.clean`, with the
   duplicate counter :mod:`~storage.dedup`).
-- Output: the per-partition Zarr stores (:mod:`~storage.partition_store`), the
-  manifest (:mod:`~storage.manifest`), the incremental state (:mod:`~storage.state`)
+- Output: the per-partition Zarr stores (:mod:`~storage.partition_store`; an output's
+  committed stores in :mod:`~storage.output_stores`), the manifest
+  (:mod:`~storage.manifest`), the incremental state (:mod:`~storage.state`)
   and the output lock (:mod:`~storage.lock`).
 - Shared: fsspec paths and shard discovery (:mod:`~storage.fs`), atomic writes
   (:mod:`~storage.atomic`), paths kept inside an output (:mod:`~storage.confine`), the
@@ -33,7 +36,8 @@ from storage.input import InputDir, input_paths, open_input, open_parquet, read_
 from storage.input_writer import InputWriter
 from storage.lock import OutputLock
 from storage.manifest import MANIFEST_NAME, read_manifest, write_manifest
-from storage.partition_store import PartitionStore, open_partition, open_store
+from storage.output_stores import open_partition
+from storage.partition_store import PartitionStore, open_store
 from storage.schema import (
     FORMAT_VERSION,
     META_NAME,

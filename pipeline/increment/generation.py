@@ -62,7 +62,7 @@ from storage.atomic import write_json_atomic
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard, discover_shards
 from storage.manifest import NODE_MAP_NAME, OLD_DIR, STAGING_NAME, part_name
-from storage.partition_store import committed_store_urls
+from storage.output_stores import committed_store_urls
 from storage.resources import peak_rss_bytes
 from storage.state import STATE_NAME, state_entry, state_identity
 

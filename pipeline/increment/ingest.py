@@ -7,7 +7,7 @@ to assign the new edges:
 1. **Exactly once**: every given shard is fingerprinted (sha256); a shard whose
    fingerprint the state lists is skipped with a message. Nothing new: nothing happens.
 2. **Validate** the new shards as the partition path does
-   (:func:`storage.validate.validate_increment`): new nodes carry the ids
+   (:func:`storage.validate_increment.validate_increment`): new nodes carry the ids
    ``N .. N+n-1`` (contiguous from the next free id ``N``); an edge may name an
    existing node or a new one, and any other id fails before anything is written.
 3. **Degrees** of the new edges (Dask) grow the exact degrees: every new edge is
@@ -69,7 +69,7 @@ from storage.resources import StageClock, peak_rss_bytes, stage
 from storage.schema import check_node_schema, feature_matrix
 from storage.state import read_state, read_state_attrs
 from storage.input import open_parquet
-from storage.validate import validate_increment
+from storage.validate_increment import validate_increment
 
 __all__ = ["ingest"]
 

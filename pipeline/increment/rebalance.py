@@ -54,7 +54,7 @@ from storage.atomic import dumps_json
 from storage.errors import StoreError, format_problem
 from storage.lock import OutputLock
 from storage.manifest import read_manifest
-from storage.partition_store import committed_store_urls
+from storage.output_stores import committed_store_urls
 from storage.resources import peak_rss_bytes, stage
 from storage.state import read_state, read_state_attrs
 

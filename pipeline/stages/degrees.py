@@ -28,7 +28,7 @@ from storage.errors import InputError, format_problem
 from storage.fs import Shard
 from storage.resources import stage
 from storage.input import open_parquet
-from storage.validate import count_ids
+from storage.checks import count_ids
 
 if TYPE_CHECKING:
     import distributed

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from pipeline.inputs.synth import SynthConfig, generate
 from storage.manifest import read_manifest
-from storage.partition_store import open_partition
+from storage.output_stores import open_partition
 
 
 def read_all(root: Path, kind: str) -> pa.Table:

@@ -10,7 +10,7 @@ import storage.node_table as node_table_module
 from storage import StoreError
 from storage.input import open_input
 from storage.node_table import NodeTable, node_table_bytes
-from storage.validate import validate_input
+from storage.decoded_copy import validate_and_copy
 from tests.storage.helpers import node_table, write_input
 
 
@@ -37,7 +37,7 @@ def test_table_holds_every_checked_row_by_id(tmp_path, monkeypatch, shuffled):
     else:
         arrays, order = write_input(tmp_path / "in", num_nodes=n, dim=d, node_shards=3), np.arange(n)
     (tmp_path / "copy").mkdir()
-    report = validate_input(open_input(tmp_path / "in"), decoded_dir=str(tmp_path / "copy"))
+    report = validate_and_copy(open_input(tmp_path / "in"), tmp_path / "copy")
     table = NodeTable(tmp_path / "copy", report.num_nodes, report.feat_dim)
     assert table.has_order == shuffled
     assert sum(f.stat().st_size for f in (tmp_path / "copy").glob("nodes.*")) == (
@@ -65,7 +65,7 @@ def test_table_without_labels_or_splits_and_checked_sizes(tmp_path):
         f.unlink()
     pq.write_table(node_table(np.arange(10), feat), tmp_path / "in" / "nodes" / "part-00000.parquet")
     (tmp_path / "copy").mkdir()
-    report = validate_input(open_input(tmp_path / "in"), decoded_dir=str(tmp_path / "copy"))
+    report = validate_and_copy(open_input(tmp_path / "in"), tmp_path / "copy")
     table = NodeTable(tmp_path / "copy", 10, report.feat_dim)
     assert (table.column("y") == -1).all() and (table.column("split") == -1).all()
     np.testing.assert_array_equal(table.gather(np.array([9, 2]))[0], feat[[9, 2]])
@@ -74,7 +74,7 @@ def test_table_without_labels_or_splits_and_checked_sizes(tmp_path):
     with pytest.raises(StoreError, match=r"nodes\.x.*160 bytes"):
         NodeTable(tmp_path / "copy", 10, 4)
     with pytest.raises(FileExistsError):
-        validate_input(open_input(tmp_path / "in"), decoded_dir=str(tmp_path / "copy"))
+        validate_and_copy(open_input(tmp_path / "in"), tmp_path / "copy")
 
 
 def test_table_switches_from_direct_writes_to_page_cache_writes(tmp_path):
@@ -91,7 +91,7 @@ def test_table_switches_from_direct_writes_to_page_cache_writes(tmp_path):
         pq.write_table(node_table(idx, arrays["feat"][idx], arrays["label"][idx], arrays["split"][idx]),
                        tmp_path / "in" / "nodes" / f"part-{i:05d}.parquet")
     (tmp_path / "copy").mkdir()
-    report = validate_input(open_input(tmp_path / "in"), decoded_dir=str(tmp_path / "copy"))
+    report = validate_and_copy(open_input(tmp_path / "in"), tmp_path / "copy")
     table = NodeTable(tmp_path / "copy", n, report.feat_dim)
     np.testing.assert_array_equal(table.rows(0, n), arrays["feat"])
     np.testing.assert_array_equal(table.column("y"), arrays["label"])
