@@ -405,6 +405,12 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     budget = None if args.memory_budget is None else int(args.memory_budget * 2**30)
     report = verify_output(args.out, input_url=args.input, memory_budget=budget,
                            workers=args.threads, edge_check="exact" if args.exact_edges else "fingerprint")
+    if report.generation is None and not args.json:
+        # No committed generation could be read (a missing output, or one never committed):
+        # say that, not "generation None, None partitions".
+        for problem in report.problems:
+            print(f"asepr verify: error: {problem.message}", file=sys.stderr)
+        return 1
     if args.json:
         print(json.dumps({"ok": report.ok, "generation": report.generation, "num_parts": report.num_parts,
                           "checks": report.checks, "problems": [str(p) for p in report.problems]}, indent=2))

@@ -1,6 +1,8 @@
 """``asepr train``: launch the trainers (or the centralized baseline) and summarise.
 
-``asepr train OUT --nproc K ...`` resolves the config from the flags and launches
+``asepr train OUT --nproc K ...`` resolves the config from the flags, checks the output
+(a committed generation, at least one partition per rank) and the run directory, and only
+then launches
 ``torchrun --standalone --nproc-per-node K -m training.main OUT --config RUN/config.json``
 (:mod:`workflows.launch`, which locks the run directory); rank 0 prints one line per
 round, and a summary table of the run's ``metrics.csv`` follows. ``asepr train --centralized
@@ -18,7 +20,7 @@ from typing import Any
 
 from storage.errors import AseprError, format_problem
 
-__all__ = ["EVAL_LABELS", "fds_bytes_line", "register", "summary_table"]
+__all__ = ["EVAL_LABELS", "check_partition_output", "fds_bytes_line", "register", "summary_table"]
 
 
 #: How each ``eval_mode`` is labelled in summaries and reports.
@@ -62,8 +64,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.strategy == "fds":
         return _train_fds(args, config)
     if args.centralized:
+        from storage.input import open_input
         from training.centralized import run_centralized
 
+        open_input(args.centralized)  # a missing input is named before the run directory is made
         run_dir = Path(args.run_dir) if args.run_dir else (
             Path(f"{args.centralized.rstrip('/')}.runs") / f"{config.task}-{config.model}-centralized")
         with RunDir(run_dir).lock():
@@ -76,6 +80,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if not args.out:
         raise AseprError(format_problem("asepr train", "OUT (a partition output) or --centralized INPUT",
                                         "neither", "pass the directory `asepr partition` wrote."))
+    args.nproc = check_partition_output(args.out, args.nproc)
     from workflows.launch import launch_trainers
 
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config)
@@ -96,6 +101,7 @@ def fds_bytes_line(row: dict[str, Any]) -> str:
 
 
 def _train_fds(args: argparse.Namespace, config) -> int:
+    from storage.input import open_input
     from training.checkpoint import RunDir
     from training.fds import fds_config
     from training.main import default_run_dir
@@ -110,6 +116,8 @@ def _train_fds(args: argparse.Namespace, config) -> int:
     except AseprError as exc:
         print(f"asepr train: error: {exc}", file=sys.stderr)
         return 2
+    _check_nproc(args.nproc)
+    open_input(args.out)  # a missing input is named before any rank starts
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config, "fds")
     launch_trainers(args.out, run_dir, config, args.nproc, strategy="fds", fds_partition=args.fds_partition,
                     resume=args.resume, overwrite=args.overwrite, quiet=args.quiet, verbose=args.verbose)
@@ -131,12 +139,37 @@ def register(sub, add_common) -> None:
     p.add_argument("--nproc", type=int, default=None, help="trainer processes (default: one per partition)")
     p.add_argument("--centralized", metavar="INPUT", help="train on the whole INPUT in one process instead")
     add_train_arguments(p)
-    p.set_defaults(handler=_prepare_and_train, command="train")
+    p.set_defaults(handler=_cmd_train, command="train")
 
 
-def _prepare_and_train(args: argparse.Namespace) -> int:
-    if not args.centralized and args.out and args.nproc is None and args.strategy != "fds":
-        from storage import read_manifest
+def _check_nproc(nproc: int) -> None:
+    if nproc < 1:
+        raise AseprError(format_problem("asepr train --nproc", "an integer >= 1", str(nproc), "pass --nproc K."))
 
-        args.nproc = int(read_manifest(args.out)["num_parts"])
-    return _cmd_train(args)
+
+def check_partition_output(out: str | Path, nproc: int | None) -> int:
+    """The ranks to launch on the partition output ``out``, checked before any rank starts.
+
+    ``out`` must hold a committed generation (its manifest), and ``nproc`` (default: one
+    rank per partition) must lie in [1, partitions]: rank r trains partitions r, r+K, ...
+
+    Raises
+    ------
+    StoreError
+        No committed manifest (the output is missing or was never committed).
+    AseprError
+        ``nproc`` below 1 or above the partition count.
+    """
+    from storage import read_manifest
+
+    num_parts = int(read_manifest(out)["num_parts"])
+    if nproc is None:
+        return num_parts
+    _check_nproc(nproc)
+    if nproc > num_parts:
+        raise AseprError(format_problem(
+            f"asepr train --nproc {nproc} on {out}",
+            f"at most {num_parts} ranks (the output has {num_parts} partitions; rank r trains partitions r, "
+            "r+K, ...)", f"{nproc} ranks",
+            f"pass --nproc {num_parts} or fewer, or repartition with -k {nproc} or more."))
+    return nproc

@@ -271,3 +271,25 @@ def test_trainers_started_without_the_launcher_refuse_a_previous_run(cora_k2, tm
     assert code0 == 1 and f"run directory {run}" in err0 and "--overwrite" in err0, err0[-2000:]
     assert code1 == 1 and "rank 0 could not" in err1, err1[-2000:]
     assert _files(run) == before
+
+
+def test_the_output_and_nproc_are_checked_before_any_rank_starts(cora_k2, tmp_path, capsys):
+    """A missing output, or more ranks than partitions: one line, no rank started, no run directory."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    missing = subprocess.run([sys.executable, "-m", "workflows.cli", "train", "nope", "--nproc", "2"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1
+    assert missing.stderr.count("\n") == 1 and missing.stderr.startswith("asepr train: error: output "), missing.stderr
+    assert "nope" in missing.stderr and "no manifest" in missing.stderr and "--resume" not in missing.stderr
+    assert list(tmp_path.iterdir()) == []  # no nope.runs/
+
+    run = tmp_path / "run"
+    assert main(["train", str(cora_k2), "--nproc", "4", *_QUICK, "--run-dir", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "at most 2 ranks" in err and "--nproc 2 or fewer" in err, err
+    assert main(["train", str(cora_k2), "--nproc", "0", *_QUICK, "--run-dir", str(run)]) == 1
+    assert "an integer >= 1" in capsys.readouterr().err
+    assert not run.exists()
+    assert main(["train", "--centralized", str(tmp_path / "nope"), *_QUICK]) == 1
+    assert "nope/edges" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # no nope.runs/ beside the missing input

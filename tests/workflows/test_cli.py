@@ -155,3 +155,9 @@ def test_an_unwritable_output_is_the_projects_error_not_a_traceback(tmp_path, ca
         assert "Traceback" not in synth.stderr and len(synth.stderr.strip().splitlines()) == 1, synth.stderr
         assert synth.stderr.startswith("asepr synth: error: ") and str(ro) in synth.stderr
         assert "read-only filesystem (EROFS" in synth.stderr
+
+
+def test_verify_of_a_missing_output_says_so(tmp_path, capsys):
+    assert main(["verify", str(tmp_path / "nope")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("asepr verify: error: output ") and "no manifest" in err and "None" not in err
