@@ -34,8 +34,9 @@ from pipeline.assign import (
     iter_assigned,
     stream_assign,
 )
-from pipeline.assign.hybrid import HybridInfo, hybrid_stream_assign
+from pipeline.assign.hybrid import HybridInfo, assignment_needs, hybrid_stream_assign
 from pipeline.config import PartitionConfig
+from pipeline.needs import Need, RunShape
 from pipeline.stages.attr_cluster import AttrClusters, attribute_clusters
 from pipeline.stages.attr_column import column_clusters
 from pipeline.stages.attr_lift import AttributeLift, attribute_lift
@@ -50,18 +51,19 @@ from pipeline.stages.masters import (
 )
 from pipeline.stages.metis import metis_membership
 from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
-from pipeline.stages.struct_cluster import Communities, published_clusters, structural_clusters
+from pipeline.stages.struct_cluster import Communities, clustering_needs, published_clusters, structural_clusters
 from pipeline.stream import iter_edge_batches, map_shard_ranges
 from storage.errors import InputError, format_problem
 from storage.fs import Shard
 from storage.input import InputDir, open_input, open_parquet
 from storage.node_table import NodeTable
+from storage.npy import load_npy
 from storage.reader import read_node_column
 from storage.report import ValidationReport
 from storage.resources import StageClock, peak_rss_bytes, stage
 from storage.validate import validate_input
 
-__all__ = ["Assignment", "partition"]
+__all__ = ["Assignment", "fallback_needs", "partition"]
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +97,7 @@ class Assignment:
 
     def edge_parts(self, shard_index: int) -> np.ndarray:
         """Partition id of every row of edge shard ``shard_index`` (memory-mapped)."""
-        return np.load(edge_parts_path(self.workdir, shard_index), mmap_mode="r")
+        return load_npy(edge_parts_path(self.workdir, shard_index), mmap_mode="r")
 
     def iter_assigned(self, batch_rows: int = 1 << 20):
         """Yield ``(src, dst, part)`` batches in stream order."""
@@ -533,3 +535,22 @@ def partition(
         if owns:
             shutil.rmtree(workdir, ignore_errors=True)
         raise
+
+
+def fallback_needs(run: PartitionConfig, s: RunShape, asep_peak: float) -> Need:
+    """Memory and disk of the two-phase fallback (ASEP): 2PS-HDRF's clustering and
+    two-phase assignment, its edge partitions and first-phase file in a subdirectory
+    (the first phase and the losing stream's partitions are removed).
+
+    ``concurrent_fallback`` (default) runs it on a thread beside ASEP's attribute
+    clustering, clustering, mapping and stream, so its largest step adds to
+    ``asep_peak``, the largest of those (``degree`` is shared); sequentially it runs after
+    them beside ASEP's ``replicas`` uint64[N, W] and communities (``community_id``,
+    ``volume`` int64[N])."""
+    twops = run.two_phase_config()
+    own = max(clustering_needs(twops, s).driver, assignment_needs(twops, s).driver)
+    if run.concurrent_fallback:
+        driver = asep_peak + own - 12 * s.n
+    else:
+        driver = 8 * s.words * s.n + 16 * s.n + own
+    return Need(driver=driver, written=4 * s.e, removed=4 * s.e)

@@ -56,12 +56,15 @@ from pipeline.assign.kernel import TWO_PHASE
 from pipeline.assign.loop import EdgePartSink, assign_edges, stream_assign
 from pipeline.assign.settings import KernelSettings
 from pipeline.assign.state import HOME, PART, AssignState
+from pipeline.assign.state import FIELDS
+from pipeline.config import PartitionConfig
+from pipeline.needs import Need, RunShape, held_arrays
 from pipeline.stream import iter_edge_batches, warmup_arrays
 from storage.errors import InputError, format_problem
 from storage.fs import Shard
 from storage.resources import stage
 
-__all__ = ["HybridInfo", "choose_threshold", "held_bytes", "hybrid_stream_assign"]
+__all__ = ["HybridInfo", "assignment_needs", "choose_threshold", "held_bytes", "hybrid_stream_assign"]
 
 log = logging.getLogger(__name__)
 
@@ -364,3 +367,20 @@ def hybrid_stream_assign(state: AssignState, edge_shards: list[Shard], degree: n
         info.update(threshold=threshold, held_edges=held.held_edges, streamed_edges=streamed,
                     held_mib=round(allocated / 2**20, 1))
     return result
+
+
+def assignment_needs(run: PartitionConfig, s: RunShape) -> Need:
+    """Memory and disk of the assignment stage: ``AssignState.vstate`` int64[N, stride]
+    (stride 8 words up to k = 192: 64 B per node), the steering arrays (16 B per node)
+    until it is built, and at the end the contiguous ``replicas`` uint64[N, W]; the
+    stream, the ``int16`` output and its bytes, and the hybrid's held subgraph (at most
+    ``memory_budget``). Two-phase baselines also write (and remove) a first-phase file."""
+    width = s.words + FIELDS
+    stride = 8 if width <= 8 else -(-width // 8) * 8
+    steering = 16 * s.n if run.uses_communities or run.algo == "metis" else 0
+    driver = held_arrays(run, s) + 8 * stride * s.n + max(steering, 8 * s.words * s.n) + s.stream + 4 * s.b
+    # The hybrid holds at most its budget beyond this, and at most the whole graph.
+    if run.memory_budget > 0:
+        driver += min(run.memory_budget, held_bytes(s.n, s.n, 2 * s.e, s.k))
+    first_phase = 2 * s.e if run.algo in ("2ps-l", "2ps-hdrf") else 0
+    return Need(driver=driver, written=2 * s.e + first_phase, removed=first_phase)

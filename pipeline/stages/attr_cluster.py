@@ -64,7 +64,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pipeline.dask_ops import task_prefix
-from pipeline.stages.attr_rows import NodeRows, ShardRows, TableRows
+from pipeline.needs import Need, RunShape
+from pipeline.stages.attr_rows import NodeRows, ShardRows, TableRows, rows_per_batch
 from pipeline.stages.checks import check_float, check_int
 from pipeline.stages.kmeans import assign_nearest, embed, fit_sample, nearest
 from storage.errors import InputError, format_problem
@@ -75,7 +76,10 @@ from storage.resources import StageClock, stage
 if TYPE_CHECKING:
     import distributed
 
+    from pipeline.config import PartitionConfig
+
 __all__ = [
+    "BATCH_ROWS",
     "READ_COST",
     "RESTARTS",
     "SAMPLE_BYTES",
@@ -83,6 +87,7 @@ __all__ = [
     "AttrClusters",
     "AttrModel",
     "attribute_clusters",
+    "kmeans_needs",
     "sample_rows",
 ]
 
@@ -92,6 +97,8 @@ log = logging.getLogger(__name__)
 SAMPLE_PER_CLUSTER = 1024
 #: At most this many bytes of embedded sample rows (``float32 [m, d']``).
 SAMPLE_BYTES = 128 << 20
+#: Rows per record batch when the caller sets none (also capped at about 64 MiB per batch).
+BATCH_ROWS = 65_536
 #: k-means++ seedings per fit (each followed by Lloyd on the sample).
 RESTARTS = 3
 #: Decoding one feature value from Parquet costs about as much CPU as this many float64
@@ -222,7 +229,7 @@ def attribute_clusters(
     projection_dim: int = 256,
     projection_threshold: int = 256,
     client: distributed.Client | None = None,
-    batch_rows: int = 65_536,
+    batch_rows: int = BATCH_ROWS,
     table: NodeTable | None = None,
 ) -> AttrClusters:
     """Spherical k-means over the node features: fitted on a sample, then one labelling pass.
@@ -433,3 +440,21 @@ def _kmeans_impl(source: NodeRows, num_nodes: int, num_clusters: int, seed: int,
         source="kmeans",
         inertia_history=tuple(x * scale for x in fit.history) + (inertia,),
     )
+
+
+def kmeans_needs(run: PartitionConfig, s: RunShape) -> Need:
+    """Memory of :func:`attribute_clusters`, nothing written, from the decoded node table
+    (what ``asepr partition`` runs): the driver gathers the ``m`` sampled rows (``float32
+    [m, d]``) and fits on their embedding (a copy of its non-zero rows, the 20 B per row
+    of an assignment, and k-means++'s ``2 + ln C`` float64 distance rows, three at a
+    time); then ``label_threads`` threads each read a block of rows and embed it in
+    float64 into ``attr_cluster_id`` int32[N], beside ``degree``. When the sample is every
+    row (``m = N``) it also holds every embedded row and its id."""
+    rows = min(s.n, rows_per_batch(s.d, BATCH_ROWS))
+    m = sample_rows(s.n, run.attr_clusters, s.d, s.d_emb, run.kmeans_sample, run.kmeans_max_passes,
+                    RESTARTS)
+    every = m >= s.n
+    fit = 8 * s.n + 4 * m * s.d + 2 * 4 * m * s.d_emb + m * (20 + 24 * (2 + math.log(run.attr_clusters)))
+    kept = s.n * (8 + 4 * s.d_emb) if every else 0
+    labels = 12 * s.n + s.label_threads * rows * (4 * s.d + 8 * s.d + 21 * s.d_emb + 20)
+    return Need(driver=max(fit, labels + kept))

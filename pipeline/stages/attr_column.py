@@ -18,6 +18,8 @@ from pipeline.stages.attr_cluster import AttrClusters
 from pipeline.stages.attr_rows import scatter_labels
 from pipeline.stages.checks import check_int
 from pipeline.dask_ops import captured, compute, first_error, share, task_prefix
+from pipeline.config import PartitionConfig
+from pipeline.needs import Need, RunShape
 from storage.errors import InputError, SchemaError, format_problem
 from storage.fs import Shard
 from storage.resources import stage
@@ -26,7 +28,7 @@ from storage.input import open_parquet
 if TYPE_CHECKING:
     import distributed
 
-__all__ = ["column_clusters"]
+__all__ = ["column_clusters", "column_needs"]
 
 log = logging.getLogger(__name__)
 
@@ -182,3 +184,11 @@ def column_clusters(
         converged=True,
         source=f"column:{column}",
     )
+
+
+def column_needs(run: PartitionConfig, s: RunShape) -> Need:
+    """Memory of :func:`column_clusters`: tasks read the shards; the driver receives every
+    shard's ids and labels (12 B per node) and scatters them with a ``seen`` bool[N]."""
+    labels_driver = 8 * s.n + 12 * s.n + 5 * s.n + 8 * s.n_s
+    return Need(driver=labels_driver, task=12 * s.n_s + 2 * 16 * min(s.n_s, run.batch_rows),
+                tasks=s.node_shards)

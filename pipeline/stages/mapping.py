@@ -22,7 +22,10 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["CommunityMapping", "attr_homes", "map_communities", "place_new_communities", "vertex_terms"]
+from pipeline.needs import Need, RunShape
+
+__all__ = ["CommunityMapping", "attr_homes", "map_communities", "mapping_needs", "place_new_communities",
+           "vertex_terms"]
 
 
 @dataclass(frozen=True)
@@ -195,3 +198,12 @@ def place_new_communities(
     cap = (1.0 + epsilon) * float(volume.sum()) / num_parts
     _place(order.astype(np.int64), volume.astype(np.float64), home_of, community_part, part_volume, cap)
     return len(order)
+
+
+def mapping_needs(s: RunShape) -> Need:
+    """Memory of :func:`map_communities` and the steering: ``group`` int64[N]; the lexsort
+    over the live communities (at most N: ``live``, three int64 keys, the order and its
+    gather, 48 B each); then ``part_of`` int32[N] and the homes' ``vertex_part`` int32,
+    ``has`` bool and three gathers (29 B per node); then the per-vertex steering:
+    ``vertex_part`` int32, ``vertex_volume`` int64, ``vertex_home`` int32."""
+    return Need(driver=28 * s.n + 8 * s.n + max(48 * s.n, 8 * s.n + 29 * s.n))

@@ -16,6 +16,8 @@ import numba
 import numpy as np
 
 from pipeline.bitset import popcount64
+from pipeline.config import PartitionConfig
+from pipeline.needs import Need, RunShape, held_arrays
 from pipeline.prefetch import PREFETCH_DISTANCE, prefetch_write
 from storage.resources import stage
 
@@ -24,6 +26,7 @@ __all__ = [
     "choose_new_masters",
     "count_edges_per_replica",
     "count_new_edges_per_replica",
+    "masters_needs",
     "popcounts",
     "replica_offsets",
     "replica_rows",
@@ -180,3 +183,14 @@ def choose_new_masters(
     per_part = np.array(masters_per_part, dtype=np.int64, copy=True)
     master, _ = _choose(replicas, offsets, counts, num_parts, int(first), per_part)
     return master
+
+
+def masters_needs(run: PartitionConfig, s: RunShape) -> Need:
+    """Memory of the masters stage: ``replicas`` uint64[N, W], ``offsets`` int64[N+1], the
+    ``popcounts`` int64[N], the packed rows int64[N, W + 1]; then each stream range's
+    thread keeps one counter per replica (``int32``, RF·N of them, ``int64`` from 2**31
+    edges) and reads its own stream with each batch's ``int16`` partitions; then
+    ``master`` int32[N]."""
+    held = held_arrays(run, s) + 8 * s.words * s.n + 8 * s.n + 8 * (s.words + 1) * s.n
+    counter = 4 if s.e < 2**31 else 8
+    return Need(driver=held + max(8 * s.n, s.ways * (counter * s.rf * s.n + s.stream + 2 * s.b) + 4 * s.n))

@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from pipeline.stream import iter_edge_batches
+from pipeline.needs import Need, RunShape
 from storage.fs import Shard
 
-__all__ = ["metis_membership"]
+__all__ = ["metis_membership", "metis_needs"]
 
 
 def _symmetric_csr(edge_shards: list[Shard], num_nodes: int, batch_rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -61,3 +62,12 @@ def metis_membership(edge_shards: list[Shard], num_nodes: int, num_parts: int, s
     else:
         _, membership = pymetis.part_graph(num_parts, xadj=xadj, adjncy=adjncy, options=opts)
     return np.asarray(membership, dtype=np.int32)
+
+
+def metis_needs(s: RunShape) -> Need:
+    """Memory of :func:`metis_membership`, in memory: src/dst lists and their
+    concatenations, both directions, the unique sorted keys and the CSR: about 16 int64
+    per edge row, plus METIS's own copy of the graph (estimated, not derived), beside
+    ``degree`` and ``attr_cluster_id``."""
+    held = 12 * s.n
+    return Need(driver=held + 128 * s.e + 48 * s.e + 16 * s.n)

@@ -19,8 +19,10 @@ import numba
 import numpy as np
 
 from pipeline.bitset import has_bit
+from pipeline.config import PartitionConfig
+from pipeline.needs import Need, RunShape, held_arrays
 
-__all__ = ["drift_metrics", "locality_batch", "partition_metrics", "vertex_part_counts"]
+__all__ = ["drift_metrics", "locality_batch", "metrics_needs", "partition_metrics", "vertex_part_counts"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -161,3 +163,12 @@ def drift_metrics(
     out["overloaded"] = over
     out["rebalance_advised"] = bool(over)
     return out
+
+
+def metrics_needs(run: PartitionConfig, s: RunShape) -> Need:
+    """Memory of :func:`partition_metrics`: ``replicas``, ``master`` int32, the masters
+    stage's packed rows int64[N, W + 1], the locality pass's streams (one per range
+    thread), then ``labels`` int64[N] read from the node shards, the ``attr`` int64 copy
+    and the ``any`` masks."""
+    held = held_arrays(run, s) + 8 * s.words * s.n + 4 * s.n + 8 * (s.words + 1) * s.n
+    return Need(driver=held + max(s.ways * s.stream, 8 * s.n + 8 * s.n + (s.words + 1) * s.n))

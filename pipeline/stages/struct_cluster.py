@@ -40,12 +40,14 @@ import numba
 import numpy as np
 
 from pipeline.prefetch import PREFETCH_DISTANCE, aligned_zeros, prefetch_write
+from pipeline.config import PartitionConfig
+from pipeline.needs import Need, RunShape
 from pipeline.stream import iter_edge_batches, warmup_arrays
 from storage.fs import Shard
 from storage.resources import stage
 
-__all__ = ["ClusterState", "Communities", "cluster_batch", "published_cluster_batch", "published_clusters",
-           "structural_clusters"]
+__all__ = ["ClusterState", "Communities", "cluster_batch", "clustering_needs", "published_cluster_batch",
+           "published_clusters", "structural_clusters"]
 
 log = logging.getLogger(__name__)
 
@@ -277,3 +279,14 @@ def published_clusters(edge_shards: list[Shard], degree: np.ndarray, num_parts: 
     return Communities(
         community_id=community, volume=volume, cap=float(cap), moves=moves, kernel_seconds=kernel_seconds
     )
+
+
+def clustering_needs(run: PartitionConfig, s: RunShape) -> Need:
+    """Memory of the structural clustering: ``ClusterState.rows`` int64[N, 4] (32 B per
+    node), then the ``community`` and ``volume`` copies int64[N] while the rows live; the
+    published 2PS-L rule starts from three more int64/int32 [N] arrays. ASEP first
+    measures the attribute lift on a 2M-edge prefix (one batch, no prefetch)."""
+    held = 12 * s.n
+    published = not run.uses_attributes
+    start = 20 * s.n if published else 8 * s.n
+    return Need(driver=held + 32 * s.n + max(start, 16 * s.n) + s.stream)

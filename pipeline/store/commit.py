@@ -53,6 +53,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pipeline.needs import MIB, Need, RunShape
 from storage import failpoints
 from storage.atomic import atomic_file, refuse_symlink, write_json_atomic
 from storage.confine import confined_path
@@ -73,6 +74,7 @@ from storage.partition_store import checksum_problems, open_store, store_bytes
 from storage.state import STATE_NAME
 
 __all__ = [
+    "NODE_MAP_BYTES",
     "RUN_NAME",
     "Staging",
     "apply_journal",
@@ -86,6 +88,7 @@ __all__ = [
     "read_json_object",
     "recover_journal",
     "node_map_from_ids",
+    "node_map_needs",
     "write_node_map",
 ]
 
@@ -93,6 +96,9 @@ log = logging.getLogger(__name__)
 
 #: The staged run's identity (run key, generation), for resumption.
 RUN_NAME = "run.json"
+#: ``node_map.parquet`` (zstd) per node: the sequential ids compress away, the part ids
+#: and part-local ids do not.
+NODE_MAP_BYTES = 5.0
 
 
 # --- the output directory ------------------------------------------------------------------
@@ -560,3 +566,11 @@ def recover_journal(staging: Staging, run_key: str) -> dict | None:
     apply_journal(staging, journal, forward=False)
     staging.clear()
     return None
+
+
+def node_map_needs(s: RunShape) -> Need:
+    """Memory and disk of :func:`node_map_from_ids` (:func:`write_node_map` on a resumed
+    run): ``master_part`` and ``part_local`` int64[N], one partition's ``global_nid`` and
+    masters at a time, 1M-row Parquet tables."""
+    node_map = NODE_MAP_BYTES * s.n
+    return Need(driver=16 * s.n + 9 * s.n_p + 16 * s.n / s.k + 48 * MIB, written=node_map, kept=node_map)

@@ -21,10 +21,12 @@ import numpy as np
 
 from pipeline.assign import AssignState, KernelSettings
 from pipeline.config import PartitionConfig
+from pipeline.needs import STORE_RATIO, Need, RunShape, held_arrays
 from storage.errors import StoreError, format_problem
+from storage.partition_store import CHUNK_BYTES
 from storage.state import PartitionerState, write_state
 
-__all__ = ["Continuation", "assignment_state", "shard_records", "write_assignment_state"]
+__all__ = ["Continuation", "assignment_state", "shard_records", "state_needs", "write_assignment_state"]
 
 
 def shard_records(input_info: dict[str, Any], generation: int) -> list[dict[str, Any]]:
@@ -233,3 +235,12 @@ class Continuation:
             "shards": shards,
         }
         return write_state(path, self.arrays(), attrs)
+
+
+def state_needs(run: PartitionConfig, s: RunShape) -> Need:
+    """Memory and disk of :func:`write_assignment_state`: the finished assignment
+    (``replicas``, ``master``, ``labels``) written to ``state.zarr`` chunk by chunk, and
+    ``master.npy``."""
+    arrays = held_arrays(run, s) + 8 * s.words * s.n + 12 * s.n
+    state = arrays / STORE_RATIO["state"]
+    return Need(driver=arrays + 4 * CHUNK_BYTES, written=state + 4 * s.n, kept=state)

@@ -16,6 +16,7 @@ The layout is documented in :mod:`storage.partition_store`.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import shutil
 from collections.abc import Iterator
@@ -27,10 +28,12 @@ import numpy as np
 import zarr
 
 from pipeline.store.route import KIND_ASSIGNED, KIND_HALO, edge_record, node_record, read_segments
+from pipeline.needs import STORE_RATIO, Need, RunShape
 from storage import failpoints
 from storage.atomic import save_npy_atomic
 from storage.errors import StoreError, format_problem
 from storage.node_table import NodeTable
+from storage.npy import load_npy
 from storage.partition_store import (
     STORE_FORMAT,
     STORE_VERSION,
@@ -42,8 +45,8 @@ from storage.partition_store import (
     write_array,
 )
 
-__all__ = ["finalize_edges", "finalize_nodes", "finalize_nodes_from_table", "finish_store", "row_index",
-           "sweep_groups", "write_structure"]
+__all__ = ["finalize_edges", "finalize_edges_needs", "finalize_nodes", "finalize_nodes_from_table",
+           "finalize_nodes_needs", "finish_store", "row_index", "sweep_groups", "write_structure"]
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +150,7 @@ def finalize_edges(
     owned = records.get(KIND_ASSIGNED, empty)
     copies = records.get(KIND_HALO, empty)
     del records
-    master = np.load(master_path, mmap_mode="r")
+    master = load_npy(master_path, mmap_mode="r")
     masters_here = np.flatnonzero(np.asarray(master) == part_id).astype(np.int64)
     src = np.concatenate([owned["src"], copies["src"]])
     dst = np.concatenate([owned["dst"], copies["dst"]])
@@ -202,7 +205,7 @@ def row_index(
     """
     files, records, local = [], [], []
     for f, (bin_path, idx_path) in enumerate(gather_spills):
-        index = np.load(idx_path)
+        index = load_npy(idx_path)
         mine = index[index[:, 0] == part_id]
         if not len(mine):
             continue
@@ -503,3 +506,32 @@ def finish_store(group: zarr.Group, part_id: int, edges_info: dict[str, Any], di
     os.rename(store_path, final_path)
     failpoints.failpoint("between-commits")
     return {"part_id": int(part_id), "checksum": checksum, "counts": counts, "bytes": store_bytes(final_path)}
+
+
+def finalize_edges_needs(s: RunShape) -> Need:
+    """Memory and disk of :func:`finalize_edges`, per partition: its routed records, read
+    and concatenated (32 B per edge row), then ``src``/``dst`` and their part-local ids;
+    the mapped ``master`` int32[N] and its comparison, ``present`` bool[N],
+    ``local_of_global`` int64[N]; ``global_nid``, ``indptr``, the counts (24 B per node)."""
+    task = 32 * s.e_p + 14 * s.n + 24 * s.n_p
+    stores = s.k * (s.n_p * (8 / STORE_RATIO["global_nid"] + 8 / STORE_RATIO["indptr"] + 1 / STORE_RATIO["flags"])
+                    + s.e_p * (4 / STORE_RATIO["indices"] + (1 / STORE_RATIO["flags"] if s.halo_copies else 0)))
+    return Need(task=task, tasks=s.k, written=stores + s.k * 8 * s.n_p, kept=stores)
+
+
+def finalize_nodes_needs(s: RunShape) -> Need:
+    """Memory and disk of :func:`finalize_nodes_from_table`: ``sweeps`` tasks (one per
+    worker; a process's threads share one), each sweeping the decoded node table for
+    ``k / sweeps`` partitions: per partition a one-chunk buffer of each of ``x``, ``y``
+    and ``split`` (and two more of ``x``, :mod:`storage.direct_chunks`) and a slice of
+    its ids; two steps of the table (16 MiB of features with their labels and splits:
+    the one served and the one read ahead) and the ids taken from one."""
+    sweeps = max(1, min(s.k, s.sweeps))
+    per_sweep = math.ceil(s.k / sweeps)
+    step_rows = min(s.n, _SWEEP_BYTES // (4 * max(1, s.d)))  # a step reads at most the table
+    # x: the block being filled and the two that storage.direct_chunks writes from.
+    buffers = (3 * min(s.n_p * 4 * s.d, CHUNK_BYTES) + min(s.n_p * 8, CHUNK_BYTES) + min(s.n_p, CHUNK_BYTES)
+               + 8 * 65_536)
+    task = per_sweep * buffers + 2 * step_rows * (4 * s.d + 9) + 8 * min(s.n_p, step_rows)
+    stores = s.k * s.n_p * (4 * s.d / STORE_RATIO["x"] + 8 / STORE_RATIO["y"] + 1 / STORE_RATIO["flags"])
+    return Need(task=task, tasks=sweeps, written=stores, kept=stores)

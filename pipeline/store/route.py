@@ -26,10 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.stream import iter_edge_batches
+from pipeline.needs import Need, RunShape
 from storage import failpoints
 from storage.atomic import refuse_symlink, save_npy_atomic
+from storage.decoded import decoded_row
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard
+from storage.npy import load_npy
 from storage.schema import check_node_schema, feature_matrix
 from storage.input import open_parquet
 
@@ -46,6 +49,7 @@ __all__ = [
     "read_segments",
     "route_edge_shard",
     "write_grouped",
+    "route_needs",
 ]
 
 log = logging.getLogger(__name__)
@@ -116,7 +120,7 @@ def read_segments(
     """All records of ``part_id`` from the spill files, per kind, in spill order."""
     pieces: dict[int, list[np.ndarray]] = {}
     for bin_path, idx_path in spills:
-        index = np.load(idx_path)
+        index = load_npy(idx_path)
         mine = index[index[:, 0] == part_id]
         if not len(mine):
             continue
@@ -193,8 +197,8 @@ def route_edge_shard(
     -------
     list of [assigned, halo] counts per partition.
     """
-    parts = np.load(parts_path, mmap_mode="r")
-    master = np.load(master_path, mmap_mode="r") if halo else None
+    parts = load_npy(parts_path, mmap_mode="r")
+    master = load_npy(master_path, mmap_mode="r") if halo else None
     counts = np.zeros((num_parts, 2), dtype=np.int64)
     bin_path, idx_path = edge_spill_paths(route_dir, shard_index, narrow)
     record = edge_record(narrow)
@@ -252,7 +256,7 @@ def gather_node_shard(
     ``global_nid_paths[p]`` is the sorted ``global_nid`` array (``.npy``) of partition
     ``p``; only the partitions listed are served. Returns the number of rows read.
     """
-    global_nids = {p: np.load(path, mmap_mode="r") for p, path in global_nid_paths.items()}
+    global_nids = {p: load_npy(path, mmap_mode="r") for p, path in global_nid_paths.items()}
     dtype = node_record(feat_dim)
     bin_path, idx_path = node_spill_paths(gather_dir, shard_index)
     writer = SegmentWriter(bin_path, idx_path)
@@ -299,3 +303,18 @@ def gather_node_shard(
         writer.abort()
         raise
     return rows
+
+
+def route_needs(s: RunShape) -> Need:
+    """Memory and disk of :func:`route_edge_shard`: a task maps its shard's ``int16``
+    partitions and holds a batch as ``int64`` columns, its records (``int32`` pairs while
+    N <= 2**31, else ``int64``: ``r`` B), ``int64`` partitions, the argsort and the grouped
+    records (``34 + 2r`` B per row); a halo also maps ``master`` int32[N] and groups the
+    copies. Each edge row is written once (``r`` B), plus its halo copies; the decoded
+    edge copy it read is then deleted."""
+    record = edge_record(s.n <= 2**31).itemsize
+    task = 2 * s.e_s + (34 + 2 * record) * s.b
+    if s.halo_copies:
+        task += 4 * s.n + 57 * s.b * s.halo_copies
+    return Need(task=task, tasks=s.edge_shards, written=record * s.e * (1 + s.halo_copies),
+                removed=decoded_row(s.n) * s.e)

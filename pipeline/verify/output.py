@@ -65,7 +65,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from pipeline.plan import free_memory_bytes
+from pipeline.machine import free_memory_bytes
 from pipeline.verify.edges import (
     EDGE_CHECKS,
     EdgeFingerprint,
@@ -181,7 +181,7 @@ def verify_output(
     memory_budget
         Bytes of node rows held at once for the node comparison: the input's node table
         when it fits, else groups of partitions. Default: a quarter of the memory available
-        to this process (:func:`pipeline.plan.free_memory_bytes`, cgroup limits included),
+        to this process (:func:`pipeline.machine.free_memory_bytes`, cgroup limits included),
         at least 1 GiB; at a fixed 1 GiB a 10M-node, d = 32 input fell into the multi-pass
         comparison (33.7 s against 14.8 s on 100M edges, docs/results/verify/budget).
     spill_dir

@@ -1,0 +1,101 @@
+"""What a stage of a partition run holds and writes, for the run's plan (:mod:`pipeline.plan`).
+
+Each stage declares its own needs next to its code, as a function of the run's
+configuration and its :class:`RunShape` returning a :class:`Need`: the arrays its code
+holds at its high-water mark (``itemsize × |V|`` per O(|V|) array, ``batch_rows`` times
+the bytes per row for per-batch buffers) and the bytes it writes. :mod:`pipeline.plan`
+adds them up, stage by stage, with the process baselines.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pipeline.config import PartitionConfig
+
+__all__ = ["EDGE_ROW", "MIB", "STORE_RATIO", "STREAM_BATCHES", "Need", "RunShape", "held_arrays"]
+
+MIB = 1 << 20
+
+#: Edge batches resident in a stream: 2 queued (``prefetch``), the kernel's, the decoder's,
+#: and the row group the Parquet reader decoded.
+STREAM_BATCHES = 5
+#: Bytes of one decoded edge row: ``src`` and ``dst``, int64.
+EDGE_ROW = 16
+
+#: Compression ratios (raw / stored) of the store codecs, from storage.partition_store's
+#: measurement; arrays it does not list take the ratio of the closest listed one. Dense
+#: features are stored raw (blosc saves less than storage.partition_store.MIN_SAVING on
+#: them): 1.0, the most disk they can take.
+STORE_RATIO = {"x": 1.0, "global_nid": 7.1, "indptr": 7.1, "indices": 1.53, "y": 19.6, "flags": 8.0,
+               "state": 2.0}
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a stage holds and writes.
+
+    ``driver``: the driver's arrays; ``task``: one task's arrays, for ``tasks`` tasks;
+    ``written``: bytes written, of which ``kept`` stay after the commit; ``removed``:
+    bytes (written by it or before) that the stage deletes when it ends.
+    """
+
+    driver: float = 0.0
+    task: float = 0.0
+    tasks: int = 0
+    written: float = 0.0
+    kept: float = 0.0
+    removed: float = 0.0
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """The quantities the stages' formulas use (all counts, not bytes)."""
+
+    n: int          # |V|
+    e: int          # |E|
+    k: int
+    epsilon: float
+    d: int          # feature width
+    d_emb: int      # d' = k-means width (projected or not)
+    b: int          # edge batch rows (capped by the largest edge shard)
+    rf: float
+    halo_copies: float  # halo copies per edge, at most (0, 1, or 2 for undirected inputs)
+    n_s: int        # rows of the largest node shard
+    e_s: int        # rows of the largest edge shard
+    node_shards: int
+    edge_shards: int
+    node_read: float  # peak bytes of reading the largest node shard with its features
+    label_threads: int = 1  # threads labelling the decoded node table (pipeline.stages.attr_rows)
+    sweeps: int = 1  # node-table sweeps at once (one per worker; local threads share one)
+    ways: int = 1  # threads of an order-free edge pass (pipeline.stream.map_shard_ranges)
+
+    @property
+    def words(self) -> int:
+        """W = ceil(k / 64) replica words per vertex."""
+        return (self.k + 63) // 64
+
+    @property
+    def n_p(self) -> float:
+        """Nodes of one partition: RF·|V|/k, at most |V|."""
+        return min(self.n, self.rf * self.n / self.k)
+
+    @property
+    def e_p(self) -> float:
+        """Edge rows of one partition: the cap ``(1 + eps)|E|/k`` plus its halo copies."""
+        return math.ceil((1.0 + self.epsilon) * self.e / self.k) * (1.0 + self.halo_copies)
+
+    @property
+    def stream(self) -> float:
+        """One edge stream's batches (:data:`STREAM_BATCHES` of ``b`` rows)."""
+        return STREAM_BATCHES * EDGE_ROW * self.b
+
+
+def held_arrays(run: PartitionConfig, s: RunShape) -> float:
+    """O(|V|) arrays the driver keeps from ② on: ``degree`` int64 and ``attr_cluster_id``
+    int32; with communities (asep, 2ps-*) also ``community_id`` and ``volume`` int64 and
+    the mapping's ``community_part`` int32."""
+    return 12 * s.n + (20 * s.n if run.uses_communities else 0)
