@@ -23,7 +23,7 @@ __all__ = ["build_parser", "main", "run"]
 
 log = logging.getLogger("asepr")
 
-IMPORT_FORMATS = ("gnn-npz", "hetero-npz", "musae", "edgelist")
+IMPORT_FORMATS = ("gnn-npz", "hetero-npz", "musae", "edgelist", "ogb")
 
 
 def _positive_int(text: str) -> int:
@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shard-rows", type=_positive_int, default=1_000_000, help="max rows per shard")
     p.add_argument("--seed", type=int, default=0, help="seed of the stratified split when none is published")
     p.add_argument("--split-index", type=int, help="hetero-npz: which published split (default 0)")
+    p.add_argument("--split-scheme", help="ogb: the folder under split/ (needed when there are several)")
     p.add_argument("--label-column", help="musae/edgelist: label column of the node table")
     p.add_argument("--node-table", help="edgelist: csv or parquet node table (id, label, features)")
     p.add_argument("--delimiter", help="edgelist: field delimiter (default: sniffed)")
@@ -155,6 +156,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         drop_duplicates=args.drop_duplicates,
         options={
             "split_index": args.split_index,
+            "split_scheme": args.split_scheme,
             "label_column": args.label_column,
             "node_table": args.node_table,
             "header": args.header,

@@ -17,6 +17,7 @@ Formats (:data:`FORMATS`):
 ``hetero-npz``  heterophilous-graphs npz (Tolokers, Squirrel): published split ``split_index``
 ``musae``       MUSAE csv + json directory (Facebook, Twitch): symmetrised, stratified split
 ``edgelist``    csv / tsv / blank-separated edge lists, streamed, optional node table
+``ogb``         an Open Graph Benchmark dataset folder (ogbn-*, ogbl-*), streamed, published split
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from storage.importers.edgelist import import_edgelist
 from storage.importers.gnn_npz import import_gnn_npz
 from storage.importers.hetero_npz import import_hetero_npz
 from storage.importers.musae import import_musae
+from storage.importers.ogb import import_ogb
 
 __all__ = [
     "FORMATS",
@@ -40,6 +42,7 @@ __all__ = [
     "import_gnn_npz",
     "import_hetero_npz",
     "import_musae",
+    "import_ogb",
 ]
 
 FORMATS: dict[str, Callable[..., dict[str, Any]]] = {
@@ -47,6 +50,7 @@ FORMATS: dict[str, Callable[..., dict[str, Any]]] = {
     "hetero-npz": import_hetero_npz,
     "musae": import_musae,
     "edgelist": import_edgelist,
+    "ogb": import_ogb,
 }
 
 _COMMON = ("src", "out", "shard_rows", "seed", "overwrite", "storage_options")

@@ -561,7 +561,7 @@ def test_unknown_format_and_option(tmp_path, datasets_dir):
     with pytest.raises(InputError) as info:
         import_dataset("x", datasets_dir / "cora", tmp_path / "out")
     assert str(info.value) == (
-        'Unsupported format "x". Valid choices are "gnn-npz", "hetero-npz", "musae", "edgelist".'
+        'Unsupported format "x". Valid choices are "gnn-npz", "hetero-npz", "musae", "edgelist", "ogb".'
     )
     with pytest.raises(InputError, match='"split_index"'):
         import_dataset("gnn-npz", datasets_dir / "cora", tmp_path / "out", split_index=1)
