@@ -70,6 +70,8 @@ def _race_takeovers(directory: Path, rounds: int, contenders: int = 4) -> None:
             released.wait(BARRIER_TIMEOUT_S)
             assert not (directory / LOCK_NAME).exists()
     finally:
+        for barrier in (start, attempted, released):
+            barrier.abort()  # a failed round must not leave the contenders waiting
         for p in procs:
             p.join(timeout=30)
             if p.is_alive():
@@ -142,6 +144,8 @@ def _race_ingests(tiny: dict, workdir: Path, rounds: int) -> None:
             assert report.ok, f"round {r}: {report.summary()}"
             shutil.rmtree(out)
     finally:
+        for barrier in (start, done):
+            barrier.abort()
         for p in procs:
             p.join(timeout=60)
             if p.is_alive():
