@@ -33,6 +33,7 @@ from storage.schema import FeatureLayout, check_edge_schema, check_node_schema, 
 __all__ = [
     "NodeRows",
     "NodeState",
+    "check_footer_rows",
     "checked_edges",
     "count_endpoints",
     "count_ids",
@@ -58,14 +59,18 @@ class NodeRows(Protocol):
 _VALID_SPLITS = np.array([-1, 0, 1, 2], dtype=np.int8)
 _NODE_BATCH_BYTES = 16 << 20
 
+
 def iter_batches(pf: pq.ParquetFile, shard: Shard, columns: list[str], batch_rows: int):
-    """Yield ``(row0, batch)``; decoding errors become InputError naming the row range."""
+    """Yield ``(row0, batch)``; decoding errors become InputError naming the row range, and
+    so does a file that decodes to another number of rows than its footer claims (the
+    later passes size their output from the footer)."""
     row0 = 0
     it = pf.iter_batches(batch_size=batch_rows, columns=columns)
     while True:
         try:
             batch = next(it)
         except StopIteration:
+            _check_decoded_rows(shard, pf.metadata.num_rows, row0)
             return
         except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
             raise InputError(
@@ -78,6 +83,32 @@ def iter_batches(pf: pq.ParquetFile, shard: Shard, columns: list[str], batch_row
             ) from exc
         yield row0, batch
         row0 += batch.num_rows
+
+
+def _footer_problem(shard: Shard, claimed: int, found: str) -> InputError:
+    return InputError(
+        format_problem(
+            f"file {shard.url}, Parquet footer",
+            f"the footer's row count ({claimed:,}) to match the rows stored in the file",
+            found,
+            "the footer is damaged or was written by a faulty writer; re-export the file.",
+        )
+    )
+
+
+def _check_decoded_rows(shard: Shard, claimed: int, decoded: int) -> None:
+    if decoded != claimed:
+        raise _footer_problem(shard, claimed, f"{decoded:,} rows decoded")
+
+
+def check_footer_rows(pf: pq.ParquetFile, shard: Shard) -> int:
+    """The file's row count, once its footer's total equals the sum of its row groups'."""
+    meta = pf.metadata
+    groups = sum(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+    if groups != meta.num_rows:
+        raise _footer_problem(shard, meta.num_rows,
+                              f"{groups:,} rows in its {meta.num_row_groups} row group(s)")
+    return meta.num_rows
 
 
 def _bad_values(
@@ -421,7 +452,7 @@ def schema_pass(node_shards, node_infos, edge_shards, edge_infos, warnings: list
     for shard, info in zip(node_shards, node_infos):
         pf = open_parquet(shard)
         layout, present, cats = check_node_schema(pf.schema_arrow, shard.url)
-        info.rows = pf.metadata.num_rows
+        info.rows = check_footer_rows(pf, shard)
         node_files.append((shard, layout, present))
         layouts[layout.kind] = layout
         categorical += [c for c in cats if c not in categorical]
@@ -430,7 +461,7 @@ def schema_pass(node_shards, node_infos, edge_shards, edge_infos, warnings: list
     for shard, info in zip(edge_shards, edge_infos):
         pf = open_parquet(shard)
         columns = check_edge_schema(pf.schema_arrow, shard.url)
-        info.rows = pf.metadata.num_rows
+        info.rows = check_footer_rows(pf, shard)
         edge_files.append((shard, columns))
         edge_columns += [c for c in columns if c not in edge_columns]
     for shard, info in zip(node_shards + edge_shards, node_infos + edge_infos):

@@ -68,3 +68,36 @@ def write_input(
     if meta is not None:
         (root / "meta.json").write_text(json.dumps({"num_classes": num_classes, **meta}))
     return {"src": src, "dst": dst, "feat": feat, "label": label, "split": split}
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | 0x80 if value else byte)
+        if not value:
+            return bytes(out)
+
+
+def claim_rows(path: Path, rows: int, *, row_group_too: bool = False) -> None:
+    """Rewrite the Thrift footer of a one-row-group Parquet file so that it claims ``rows``
+    rows (``FileMetaData.num_rows``; with ``row_group_too`` the row group's ``num_rows``
+    as well), leaving the pages as they are: a crafted or damaged footer.
+
+    In Thrift's compact protocol ``num_rows`` follows field 2 in both structs, so it is
+    the byte ``0x16`` (field delta 1, type i64) and the zigzag varint of the count; the
+    file's first such field is ``FileMetaData.num_rows``, its last the row group's.
+    """
+    data = path.read_bytes()
+    length = int.from_bytes(data[-8:-4], "little")
+    footer = data[-8 - length:-8]
+    actual = pq.ParquetFile(path).metadata.num_rows
+    field = b"\x16" + _varint(actual << 1)
+    at = [i for i in range(len(footer)) if footer.startswith(field, i)]
+    chosen = [at[0], at[-1]] if row_group_too else at[:1]
+    new = bytearray(footer)
+    for i in reversed(chosen):
+        new[i:i + len(field)] = b"\x16" + _varint(rows << 1)
+    path.write_bytes(data[:-8 - length] + bytes(new) + len(new).to_bytes(4, "little") + b"PAR1")
+    meta = pq.ParquetFile(path).metadata
+    assert meta.num_rows == rows and (meta.row_group(0).num_rows == rows) == row_group_too

@@ -18,7 +18,7 @@ from storage import (
     SchemaError,
     validate_input,
 )
-from tests.storage.helpers import edge_table, node_table, write_input
+from tests.storage.helpers import claim_rows, edge_table, node_table, write_input
 from workflows.cli import main
 
 
@@ -336,4 +336,33 @@ def test_two_zero_byte_files_are_truncated_not_copies(tmp_path):
     for name in ("part-00007.parquet", "part-00008.parquet"):
         (tmp_path / "in" / "edges" / name).write_bytes(b"")
     with pytest.raises(InputError, match="truncated"):
+        validate_input(tmp_path / "in")
+
+
+def test_a_footer_that_claims_more_rows_than_its_row_groups_is_refused(tmp_path, capsys):
+    # A footer claiming 2**40 rows over one row group of 100 once passed validation and
+    # made ingest size its output by the claim.
+    write_input(tmp_path / "in")
+    shard = tmp_path / "in" / "edges" / "part-00001.parquet"
+    claim_rows(shard, 1 << 40)
+    expected = [str(shard), "1,099,511,627,776", "100 rows in its 1 row group(s)", "re-export"]
+    with pytest.raises(InputError) as info:
+        validate_input(tmp_path / "in")
+    assert all(s in str(info.value) for s in expected)
+    assert main(["validate", str(tmp_path / "in")]) == 1
+    err = capsys.readouterr().err
+    assert all(s in err for s in expected) and "Traceback" not in err
+
+    from storage.fs import discover_shards
+    from storage.validate_increment import validate_increment
+
+    with pytest.raises(InputError, match=r"1,099,511,627,776.*100 rows in its 1 row group"):
+        validate_increment(discover_shards(str(shard)), [], num_nodes=60, feat_dim=5)
+
+
+def test_a_footer_whose_row_group_claims_rows_the_pages_lack_is_refused(tmp_path):
+    write_input(tmp_path / "in")
+    shard = tmp_path / "in" / "nodes" / "part-00000.parquet"
+    claim_rows(shard, 31, row_group_too=True)  # the pages hold 30 rows
+    with pytest.raises(InputError, match=rf"{shard}, Parquet footer.*\(31\).*30 rows decoded.*re-export"):
         validate_input(tmp_path / "in")
