@@ -182,8 +182,8 @@ def verify_output(
         Bytes of node rows held at once for the node comparison: the input's node table
         when it fits, else groups of partitions. Default: a quarter of the memory available
         to this process (:func:`pipeline.machine.free_memory_bytes`, cgroup limits included),
-        at least 1 GiB; at a fixed 1 GiB a 10M-node, d = 32 input fell into the multi-pass
-        comparison (33.7 s against 14.8 s on 100M edges, docs/results/verify/budget).
+        at least 1 GiB; a fixed 1 GiB sent mid-sized inputs into the slower multi-pass
+        comparison (``docs/results/verify/budget/README.md``).
     spill_dir
         Where the edge buckets of the exact comparison go (a temporary directory by default).
     max_problems
