@@ -3,24 +3,46 @@
 ``asepr partition`` cuts vertices: every edge lives in exactly one partition, a vertex
 is replicated in every partition holding one of its edges, and one replica is the
 master. Each rank sees only its own edges, so a layer's aggregate of a vertex is split
-over the ranks that hold it. :class:`ExactInference` computes, on every rank and for
-every local row (masters, replicas and halo copies), exactly the output the model
-gives on the whole graph, layer by layer:
+over the ranks that hold it. :class:`ExactInference` computes, on every rank, exactly
+the output the model gives on the whole graph for the rows it is asked for (the
+**targets**: a node task's validation and test masters, a link task's held-out edge
+ends and ranking candidates, or every row), layer by layer:
 
 1. each rank aggregates over its own edges into **partials** of its local rows;
 2. every replica sends its partials to the rank of its master, which combines them with
-   its own (and with the self-loop term of GCN and GAT, which needs only the master's
-   row) into the layer's output row;
-3. the master sends the output row back to the replicas, so every replica holds the
-   exact row before the next layer.
+   its own (and with the root or self-loop term, which needs only the master's row)
+   into the layer's output row;
+3. the master sends the row the next layer aggregates back to the replicas that use it.
+
+**Receptive field.** Layer ``L`` (the last) is computed for the targets only; layer
+``l`` for the vertices whose row layer ``l + 1`` reads on some rank: the in-neighbours,
+over that rank's edges, of the vertices layer ``l + 1`` computes, and those vertices
+themselves. A vertex a layer computes is computed at its master from the partials of
+every replica; its row goes back only to the replicas that read it. The field is set up
+once per graph and depth (a few one-byte flags per replica and layer) and costs nothing
+per evaluation.
+
+**Bounded memory.** A layer runs over ``global_nid`` ranges, the same on every rank
+(one exchange each way per range), sized so that one range's rows of the widest layer
+take about ``budget_bytes``; within a range the in-edges are gathered in blocks of
+about ``budget_bytes`` too. No tensor of one row per edge, nor one of every row at the
+hidden width, is built: between layers a rank keeps only the rows the next layer
+aggregates (below) and, at the masters, the next SAGE layer's root term.
+
+**Narrow rows.** Every convolution is linear in the rows it aggregates, so a rank
+aggregates the narrower of ``h`` and ``W h`` and the master applies ``W`` to the sum
+when the rows were not transformed first. A master sends the next layer's rows already
+transformed when that is narrower (a 2-layer SAGE with hidden 128 and 10 classes sends
+10 floats per row back, not 128).
 
 What a partial holds, and how masters combine them:
 
-* SAGE (mean): the sum of the neighbours' rows (transformed by ``lin_l`` first when
-  that is narrower); divided at the master by the global in-degree.
-* GCN: the sum of ``deg(j)^-1/2 · W h_j`` over the in-edges; the global degrees
-  (in-edges other than self-loops, plus the one self-loop GCN adds) are combined once,
-  at setup, and known to every replica.
+* SAGE (mean): the sum of the neighbours' rows (``h`` or ``W_l h``); divided at the
+  master by the global in-degree, then ``W_l`` (when not applied) and the root term
+  ``W_r h_v``.
+* GCN: the sum of ``deg(j)^-1/2 · h_j`` (or of ``W h_j``) over the in-edges; the global
+  degrees (in-edges other than self-loops, plus the one self-loop GCN adds) are combined
+  once, at setup, and known to every replica.
 * GAT: per head, the local maximum ``m`` of the attention logits, the exp-sum
   ``z = Σ exp(e - m)`` and the weighted sum ``u = Σ exp(e - m) · W h_j``. The master
   takes the maximum ``M`` over all partials and its self-loop, rescales each partial by
@@ -38,28 +60,31 @@ its replicas. Both sides order the rows of one (replica rank, master rank) pair 
 (more partitions than ranks) are merged by :func:`training.data.load_local_graph` into
 one local graph and need nothing more.
 
-Bytes (float32, one flat buffer per direction through :meth:`Comm.all_to_all`, under
-the category ``"eval"``). Let ``R_out`` be a rank's rows whose master is on another
-rank and ``R_in`` the rows on other ranks whose master is here; summed over ranks
-both equal ``Σ_v (r_v - 1)``, the replication beyond one copy per vertex. Per layer a
-rank sends ``4 · (R_out · p + R_in · d_out)`` bytes and receives ``4 · (R_in · p +
-R_out · d_out)``, where ``d_out`` is the layer's output width and ``p`` the partial's:
+Bytes (float32, one flat buffer per direction and range through
+:meth:`Comm.all_to_all`, under the category ``"eval"``). Per layer ``l`` a replica
+row of a vertex the layer computes sends ``4 · p_l`` bytes up, and a replica row that
+the next layer reads (or a target replica, after the last) receives ``4 · w_l``:
 
-==========  ================================
-model       partial width ``p`` (floats)
-==========  ================================
-SAGE        ``min(d_in, d_out)``
-GCN         ``d_out``
-GAT         ``d_out + 2 · heads``
-==========  ================================
+==========  ===========================  ====================================
+model       partial width ``p`` (floats)  rows sent back ``w`` (floats)
+==========  ===========================  ====================================
+SAGE, GCN   ``min(d_in, d_out)``          the next layer's ``min(d_in, d_out)``
+GAT         ``d_out + 2 · heads``         the next layer's ``d_out`` (its ``W h``)
+                                          when narrower than ``d_in``, else ``d_in``
+==========  ===========================  ====================================
 
-plus ``16 · (W - 1)`` bytes of buffer sizes (``"control"``). The one-time setup sends
-16 bytes per local row to its directory rank, which answers with 24 bytes to each
-replica and 24 to its master per replica; then 16 bytes per replica each way for the
-degrees.
+With every row a target every vertex is computed at every layer: the sums over ranks
+of the replica rows sent and served are both ``Σ_v (r_v - 1)``, the replication beyond
+one copy per vertex. The one-time setup sends 16 bytes per local row to its directory
+rank, which answers with 24 bytes to each replica and 24 to its master per replica;
+then 16 bytes per replica each way for the degrees, and one byte per replica each way
+and layer for the receptive field.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -71,13 +96,31 @@ from training.comm import Comm
 from training.config import EVAL_MODES
 from training.data import LocalGraph
 
-__all__ = ["ExactInference", "Evaluator", "evaluate_exact", "exact_forward"]
+__all__ = ["BUDGET_BYTES", "ExactInference", "Evaluator", "evaluate_exact", "exact_forward"]
+
+#: About this many bytes per block of rows or of in-edges (see the module docstring).
+BUDGET_BYTES = 64 << 20
+
+
+@dataclass
+class _Layer:
+    """One layer's receptive field on this rank: the rows it computes (``need``, the same
+    vertices on every holder), the rows whose output this rank reads (``use``), and, per
+    peer rank, the sorted local rows of each exchange."""
+
+    need: torch.Tensor
+    use: torch.Tensor
+    up_send: list[torch.Tensor]  # replica rows computed, partials to their master
+    up_recv: list[torch.Tensor]  # master rows computed, partials from that replica
+    down_send: list[torch.Tensor]  # master rows whose replica there reads them
+    down_recv: list[torch.Tensor]  # replica rows read here, from their master
 
 
 class ExactInference:
-    """The whole-graph output of a model on this rank's rows (see the module docstring).
+    """The whole-graph output of a model on this rank's target rows (see the module docstring).
 
-    Construction and :meth:`forward` are collectives: every rank of ``comm`` calls them.
+    Construction, :meth:`prepare` and :meth:`forward` are collectives: every rank of
+    ``comm`` calls them.
 
     Parameters
     ----------
@@ -91,31 +134,52 @@ class ExactInference:
         are symmetrised when the graph is undirected, as :func:`build_local_graph` does.
     category
         The byte counter's category.
+    targets
+        Boolean ``[num_nodes]``: the rows whose output :meth:`forward` computes (default:
+        every row).
+    budget_bytes
+        The size of one block of rows or in-edges (:data:`BUDGET_BYTES`).
     """
 
-    def __init__(self, graph: LocalGraph, comm: Comm, edges: torch.Tensor | None = None, category: str = "eval"):
-        self.graph = graph
-        self.comm = comm
-        self.category = category
-        ei = graph.own_edges if edges is None else edges
-        if graph.undirected:
-            ei = torch.cat([ei, ei.flip(0)], dim=1)
-        self._src, self._dst = ei[0], ei[1]
-        loop = self._src == self._dst
-        self._src_nl, self._dst_nl = self._src[~loop], self._dst[~loop]
-        self._route()
+    def __init__(self, graph: LocalGraph, comm: Comm, edges: torch.Tensor | None = None, category: str = "eval",
+                 targets: torch.Tensor | None = None, budget_bytes: int = BUDGET_BYTES):
+        self.graph, self.comm, self.category = graph, comm, category
+        self.budget = max(int(budget_bytes), 64)
         n = graph.num_nodes
-        local = torch.stack([torch.bincount(self._dst, minlength=n), torch.bincount(self._dst_nl, minlength=n)], 1)
-        degrees = self.to_replicas(self.sum_at_masters(local))
+        self.targets = torch.ones(n, dtype=torch.bool) if targets is None else targets.to(torch.bool)
+        ei = graph.own_edges if edges is None else edges
+        src, dst = (torch.cat([ei[0], ei[1]]), torch.cat([ei[1], ei[0]])) if graph.undirected else (ei[0], ei[1])
+        loop = src == dst
+        #: Stored self-loops per row (SAGE's mean counts them; GCN and GAT add their own).
+        self._loops = torch.bincount(dst[loop], minlength=n).to(torch.float32)
+        src, dst = src[~loop], dst[~loop]
+        order = torch.argsort(dst, stable=True)
+        self._src = src[order].to(torch.int32 if n < 2**31 else torch.int64)  # in-edges by target row (CSR)
+        counts = torch.bincount(dst, minlength=n)
+        self._indptr = torch.zeros(n + 1, dtype=torch.int64)
+        torch.cumsum(counts, 0, out=self._indptr[1:])
+        del src, dst, order, loop
+        self._route()
+        degrees = self.to_replicas(self.sum_at_masters(torch.stack([counts + self._loops.long(), counts], 1)))
         #: Global in-degree over all stored edges (SAGE's mean), and GCN's degree.
         self.in_degree = degrees[:, 0].to(torch.float32)
         self.gcn_degree = degrees[:, 1].to(torch.float32) + 1
+        self._span = max(1, comm.max_int(int(graph.global_nid.max()) + 1 if n else 0))
+        self._fields: dict[int, list[_Layer]] = {}
 
     @classmethod
-    def for_task(cls, task, comm: Comm, category: str = "eval") -> ExactInference:
-        """The inference over the edges ``task`` passes messages on (a link task's
-        training edges: held-out edges carry no messages, as in its training)."""
-        return cls(task.graph, comm, task.train_pos if task.name == "link" else None, category)
+    def for_task(cls, task, comm: Comm, category: str = "eval", budget_bytes: int = BUDGET_BYTES) -> ExactInference:
+        """The inference over the edges ``task`` passes messages on, for the rows it scores
+        (a collective): a node task's validation and test masters; a link task's held-out
+        edge ends and its ranking candidates, over its training edges (held-out edges
+        carry no messages, as in its training)."""
+        graph = task.graph
+        if task.name != "link":
+            return cls(graph, comm, None, category, graph.val_mask | graph.test_mask, budget_bytes)
+        targets = torch.zeros(graph.num_nodes, dtype=torch.bool)
+        targets[torch.cat([task.val_pos.reshape(-1), task.test_pos.reshape(-1)])] = True
+        targets[task.eval_negatives(comm).rows] = True
+        return cls(graph, comm, task.train_pos, category, targets, budget_bytes)
 
     # -- routing -------------------------------------------------------------------------
     def _route(self) -> None:
@@ -169,72 +233,230 @@ class ExactInference:
         out[self._replica_index] = torch.cat(got)
         return out
 
+    # -- the receptive field -------------------------------------------------------------
+    def prepare(self, layers: int) -> list[_Layer]:
+        """The receptive field of the targets through ``layers`` layers (set up once per depth)."""
+        if layers not in self._fields:
+            field, use = [], self.targets
+            for _ in range(layers):
+                index, read = self.to_masters(use.to(torch.uint8).unsqueeze(1))
+                read = read[:, 0] > 0  # whether each replica reads the row
+                need = use.to(torch.uint8)
+                need[index[read]] = 1  # a master computes what any holder reads
+                need = self.to_replicas(need.unsqueeze(1))[:, 0] > 0
+                read = torch.split(read, [len(r) for r in self._master_rows])
+                field.append(_Layer(need, use, [r[need[r]] for r in self._replica_rows],
+                                    [r[need[r]] for r in self._master_rows],
+                                    [r[f] for r, f in zip(self._master_rows, read)],
+                                    [r[use[r]] for r in self._replica_rows]))
+                use = self._read_by(need)
+            self._fields[layers] = field[::-1]
+        return self._fields[layers]
+
+    def _read_by(self, need: torch.Tensor) -> torch.Tensor:
+        """The rows a layer computing the ``need`` rows reads here: those rows and their in-neighbours."""
+        read = need.clone()
+        for _, _, _, sources in self._in_edges(torch.nonzero(need).view(-1), 2):
+            read[sources] = True
+        return read
+
+    def _in_edges(self, rows: torch.Tensor, width: int) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor]]:
+        """The in-edges of ``rows`` in blocks of about ``budget_bytes`` at ``width`` floats per
+        edge: ``(lo, hi, segment, sources)``, edge ``i`` of the block going from row
+        ``sources[i]`` to ``rows[lo + segment[i]]`` (a row's edges are never split)."""
+        start = self._indptr[rows]
+        counts = self._indptr[rows + 1] - start
+        cum = torch.cumsum(counts, 0)
+        step, lo = max(1, self.budget // (4 * max(width, 1))), 0
+        while lo < len(rows):
+            base = int(cum[lo - 1]) if lo else 0
+            hi = max(lo + 1, int(torch.searchsorted(cum, base + step, right=True)))
+            c = counts[lo:hi]
+            before = cum[lo:hi] - c - base  # the block's edges before each row's
+            seg = torch.repeat_interleave(torch.arange(hi - lo), c)
+            edge = torch.repeat_interleave(start[lo:hi] - before, c) + torch.arange(int(cum[hi - 1]) - base)
+            yield lo, hi, seg, self._src[edge].long()
+            lo = hi
+
     # -- the model -----------------------------------------------------------------------
     @torch.no_grad()
     def forward(self, model, x: torch.Tensor | None = None) -> torch.Tensor:
         """The output rows ``[num_nodes, out]`` of ``model`` (a :class:`~training.models.GNN`,
-        put in eval mode) on the whole graph, for every local row; ``x`` defaults to
-        ``graph.x``."""
+        put in eval mode) on the whole graph, exact at the target rows (other rows are
+        zero or partial); ``x`` defaults to ``graph.x``."""
         model.eval()
-        h = self.graph.x if x is None else x
-        last = len(model.convs) - 1
-        for i, conv in enumerate(model.convs):
-            h = self._layer(conv, h)
-            if i < last:
-                h = F.relu(h)
-        return h
+        convs = list(model.convs)
+        for conv in convs:
+            _check(conv)
+        field = self.prepare(len(convs))
+        x = self.graph.x if x is None else x
+        state = _Rows(*_message(convs[0], x), source=x)
+        ranges = self._ranges(max(max(_widths(conv)) for conv in convs))
+        for i, conv in enumerate(convs):
+            following = (convs[i + 1], field[i + 1]) if i + 1 < len(convs) else None
+            state = self._layer(conv, state, field[i], following, ranges)
+        return state.rows
 
-    def _layer(self, conv, h: torch.Tensor) -> torch.Tensor:
-        for kind, combine in ((SAGEConv, self._sage), (GCNConv, self._gcn), (GATConv, self._gat)):
-            if isinstance(conv, kind):
-                return self.to_replicas(combine(conv, h))
-        raise ValueError(f'Unsupported convolution "{type(conv).__name__}". Valid choices are "SAGEConv", '
-                         '"GCNConv", "GATConv".')
+    def _ranges(self, width: int) -> list[tuple[int, int]]:
+        """Local row ranges of equal ``global_nid`` spans, the same spans on every rank,
+        each of about ``budget_bytes`` at ``width`` floats per row on the largest rank."""
+        n = self.graph.num_nodes
+        count = max(1, self.comm.max_int(-(-n * width * 4 // self.budget)))
+        bounds = torch.tensor([-(-self._span * c // count) for c in range(count + 1)], dtype=torch.int64)
+        at = torch.searchsorted(self.graph.global_nid, bounds).tolist()
+        return list(zip(at[:-1], at[1:]))
 
-    def _sage(self, conv: SAGEConv, h: torch.Tensor) -> torch.Tensor:
+    def _layer(self, conv, state: _Rows, lay: _Layer, following, ranges) -> _Rows:
+        """One layer over the row ranges: the partials up, the masters' rows, the next rows down."""
+        if isinstance(conv, GATConv) and not state.transformed:
+            state = _Rows(conv.lin(state.rows), True, source=state.source)
+        nxt = None if following is None else following[0]
+        width = _widths(conv)[1] if nxt is None else min(_widths(nxt))
+        result = state.rows.new_zeros((self.graph.num_nodes, width))
+        transformed, roots = True, []
+        is_master = self.graph.is_master
+        for a, b in ranges:
+            got = self.comm.all_to_all([self._partial(conv, state, _within(r, a, b)) for r in lay.up_send],
+                                       self.category)
+            masters = torch.nonzero(lay.need[a:b] & is_master[a:b]).view(-1) + a
+            pos = torch.searchsorted(masters, torch.cat([_within(r, a, b) for r in lay.up_recv]))
+            out = self._combine(conv, state, masters, self._partial(conv, state, masters), pos, torch.cat(got))
+            if nxt is not None:
+                h = F.relu(out)
+                out, transformed = _message(nxt, h)
+                if isinstance(nxt, SAGEConv) and nxt.root_weight:
+                    keep = following[1].need[masters]
+                    roots.append((masters[keep], nxt.lin_r(h[keep])))
+            result[masters] = out
+            back = self.comm.all_to_all([result[_within(r, a, b)] for r in lay.down_send], self.category)
+            result[torch.cat([_within(r, a, b) for r in lay.down_recv])] = torch.cat(back)
+        if not roots:
+            return _Rows(result, transformed)
+        return _Rows(result, transformed, torch.cat([r for r, _ in roots]), torch.cat([v for _, v in roots]))
+
+    def _partial(self, conv, state: _Rows, rows: torch.Tensor) -> torch.Tensor:
+        """This rank's partials of ``rows`` (see the module docstring)."""
+        m = state.rows
+        if isinstance(conv, GATConv):
+            return self._gat_partial(conv, m, rows)
+        out = m.new_zeros((len(rows), m.shape[1]))
+        gcn = isinstance(conv, GCNConv)
+        inv_sqrt = self.gcn_degree.pow(-0.5) if gcn else None
+        for lo, hi, seg, src in self._in_edges(rows, m.shape[1]):
+            msg = m[src] * inv_sqrt[src].unsqueeze(1) if gcn else m[src]
+            out[lo:hi].index_add_(0, seg, msg)
+        return out if gcn else out + self._loops[rows].unsqueeze(1) * m[rows]
+
+    def _gat_partial(self, conv: GATConv, xw: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        heads, c = conv.heads, conv.out_channels
+        out = xw.new_empty((len(rows), heads * (c + 2)))
+        for lo, hi, seg, src in self._in_edges(rows, heads * c):
+            k = hi - lo
+            xs = xw[src].view(-1, heads, c)
+            a_dst = (xw[rows[lo:hi]].view(k, heads, c) * conv.att_dst).sum(-1)
+            e = F.leaky_relu((xs * conv.att_src).sum(-1) + a_dst[seg], conv.negative_slope)
+            top = xw.new_full((k, heads), float("-inf")).scatter_reduce_(
+                0, seg.unsqueeze(1).expand(-1, heads), e, "amax")
+            w = torch.exp(e - top[seg])
+            z = xw.new_zeros((k, heads)).index_add_(0, seg, w)
+            u = xw.new_zeros((k, heads, c)).index_add_(0, seg, w.unsqueeze(-1) * xs)
+            out[lo:hi] = torch.cat([top, z, u.view(k, heads * c)], 1)
+        return out
+
+    def _combine(self, conv, state: _Rows, masters: torch.Tensor, own: torch.Tensor, pos: torch.Tensor,
+                 got: torch.Tensor) -> torch.Tensor:
+        """The output rows of ``masters`` from their own partials and those ``got`` from
+        replicas (``pos``: the master each belongs to)."""
+        if isinstance(conv, GATConv):
+            return _gat_combine(conv, state.rows[masters], own, pos, got)
+        total = own.index_add_(0, pos, got)
+        if isinstance(conv, GCNConv):
+            s = self.gcn_degree[masters].pow(-0.5).unsqueeze(1) * total
+            s = s + state.rows[masters] / self.gcn_degree[masters].unsqueeze(1)
+            out = s if state.transformed else conv.lin(s)
+            return out if conv.bias is None else out + conv.bias
+        mean = total / self.in_degree[masters].clamp(min=1).unsqueeze(1)
+        bias = conv.lin_l.bias
+        out = (mean if bias is None else mean + bias) if state.transformed else conv.lin_l(mean)
+        if not conv.root_weight:
+            return out
+        if state.source is not None:
+            return out + conv.lin_r(state.source[masters])
+        return out + state.root[torch.searchsorted(state.root_rows, masters)]
+
+
+@dataclass
+class _Rows:
+    """What a layer aggregates: ``rows`` (``[num_nodes, w]``, valid at the rows it reads),
+    ``transformed`` when the layer's weight is already applied; the root term of a SAGE
+    layer at the masters it computes (``root`` at the sorted ``root_rows``), or the
+    input ``source`` it is computed from."""
+
+    rows: torch.Tensor
+    transformed: bool
+    root_rows: torch.Tensor | None = None
+    root: torch.Tensor | None = None
+    source: torch.Tensor | None = None
+
+
+def _gat_combine(conv: GATConv, xw: torch.Tensor, own: torch.Tensor, pos: torch.Tensor,
+                 got: torch.Tensor) -> torch.Tensor:
+    """GAT's master rows: every partial rescaled to the largest logit, the self-loop added."""
+    heads, c = conv.heads, conv.out_channels
+    n = len(xw)
+    xw = xw.view(n, heads, c)
+    m, z, u = own[:, :heads], own[:, heads: 2 * heads], own[:, 2 * heads:].reshape(n, heads, c)
+    got_m, got_z, got_u = got[:, :heads], got[:, heads: 2 * heads], got[:, 2 * heads:].reshape(-1, heads, c)
+    e_self = F.leaky_relu((xw * conv.att_src).sum(-1) + (xw * conv.att_dst).sum(-1), conv.negative_slope)
+    top = torch.maximum(m, e_self).scatter_reduce_(0, pos.unsqueeze(1).expand(-1, heads), got_m, "amax")
+    scale, scale_self, scale_got = torch.exp(m - top), torch.exp(e_self - top), torch.exp(got_m - top[pos])
+    z = (z * scale + scale_self).index_add_(0, pos, got_z * scale_got)
+    u = u * scale.unsqueeze(-1) + scale_self.unsqueeze(-1) * xw
+    u = u.index_add_(0, pos, got_u * scale_got.unsqueeze(-1))
+    out = (u / z.unsqueeze(-1)).reshape(n, heads * c)
+    return out if conv.bias is None else out + conv.bias
+
+
+def _weight(conv) -> torch.Tensor:
+    return conv.lin_l.weight if isinstance(conv, SAGEConv) else conv.lin.weight
+
+
+def _widths(conv) -> tuple[int, int]:
+    """``(d_in, d_out)`` of a convolution."""
+    out, inp = _weight(conv).shape
+    return int(inp), int(out)
+
+
+def _message(conv, h: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """The rows ``conv`` aggregates from ``h``: ``W h`` when narrower than ``h`` (then
+    True), else ``h`` itself."""
+    d_in, d_out = _widths(conv)
+    if d_out >= d_in:
+        return h, False
+    return (F.linear(h, _weight(conv)) if isinstance(conv, SAGEConv) else conv.lin(h)), True
+
+
+def _within(rows: torch.Tensor, a: int, b: int) -> torch.Tensor:
+    """The sorted ``rows`` in ``[a, b)``."""
+    lo, hi = torch.searchsorted(rows, torch.tensor([a, b], dtype=rows.dtype)).tolist()
+    return rows[lo:hi]
+
+
+def _check(conv) -> None:
+    """Refuse a convolution (or settings) whose whole-graph output this module cannot split."""
+    if isinstance(conv, SAGEConv):
         _require(conv, str(conv.aggr) == "mean" and not conv.normalize and not conv.project,
                  'aggr="mean", normalize=False, project=False')
-        weight, bias = conv.lin_l.weight, conv.lin_l.bias
-        first = weight.shape[0] < weight.shape[1]  # aggregate the narrower of W h and h
-        msg = F.linear(h, weight) if first else h
-        agg = msg.new_zeros(len(h), msg.shape[1]).index_add_(0, self._dst, msg[self._src])
-        mean = self.sum_at_masters(agg) / self.in_degree.clamp(min=1).unsqueeze(1)
-        out = (mean if bias is None else mean + bias) if first else F.linear(mean, weight, bias)
-        return out + conv.lin_r(h) if conv.root_weight else out
-
-    def _gcn(self, conv: GCNConv, h: torch.Tensor) -> torch.Tensor:
+    elif isinstance(conv, GCNConv):
         _require(conv, conv.normalize and conv.add_self_loops and not conv.improved,
                  "normalize=True, add_self_loops=True, improved=False")
-        xw = conv.lin(h)
-        inv_sqrt = self.gcn_degree.pow(-0.5)
-        msg = xw[self._src_nl] * inv_sqrt[self._src_nl].unsqueeze(1)
-        agg = self.sum_at_masters(xw.new_zeros(xw.shape).index_add_(0, self._dst_nl, msg))
-        out = inv_sqrt.unsqueeze(1) * agg + xw / self.gcn_degree.unsqueeze(1)
-        return out if conv.bias is None else out + conv.bias
-
-    def _gat(self, conv: GATConv, h: torch.Tensor) -> torch.Tensor:
+    elif isinstance(conv, GATConv):
         _require(conv, conv.lin is not None and conv.add_self_loops and conv.edge_dim is None and conv.concat
                  and getattr(conv, "res", None) is None,
                  "one input width, add_self_loops=True, edge_dim=None, concat=True, residual=False")
-        n, heads, c = len(h), conv.heads, conv.out_channels
-        xw = conv.lin(h).view(n, heads, c)
-        a_src, a_dst = (xw * conv.att_src).sum(-1), (xw * conv.att_dst).sum(-1)
-        src, dst = self._src_nl, self._dst_nl
-        e = F.leaky_relu(a_src[src] + a_dst[dst], conv.negative_slope)
-        m = xw.new_full((n, heads), float("-inf")).scatter_reduce_(0, dst.unsqueeze(1).expand(-1, heads), e, "amax")
-        w = torch.exp(e - m[dst])
-        z = xw.new_zeros((n, heads)).index_add_(0, dst, w)
-        u = xw.new_zeros((n, heads, c)).index_add_(0, dst, w.unsqueeze(-1) * xw[src])
-        index, got = self.to_masters(torch.cat([m, z, u.view(n, heads * c)], 1))
-        got_m, got_z, got_u = got[:, :heads], got[:, heads: 2 * heads], got[:, 2 * heads:].reshape(-1, heads, c)
-        e_self = F.leaky_relu(a_src + a_dst, conv.negative_slope)
-        top = torch.maximum(m, e_self).scatter_reduce_(0, index.unsqueeze(1).expand(-1, heads), got_m, "amax")
-        scale, scale_self, scale_got = torch.exp(m - top), torch.exp(e_self - top), torch.exp(got_m - top[index])
-        z = (z * scale + scale_self).index_add_(0, index, got_z * scale_got)
-        u = u * scale.unsqueeze(-1) + scale_self.unsqueeze(-1) * xw
-        u = u.index_add_(0, index, got_u * scale_got.unsqueeze(-1))
-        out = (u / z.unsqueeze(-1)).reshape(n, heads * c)
-        return out if conv.bias is None else out + conv.bias
+    else:
+        raise ValueError(f'Unsupported convolution "{type(conv).__name__}". Valid choices are "SAGEConv", '
+                         '"GCNConv", "GATConv".')
 
 
 def _require(conv, ok: bool, settings: str) -> None:

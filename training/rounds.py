@@ -44,10 +44,24 @@ Bytes columns (sent, by :class:`training.comm.Comm`'s cost model):
                                 ``bytes_sent_round``, mean over ranks
 ``messages_sent_cum_max``       training messages since the run started, largest rank
 ``bytes_sent_total_max``        the most any rank has sent since the run started
-                                (evaluation included)
+                                (evaluation included); ``messages_sent_total_max``
+                                its messages
 ``cluster_bytes_round_<c>``     (for the ``categories`` asked for) category c, summed over
                                 ranks, and ``cluster_bytes_round`` their sum
 ==============================  =====================================================
+
+Memory columns (each rank's own RSS high-water mark, ``VmHWM``, see :func:`rank_peak_rss_bytes`):
+
+=============================  ======================================================
+``peak_rss_mib``               the largest rank's peak since it started (evaluation
+                               included); ``peak_rss_mib_mean`` the mean over ranks;
+                               ``peak_rss_mib_ranks`` every rank's, in rank order
+``train_peak_rss_mib``         the same before this evaluation started (training and
+                               loading only), with ``_mean`` and ``_ranks``
+``eval_peak_ratio_max``        the largest ratio over ranks of the peak after the
+                               evaluation to the peak before it (1 when the evaluation
+                               stayed below what training had used)
+=============================  ======================================================
 """
 
 from __future__ import annotations
@@ -67,7 +81,7 @@ from training.comm import Comm
 from training.config import TrainConfig
 
 __all__ = ["EVAL", "all_ranks_ready", "bytes_columns", "commit_round", "evaluates", "evaluates_epoch", "metrics_row",
-           "placement_columns", "start_run", "threads"]
+           "peak_columns", "placement_columns", "rank_peak_rss_bytes", "start_run", "threads"]
 
 log = logging.getLogger(__name__)
 
@@ -161,16 +175,17 @@ def bytes_columns(comm: Comm, before: dict[str, dict[str, float]], categories: S
     evaluation = delta.get(EVAL, 0.0)
     train_messages = _training_messages(counter.messages)
     mine = [sum(delta.values()) - evaluation, evaluation, counter.total_sent, counter.total_sent - sent.get(EVAL, 0.0),
-            train_messages - _training_messages(before.get("messages", {})), train_messages]
+            train_messages - _training_messages(before.get("messages", {})), train_messages,
+            sum(counter.messages.values())]
     mine += [delta.get(c, 0.0) for c in categories]
     every = comm.gather_uncounted(torch.tensor(mine, dtype=torch.float64))
     row = {"bytes_sent_round": float(every[:, 0].mean()), "bytes_sent_round_max": float(every[:, 0].max()),
            "eval_bytes_sent_round": float(every[:, 1].mean()), "eval_bytes_sent_round_max": float(every[:, 1].max()),
            "bytes_sent_cum": float(every[:, 3].mean()), "bytes_sent_cum_max": float(every[:, 3].max()),
            "messages_sent_round": float(every[:, 4].mean()), "messages_sent_cum_max": float(every[:, 5].max()),
-           "bytes_sent_total_max": float(every[:, 2].max())}
+           "bytes_sent_total_max": float(every[:, 2].max()), "messages_sent_total_max": float(every[:, 6].max())}
     if categories:
-        cluster = every[:, 6:].sum(dim=0)
+        cluster = every[:, 7:].sum(dim=0)
         row["cluster_bytes_round"] = float(cluster.sum())
         row.update({f"cluster_bytes_round_{c}": float(v) for c, v in zip(categories, cluster.tolist())})
     return row
@@ -183,7 +198,7 @@ def _training_messages(messages: dict[str, float]) -> float:
 def metrics_row(comm: Comm, rows: list[dict[str, Any]], before: dict[str, dict[str, float]], *, round_index: int,
                 epoch: int, generation: int, elapsed: float, eval_seconds: float, loss: float, kd_loss: float,
                 metric: str, metrics: dict[str, float], eval_mode: str,
-                categories: Sequence[str] = ()) -> dict[str, Any]:
+                categories: Sequence[str] = (), train_peak: int | None = None) -> dict[str, Any]:
     """One evaluation's metrics row, the columns of the module docstring (a collective).
 
     Parameters
@@ -202,6 +217,9 @@ def metrics_row(comm: Comm, rows: list[dict[str, Any]], before: dict[str, dict[s
         The evaluation's ``{"val", "test", ...}``.
     categories
         Passed to :func:`bytes_columns`.
+    train_peak
+        This rank's :func:`rank_peak_rss_bytes` when the evaluation started (adds the
+        ``train_peak_*`` and ``eval_peak_ratio_max`` columns).
     """
     previous = rows[-1] if rows else {}
     train_seconds = elapsed - float(previous.get("elapsed_s", 0.0))
@@ -218,7 +236,48 @@ def metrics_row(comm: Comm, rows: list[dict[str, Any]], before: dict[str, dict[s
             "loss": loss, "kd_loss": kd_loss, "eval_mode": eval_mode, "metric": metric, "val": val, "test": test,
             **{k: v for k, v in metrics.items() if k not in ("val", "test")}, **best_columns,
             **bytes_columns(comm, before, categories), "world_size": comm.world_size,
-            "peak_rss_mib": round(peak_rss_bytes() / 2**20, 1)}
+            **peak_columns(comm, train_peak)}
+
+
+def rank_peak_rss_bytes() -> int:
+    """This process's own RSS high-water mark (``VmHWM`` of ``/proc/self/status``), in bytes.
+
+    Not ``getrusage``'s ``ru_maxrss``: Linux carries the parent's high-water mark across
+    fork and exec into it, so every rank a launcher starts would report at least the
+    launcher's peak. Off Linux (no ``/proc``): ``ru_maxrss``.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return peak_rss_bytes()
+
+
+def peak_columns(comm: Comm, train_peak: int | None = None) -> dict[str, Any]:
+    """The memory columns of a metrics row (see the module docstring), one uncounted all_gather.
+
+    Parameters
+    ----------
+    train_peak
+        This rank's :func:`rank_peak_rss_bytes` before the evaluation (None: no
+        ``train_peak_*`` columns).
+    """
+    now = rank_peak_rss_bytes()
+    before = now if train_peak is None else train_peak
+    every = comm.gather_uncounted(torch.tensor([float(now), float(before)], dtype=torch.float64)) / 2**20
+
+    def summary(column: torch.Tensor, name: str) -> dict[str, Any]:
+        return {name: round(float(column.max()), 1), f"{name}_mean": round(float(column.mean()), 1),
+                f"{name}_ranks": " ".join(f"{v:.0f}" for v in column.tolist())}
+
+    row = summary(every[:, 0], "peak_rss_mib")
+    if train_peak is not None:
+        row.update(summary(every[:, 1], "train_peak_rss_mib"))
+        row["eval_peak_ratio_max"] = round(float((every[:, 0] / every[:, 1].clamp(min=1e-9)).max()), 3)
+    return row
 
 
 def placement_columns(rows: int, row_bytes: int, comm: Comm) -> dict[str, float]:

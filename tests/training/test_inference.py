@@ -19,7 +19,7 @@ from training.centralized import load_input_graph
 from training.comm import Comm
 from training.config import TrainConfig
 from training.data import build_local_graph, load_local_graph, rank_partitions
-from training.inference import ExactInference, evaluate_exact, exact_forward
+from training.inference import BUDGET_BYTES, ExactInference, evaluate_exact, exact_forward
 from training.models import GNN, graph_operator
 from training.tasks import LinkTask, NodeTask
 
@@ -62,17 +62,21 @@ def _references(models: dict[str, GNN], full) -> dict[str, torch.Tensor]:
 
 
 def _layer_bytes(kind: str, dims: list[int], r_out: int, r_in: int) -> float:
-    """The docstring's bytes sent per forward: partials up, output rows back."""
+    """The docstring's bytes sent per forward with every row a target: partials up, the
+    next layer's rows (the output after the last) back."""
     total = 0
-    for d_in, d_out in zip(dims, dims[1:]):
-        heads = 1 if d_out == dims[-1] else 4
-        p = {"sage": min(d_in, d_out), "gcn": d_out, "gat": d_out + 2 * heads}[kind]
-        total += 4 * (r_out * p + r_in * d_out)
+    layers = list(zip(dims, dims[1:]))
+    for i, (d_in, d_out) in enumerate(layers):
+        heads = 1 if i == len(layers) - 1 else 4
+        p = d_out + 2 * heads if kind == "gat" else min(d_in, d_out)
+        back = min(layers[i + 1]) if i + 1 < len(layers) else d_out
+        total += 4 * (r_out * p + r_in * back)
     return total
 
 
-def _check_exact(graph, comm, models, refs, dims) -> ExactInference:
-    infer = ExactInference(graph, comm)
+def _check_exact(graph, comm, models, refs, dims, budget_bytes: int = BUDGET_BYTES) -> ExactInference:
+    infer = ExactInference(graph, comm, budget_bytes=budget_bytes)
+    infer.prepare(len(dims) - 1)  # the receptive field, once per depth
     for kind, model in models.items():
         sent = comm.bytes.sent.get("eval", 0.0)
         got = infer.forward(model)
@@ -89,6 +93,25 @@ def _check_exact(graph, comm, models, refs, dims) -> ExactInference:
     return infer
 
 
+def _check_targets(graph, comm, models, refs, everything: ExactInference) -> None:
+    """The validation and test masters alone, in blocks of a few rows and edges: the same
+    rows, for fewer bytes than every row."""
+    targets = graph.val_mask | graph.test_mask
+    small = ExactInference(graph, comm, targets=targets, budget_bytes=1 << 20)
+    for kind, model in models.items():
+        everything.prepare(LAYERS)
+        small.prepare(LAYERS)
+        before = comm.bytes.sent.get("eval", 0.0)
+        got = small.forward(model)
+        mine = comm.bytes.sent["eval"] - before
+        assert float((got[targets] - refs[kind][graph.global_nid[targets]]).abs().max()) <= 1e-5, kind
+        before = comm.bytes.sent["eval"]
+        everything.forward(model)
+        every = torch.tensor([mine, comm.bytes.sent["eval"] - before], dtype=torch.float64)
+        dist.all_reduce(every)
+        assert every[0] < every[1], kind
+
+
 def _cora_rank(rank: int, world: int, port: int, out: str, num_parts: int, models, refs, central) -> None:
     _init(rank, world, port)
     try:
@@ -98,14 +121,19 @@ def _cora_rank(rank: int, world: int, port: int, out: str, num_parts: int, model
         dist.all_reduce(masters)
         assert int(masters) == CORA_NODES  # every vertex, isolated or not, has one master
         infer = _check_exact(graph, comm, models, refs, [CORA_DIM, HIDDEN, HIDDEN, CORA_CLASSES])
+        _check_targets(graph, comm, models, refs, infer)
         for kind, model in models.items():
             metrics = evaluate_exact(NodeTask(graph, CORA_CLASSES, TrainConfig(model=kind)), model, infer)
             assert abs(metrics["val"] - central[kind]["val"]) <= 1 / 500, kind  # at most one near-tie flips
             assert abs(metrics["test"] - central[kind]["test"]) <= 1 / 1000, kind
-        # A link task passes messages over its training edges only, here as on the whole graph.
-        link = ExactInference.for_task(LinkTask(graph, LINK), comm)
-        got = link.forward(models["sage"])
-        assert float((got - refs["link"][graph.global_nid]).abs().max()) <= 1e-5
+        # A link task passes messages over its training edges only, here as on the whole graph,
+        # and needs the embeddings of its held-out edges' ends and its ranking candidates.
+        task = LinkTask(graph, LINK)
+        link = ExactInference.for_task(task, comm)
+        ends = torch.cat([task.val_pos.reshape(-1), task.test_pos.reshape(-1), task.eval_negatives(comm).rows])
+        assert bool(link.targets[ends].all())
+        got = link.forward(models["sage"])[link.targets]
+        assert float((got - refs["link"][graph.global_nid[link.targets]]).abs().max()) <= 1e-5
     finally:
         dist.destroy_process_group()
 
@@ -170,6 +198,8 @@ def _small_rank(rank: int, world: int, port: int, cases) -> None:
     try:
         for locals_, models, refs in cases:
             _check_exact(locals_[rank], Comm(), models, refs, [SMALL_DIM, 8, SMALL_CLASSES])
+            # In blocks of one row (and its edges) and ranges of a row or two: the same outputs.
+            _check_exact(locals_[rank], Comm(), models, refs, [SMALL_DIM, 8, SMALL_CLASSES], budget_bytes=64)
         # Two ranks claiming the master of vertex 0: every rank refuses (none hangs).
         graph = cases[0][0][rank]
         graph.is_master = graph.is_master | (graph.global_nid == 0)

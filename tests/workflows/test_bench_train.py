@@ -1,10 +1,14 @@
-"""`bench train`'s aggregation over seeds and its headline (pure functions, synthetic rows)."""
+"""`bench train`'s aggregation over seeds, its headline and its run summaries (synthetic rows), and
+the ranks' own peak RSS."""
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 
-from workflows.bench_train import headline, over_seeds, spread
+from workflows.bench_train import headline, modelled_seconds, over_seeds, spread, summarise_run
 
 
 def _row(strategy, k, seed, test, seconds, nbytes, partitioner="asep"):
@@ -46,3 +50,48 @@ def test_headline_gives_the_gaps_in_points_and_the_ratios_of_the_means():
     assert row["fds/asepr bytes"] == "20.00"
     # No fds run at a k: no headline row there.
     assert headline([r for r in _results() if r["strategy"] != "fds"], "avg") == []
+
+
+def _metrics(**extra):
+    return {"round": 1, "epoch": 2, "eval_mode": "exact", "val": 0.8, "test": 0.7, "elapsed_s": 10.0,
+            "eval_elapsed_s": 1.0, "bytes_sent_cum": 1e6, "bytes_sent_cum_max": 2e6, "messages_sent_cum_max": 100,
+            "eval_bytes_sent_round": 5e5, **extra}
+
+
+def test_summary_reports_each_ranks_own_peak_rss_mean_and_max():
+    rows = [_metrics(peak_rss_mib=300.0, peak_rss_mib_mean=250.0, eval_peak_ratio_max=1.2),
+            _metrics(round=2, peak_rss_mib=400.0, peak_rss_mib_mean=350.0, eval_peak_ratio_max=1.05)]
+    summary = summarise_run(rows, None)
+    assert (summary["peak_rss_mib_mean"], summary["peak_rss_mib_max"]) == (350.0, 400.0)
+    assert summary["eval_peak_ratio_max"] == 1.2
+    # Rows from before the ranks reported their own peak: nothing claimed.
+    old = summarise_run([_metrics(peak_rss_mib=300.0)], None)
+    assert math.isnan(old["peak_rss_mib_mean"]) and math.isnan(old["peak_rss_mib_max"])
+
+
+def test_modelled_time_includes_the_evaluation_traffic():
+    plain = summarise_run([_metrics()], None)["modelled_train_s_1gbit"]
+    assert plain == pytest.approx(modelled_seconds(10.0, 2e6, 100, 1))
+    folded = summarise_run([_metrics(bytes_sent_total_max=3e6, messages_sent_total_max=150)], None)
+    assert folded["modelled_train_s_1gbit"] == pytest.approx(modelled_seconds(10.0, 3e6, 150, 1))
+    assert folded["modelled_train_s_1gbit"] > plain
+
+
+def test_a_rank_reports_its_own_peak_not_its_launchers(tmp_path):
+    """ru_maxrss carries the launcher's high-water mark into the children it starts; the
+    ranks' VmHWM does not."""
+    import resource
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    block = np.ones(768 * 2**20 // 8)  # touched: this process's high-water mark passes 768 MiB
+    del block
+    code = ("import json; from storage.resources import peak_rss_bytes; from training.rounds import "
+            "rank_peak_rss_bytes; print(json.dumps([rank_peak_rss_bytes(), peak_rss_bytes()]))")
+    own, inherited = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                               check=True).stdout)
+    launcher = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    assert inherited >= 768 * 2**20 and launcher >= 768 * 2**20
+    assert own < 600 * 2**20
