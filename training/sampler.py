@@ -228,7 +228,7 @@ class NeighborSampler(BaseSampler):
         """
         fanouts = self.num_neighbors if num_neighbors is None else tuple(num_neighbors)
         gen = self.generator if generator is None else generator
-        node, row, col, nodes_per_hop, edges_per_hop = self._sample(index.node, fanouts, gen)
+        node, row, col, nodes_per_hop, edges_per_hop = self.sample_hops(index.node, fanouts, gen)
         return SamplerOutput(node=node, row=row, col=col, edge=None, num_sampled_nodes=nodes_per_hop,
                              num_sampled_edges=edges_per_hop, metadata=(index.input_id, index.time))
 
@@ -252,12 +252,12 @@ class NeighborSampler(BaseSampler):
         out = self.sample_from_nodes(NodeSamplerInput(None, seeds), generator=generator, num_neighbors=fanouts)
         return out.node, torch.stack([out.row, out.col])
 
-    def _sample(self, seeds: torch.Tensor, fanouts: tuple[int, ...], generator: torch.Generator | None):
-        """Hop by hop: ``(node, row, col, nodes per hop, edges per hop)``.
+    def sample_hops(self, seeds: torch.Tensor, fanouts: tuple[int, ...], generator: torch.Generator | None):
+        """The sampling itself, hop by hop: ``(node, row, col, nodes per hop, edges per hop)``.
 
         Hop ``h`` expands only the nodes that hop ``h - 1`` added to the sample, each
         keeping at most ``fanouts[h]`` in-edges; the same generator state gives the same
-        sample.
+        sample. :meth:`sample_from_nodes` wraps it in PyG's ``SamplerOutput``.
         """
         seeds_np = _int64_array(seeds)
         pos = self._pos
