@@ -68,6 +68,8 @@ OLD_DIR = "old"
 JOURNAL_NAME = "commit.json"
 
 _REQUIRED = ("format", "format_version", "generation", "num_parts", "partitions")
+#: The most partitions an output can have (``PartitionConfig`` allows no more).
+MAX_PARTS = 32767
 
 
 def part_name(part_id: int) -> str:
@@ -146,7 +148,36 @@ def read_manifest(
                 "upgrade asepr to read this output.",
             )
         )
+    _check_partitions(manifest, url)
     return manifest
+
+
+def _check_partitions(manifest: dict[str, Any], url: str) -> None:
+    """``num_parts`` in range and one entry per partition, ``part_id`` 0, 1, .. in order.
+
+    Checked once here so that no reader sizes an array by a crafted ``num_parts`` or
+    looks up a partition the entries do not hold.
+    """
+    fix = "the manifest was edited or damaged; rerun `asepr partition ... --overwrite` to rewrite the output."
+    k = manifest["num_parts"]
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_PARTS:
+        raise StoreError(format_problem(f"file {url}, key 'num_parts'", f"an integer from 1 to {MAX_PARTS}",
+                                        repr(k)[:60], fix))
+    entries = manifest["partitions"]
+    if not isinstance(entries, list) or len(entries) != k:
+        found = f"{len(entries)} entries" if isinstance(entries, list) else type(entries).__name__
+        raise StoreError(format_problem(f"file {url}, key 'partitions'",
+                                        f"a list of {k} entries (one per partition, as 'num_parts' says)",
+                                        found, fix))
+    for i, entry in enumerate(entries):
+        part_id = entry.get("part_id") if isinstance(entry, dict) else None
+        if isinstance(part_id, bool) or part_id != i:
+            raise StoreError(format_problem(
+                f"file {url}, key 'partitions[{i}].part_id'",
+                f"{i} (the entries are unique and in partition order)",
+                repr(part_id)[:60] if isinstance(entry, dict) else f"an entry that is no object ({type(entry).__name__})",
+                fix,
+            ))
 
 
 def write_manifest(out: str | Path, manifest: dict[str, Any], *, storage_options: dict | None = None) -> None:

@@ -23,9 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import PartitionConfig
 from storage.manifest import LOCK_NAME, read_manifest
-from tests.security import race_workers
+from tests.security import increments, race_workers
 from tests.security.race_workers import BARRIER_TIMEOUT_S
 
 def dead_pid() -> int:
@@ -93,20 +92,11 @@ def test_four_processes_taking_over_a_stale_lock_leave_one_holder_50_rounds(tmp_
 @pytest.fixture(scope="module")
 def tiny_output(tmp_path_factory) -> dict:
     """A tiny partitioned graph (k = 2) and two new edge shards for it."""
-    from pipeline.partition_run import partition_to_store
-    from tests.pipeline.ingest_cases import split_case
-
-    root = tmp_path_factory.mktemp("tiny")
-    case = split_case(root / "case", nodes=200, edges=1_200, frac=0.8)
-    out = root / "gen1"
-    partition_to_store(case["root"] / "base", out, PartitionConfig(num_parts=2, algo="hdrf"))
-    shards = sorted((case["root"] / "inc" / "edges").glob("*.parquet"))
-    assert len(shards) == 2
-    return {"out": out, "edges": [str(s) for s in shards]}
+    return increments.tiny_output(tmp_path_factory.mktemp("tiny"))
 
 
 def _race_ingests(tiny: dict, workdir: Path, rounds: int) -> None:
-    from pipeline.verify import verify_output
+    from pipeline import verify_output
     from storage.fs import discover_shards, fingerprint
 
     ctx = mp.get_context("spawn")
