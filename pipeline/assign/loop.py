@@ -24,6 +24,7 @@ from pipeline.assign.settings import KernelSettings
 from pipeline.assign.state import AssignState
 from pipeline.stream import EdgeBatch, iter_edge_batches, warmup_arrays
 from storage.fs import Shard
+from storage.npy import load_npy
 from storage.resources import stage
 
 __all__ = ["EdgePartSink", "assign_edges", "edge_parts_path", "iter_assigned", "stream_assign"]
@@ -42,7 +43,7 @@ def iter_assigned(edge_shards: list[Shard], workdir: str | Path, batch_rows: int
     (``first_shard``: the stream index of ``edge_shards[0]``, as in
     :func:`~pipeline.stream.iter_edge_batches`)."""
     for batch in iter_edge_batches(edge_shards, batch_rows, first_shard=first_shard):
-        parts = np.load(edge_parts_path(workdir, batch.shard_index), mmap_mode="r")
+        parts = load_npy(edge_parts_path(workdir, batch.shard_index), mmap_mode="r")
         yield batch.src, batch.dst, np.asarray(parts[batch.row0 : batch.row0 + len(batch.src)])
 
 
@@ -130,7 +131,7 @@ def _assign_pass(state: AssignState, batches: Iterable[EdgeBatch], settings: Ker
         assign_edges(state, batch.src, batch.dst, out, settings)
         kernel_seconds += time.perf_counter() - t0
         if first_phase is not None:
-            earlier = np.load(edge_parts_path(first_phase, batch.shard_index), mmap_mode="r")
+            earlier = load_npy(edge_parts_path(first_phase, batch.shard_index), mmap_mode="r")
             waiting = out < 0
             out[waiting] = earlier[batch.row0 : batch.row0 + len(out)][waiting]
         edges += len(out)

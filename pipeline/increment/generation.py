@@ -62,6 +62,7 @@ from storage.atomic import write_json_atomic
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard, discover_shards
 from storage.manifest import NODE_MAP_NAME, OLD_DIR, STAGING_NAME, part_name
+from storage.npy import load_npy
 from storage.output_stores import committed_store_urls
 from storage.resources import peak_rss_bytes
 from storage.state import STATE_NAME, state_entry, state_identity
@@ -140,7 +141,7 @@ def _shards(urls: list[str]) -> list[Shard]:
 def _segment_parts(spills: list[tuple[Path, Path]]) -> set[int]:
     parts: set[int] = set()
     for _, idx_path in spills:
-        index = np.load(idx_path)
+        index = load_npy(idx_path)
         if len(index):
             parts.update(int(p) for p in np.unique(index[:, 0]))
     return parts
@@ -215,8 +216,8 @@ def _route(layout: _Layout, edge_shards: list[Shard], batch_rows: int, client, p
 def _changed_partitions(layout: _Layout, spills: list[tuple[Path, Path]]) -> list[int]:
     """The partitions that gain or lose edges or nodes, or whose masters change."""
     plan = layout.plan
-    master = np.load(layout.master_path, mmap_mode="r")
-    source = np.load(layout.source_path, mmap_mode="r")
+    master = load_npy(layout.master_path, mmap_mode="r")
+    source = load_npy(layout.source_path, mmap_mode="r")
     n_old = plan.num_old_nodes
     changed = _segment_parts(spills) | set(plan.sources)
     changed |= {int(p) for p in np.unique(np.asarray(master[n_old:]))}
@@ -249,7 +250,7 @@ def _gather_stage(layout: _Layout, todo: list[int], node_shards: list[Shard], cl
     """Spill the rows of the nodes each partition gains: new nodes from the new node shards,
     existing nodes from the old store of their previous master. Returns the row spills."""
     staging, n_old, feat_dim = layout.staging, layout.plan.num_old_nodes, layout.feat_dim
-    source = np.load(layout.source_path, mmap_mode="r")
+    source = load_npy(layout.source_path, mmap_mode="r")
     with timed("gather nodes", timings, client) as info:
         added = {p: layout.added_path(p) for p in todo}
         calls = [((shard, j, added, str(staging.gather)), {"feat_dim": feat_dim})
@@ -257,7 +258,7 @@ def _gather_stage(layout: _Layout, todo: list[int], node_shards: list[Shard], cl
         rows = run_tasks("gather nodes", gather_node_shard, calls, client, progress)
         needed = set()
         for p in todo:
-            a = np.load(added[p])
+            a = load_npy(added[p])
             a = a[a < n_old]
             needed |= {int(q) for q in np.unique(np.asarray(source[a]))}
         calls = [((q,), {"old_store": layout.old_urls[q], "added_paths": added, "source_path": layout.source_path,

@@ -57,6 +57,7 @@ from pipeline.store.route import (
 )
 from storage.atomic import save_npy_atomic
 from storage.errors import StoreError, format_problem
+from storage.npy import load_npy
 from storage.partition_store import ArrayWriter, open_store
 
 __all__ = [
@@ -106,8 +107,8 @@ def store_edges(store_path: str, halo: int) -> tuple[np.ndarray, np.ndarray, np.
 
 def _moving(global_nid, rows, indices, is_halo, part_id, community_path, move_from_path):
     """Mask of the assigned edges of ``part_id`` that move: both ends in a moving community."""
-    community = np.load(community_path, mmap_mode="r")
-    move_from = np.load(move_from_path, mmap_mode="r")
+    community = load_npy(community_path, mmap_mode="r")
+    move_from = load_npy(move_from_path, mmap_mode="r")
     comm = np.asarray(community[global_nid])
     cs, cd = comm[rows], comm[indices]
     mask = (cs == cd) & ~is_halo
@@ -133,7 +134,7 @@ def extract_moves(
     """
     global_nid, rows, indices, is_halo = store_edges(old_store, 0)
     mask, cs = _moving(global_nid, rows, indices, is_halo, part_id, community_path, move_from_path)
-    move_to = np.load(move_to_path, mmap_mode="r")
+    move_to = load_npy(move_to_path, mmap_mode="r")
     counts = np.zeros((num_parts, 2), dtype=np.int64)
     bin_path, idx_path = moves_spill_paths(route_dir, part_id)
     writer = SegmentWriter(bin_path, idx_path)
@@ -318,7 +319,7 @@ def rebuild_edges(
     dict with ``digests``, ``counts`` and ``index_dtype`` (as :func:`pipeline.store.finalize.finalize_edges`)
     and ``added`` (the number of nodes new to the partition).
     """
-    master = np.load(master_path, mmap_mode="r")
+    master = load_npy(master_path, mmap_mode="r")
     old_nid, old_indptr, old_indices, old_halo = _old_csr(old_store, halo)
     masters_here = np.flatnonzero(np.asarray(master) == part_id).astype(np.int64)
     old_keep, alive = _kept_and_alive(part_id, old_nid, old_indptr, old_indices, old_halo, masters_here,
@@ -371,12 +372,12 @@ def fetch_rows(
     ``added_paths[p]`` is the sorted ``global_nid`` array of the nodes partition ``p``
     gains; the record's ``local`` field is the index into it. Returns the rows copied.
     """
-    source = np.load(source_path, mmap_mode="r")
+    source = load_npy(source_path, mmap_mode="r")
     store = open_store(old_store)
     held = store.global_nid[...]
     want_p, want_a, want_local = [], [], []
     for p, path in sorted(added_paths.items()):
-        added = np.load(path)
+        added = load_npy(path)
         a_idx = np.flatnonzero(added < num_old_nodes)
         if not len(a_idx):
             continue
@@ -517,8 +518,8 @@ def rebuild_nodes(
     array). Returns the partition's manifest entry (without ``path``).
     """
     counts = edges_info["counts"]
-    global_nid = np.load(global_nid_path)
-    added = np.load(added_path)
+    global_nid = load_npy(global_nid_path)
+    added = load_npy(added_path)
     n = len(global_nid)
     if n != counts["nodes"]:
         raise StoreError(format_problem(f"partition {part_id}", f"{counts['nodes']} node ids", f"{n}",

@@ -29,6 +29,7 @@ from storage.errors import (
     format_problem,
 )
 from storage.fs import resolve, url_of
+from storage.npy import load_npy, npz_member
 from storage.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 
 __all__ = [
@@ -370,7 +371,7 @@ def open_npz(fs: fsspec.AbstractFileSystem, path: str, url: str) -> Iterator[Any
     """Open an ``.npz`` without pickle; read errors become InputError naming the file."""
     with fs.open(path, "rb") as fh:
         try:
-            npz = np.load(fh, allow_pickle=False)
+            npz = load_npy(fh, allow_pickle=False)
         except _NPZ_ERRORS as exc:
             raise _npz_unreadable(url, exc) from exc
         if not hasattr(npz, "files"):
@@ -397,7 +398,7 @@ def npz_array(npz, key: str, url: str, *, ndim: int | None = None, kind: str | N
             )
         )
     try:
-        array = npz[key]
+        array = npz_member(npz, key)
     except _NPZ_ERRORS as exc:
         raise _npz_unreadable(f"{url}, array '{key}'", exc) from exc
     if ndim is not None and array.ndim != ndim:

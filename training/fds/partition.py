@@ -31,6 +31,7 @@ from storage.atomic import save_npy_atomic
 from training.config import FDS_PARTITIONERS
 from storage.errors import InputError, StoreError, format_problem
 from storage.input import InputDir, open_input, open_parquet
+from storage.npy import load_npy
 
 __all__ = [
     "METIS_MAX_EDGES",
@@ -173,7 +174,7 @@ class PartitionBook:
         """The METIS book a run directory holds."""
         path = Path(run_dir) / cls.FILE
         try:
-            owner = np.load(path, allow_pickle=False)
+            owner = load_npy(path, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise StoreError(format_problem(f"partition book {path}", "the owner array rank 0 wrote",
                                             f"unreadable ({type(exc).__name__}: {exc})",
