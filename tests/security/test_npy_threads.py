@@ -4,7 +4,7 @@
 CPython 3.11 before 3.11.8 and 3.12 before 3.12.2 (``SystemError: AST constructor
 recursion depth mismatch``). Every load of the package goes through
 :func:`storage.npy.load_npy`; these tests check that no module calls ``np.load`` itself
-and that the helper never lets two header parses overlap, under many threads.
+and that ``load_npy`` never lets two header parses overlap, under many threads.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _bare_loads(path: Path) -> list[int]:
     return lines
 
 
-def test_every_npy_load_of_the_package_goes_through_the_helper():
+def test_every_npy_load_of_the_package_goes_through_load_npy():
     found = {}
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
