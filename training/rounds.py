@@ -69,19 +69,21 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import torch
 
-from storage.errors import AseprError, format_problem
+from storage.errors import AseprError, FileSystemError, format_problem
 from storage.resources import peak_rss_bytes
 from training.checkpoint import RunDir, TrainerError
 from training.comm import Comm
 from training.config import TrainConfig
 
 __all__ = ["EVAL", "all_ranks_ready", "bytes_columns", "commit_round", "evaluates", "evaluates_epoch", "metrics_row",
-           "peak_columns", "placement_columns", "rank_peak_rss_bytes", "start_run", "threads"]
+           "available_cores", "idle_cores", "local_ranks", "peak_columns", "placement_columns", "rank_peak_rss_bytes",
+           "start_run", "threads"]
 
 log = logging.getLogger(__name__)
 
@@ -91,13 +93,73 @@ T = TypeVar("T")
 EVAL = "eval"
 
 
-def threads(config: TrainConfig, world: int) -> int:
-    """torch CPU threads per rank: ``config.threads``, or the cores shared by the ranks (at least 1)."""
-    return config.threads or max(1, (os.cpu_count() or 1) // max(world, 1))
+def available_cores() -> list[int]:
+    """The CPUs this process may run on (its affinity mask: a cgroup or ``taskset`` limits it)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return list(range(os.cpu_count() or 1))
 
 
-def configure_cpu(config: TrainConfig, world: int) -> None:
-    """Set this process's torch CPU threads (:func:`threads`) and flush denormal floats to zero.
+def idle_cores(cpus: Sequence[int], window_s: float = 0.25) -> float | None:
+    """How many of ``cpus`` were idle over the next ``window_s`` seconds, from the per-CPU
+    counters of ``/proc/stat`` (None where there are none)."""
+
+    def sample() -> dict[int, tuple[int, int]]:
+        times = {}
+        with open("/proc/stat") as fh:
+            for line in fh:
+                if line.startswith("cpu") and line[3:4].isdigit():
+                    fields = line.split()
+                    ticks = [int(v) for v in fields[1:9]]  # user .. steal; guest time is inside user
+                    times[int(fields[0][3:])] = (ticks[3] + ticks[4], sum(ticks))  # idle + iowait, all
+        return times
+
+    try:
+        before = sample()
+        time.sleep(window_s)
+        after = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = 0.0
+    for cpu in cpus:
+        if cpu in before and cpu in after and after[cpu][1] > before[cpu][1]:
+            idle += (after[cpu][0] - before[cpu][0]) / (after[cpu][1] - before[cpu][1])
+    return idle
+
+
+def threads(config: TrainConfig, local_ranks: int, idle: float | None = None) -> int:
+    """torch CPU threads per process: ``config.threads``, or its share of the cores.
+
+    The share is the process's CPUs (:func:`available_cores`) divided among the trainer
+    processes of this machine (``local_ranks``), at least 1, and no more than the CPUs
+    that were idle when it started (``idle``; measured by :func:`idle_cores` when None,
+    rounded). torch's threads wait for one another at every operation: one that shares
+    its core with another busy process holds the others back, and the whole process runs
+    at the pace of that thread (docs/results/threads). Alone on the machine, a process
+    uses every core.
+    """
+    if config.threads:
+        return int(config.threads)
+    cpus = available_cores()
+    share = max(1, len(cpus) // max(local_ranks, 1))
+    free = idle_cores(cpus) if idle is None else idle
+    return share if free is None else max(1, min(share, int(free + 0.5)))
+
+
+def local_ranks(world: int) -> int:
+    """The trainer processes on this machine: torchrun's ``LOCAL_WORLD_SIZE``, SLURM's
+    tasks per node, or else ``world`` (every rank here)."""
+    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        value = os.environ.get(name, "").split("(")[0]
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return max(1, int(world))
+
+
+def configure_cpu(config: TrainConfig, world: int) -> int:
+    """Set this process's torch CPU threads (:func:`threads`, for the :func:`local_ranks`
+    of ``world`` ranks) and flush denormal floats to zero; returns the threads.
 
     Weights that only weight decay moves (a unit whose ReLU input stays negative) and Adam's
     moments of such weights decay geometrically into the denormal range, where x86 float
@@ -105,8 +167,11 @@ def configure_cpu(config: TrainConfig, world: int) -> None:
     (``docs/results/train-link-scaffold/README.md``). Values below 1.2e-38 are zero for any
     model.
     """
-    torch.set_num_threads(threads(config, world))
+    count = threads(config, local_ranks(world))
+    torch.set_num_threads(count)
     torch.set_flush_denormal(True)
+    log.info("torch threads per process: %d", count)
+    return count
 
 
 def evaluates(config: TrainConfig, round_index: int) -> bool:
@@ -140,17 +205,25 @@ def all_ranks_ready(comm: Comm, what: str, step: Callable[[], T]) -> T:
     Raises
     ------
     AseprError
-        On a failing rank: its own error. On the others: a :class:`TrainerError`
-        naming the failed ranks.
+        On a failing rank: its own error, unless a lower rank failed with the same OS
+        error (:class:`~storage.errors.FileSystemError`: every rank's file on one full
+        disk), which is then said once, by the lowest. On the others: a
+        :class:`TrainerError` naming the failed ranks.
     """
     try:
         result, error = step(), None
     except AseprError as exc:
         result, error = None, exc
-    flags = comm.gather_uncounted(torch.tensor([float(error is not None)]))
+    code = float(error.errno or -1) if isinstance(error, FileSystemError) else -1.0
+    flags = comm.gather_uncounted(torch.tensor([float(error is not None), code]))
     failed = [r for r, flag in enumerate(flags[:, 0].tolist()) if flag]
     if error is not None:
-        raise error
+        if failed[0] == comm.rank or code < 0 or float(flags[failed[0], 1]) != code:
+            raise error
+        raise TrainerError(format_problem(
+            f"trainer rank {comm.rank}", f"every rank to {what}",
+            f"the same error as rank {failed[0]} ({error.strerror.split(':', 1)[0]}: ...)",
+            f"see the error of rank {failed[0]} (it names the file); fix that and rerun.")) from error
     if failed:
         raise TrainerError(format_problem(
             f"trainer rank {comm.rank}", f"every rank to {what}",
@@ -313,11 +386,11 @@ def commit_round(runs: RunDir, round_index: int, comm: Comm, rank_state: dict[st
                  global_state: dict[str, Any], rows: list[dict[str, Any]],
                  row: dict[str, Any] | list[dict[str, Any]] | None,
                  on_round: Callable[[dict[str, Any]], None] | None) -> None:
-    """Every rank saves its state; after a barrier rank 0 commits the round and reports the
-    round's new metrics ``row`` (a row, a list of rows when it was evaluated several times,
-    or None)."""
-    runs.save_rank(round_index, comm.rank, rank_state)
-    comm.barrier()
+    """Every rank saves its state; once every rank has (a failed save, e.g. on a full disk,
+    stops every rank with one message: :func:`all_ranks_ready`) rank 0 commits the round and
+    reports the round's new metrics ``row`` (a row, a list of rows when it was evaluated
+    several times, or None)."""
+    all_ranks_ready(comm, "save its checkpoint", lambda: runs.save_rank(round_index, comm.rank, rank_state))
     if comm.rank != 0:
         return
     runs.commit(round_index, comm.world_size, global_state, rows)

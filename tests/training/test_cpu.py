@@ -42,3 +42,39 @@ def test_centralized_training_runs_with_denormals_flushed(cora_input, tmp_path):
         torch.set_flush_denormal(False)
         torch.set_num_threads(before)
     assert seen == [(0.0, 1)]
+
+
+def test_default_threads_are_the_process_share_of_the_idle_cores(monkeypatch):
+    import training.rounds as rounds
+
+    monkeypatch.setattr(rounds, "available_cores", lambda: list(range(16)))
+    default = TrainConfig()
+    assert rounds.threads(default, 1, idle=16.0) == 16  # alone: every core
+    assert rounds.threads(default, 4, idle=15.2) == 4  # four ranks share them
+    assert rounds.threads(default, 1, idle=2.6) == 3  # other work holds the rest
+    assert rounds.threads(default, 1, idle=0.1) == 1
+    assert rounds.threads(default, 32, idle=16.0) == 1
+    assert rounds.threads(TrainConfig(threads=6), 4, idle=0.0) == 6  # --threads overrides
+    monkeypatch.setattr(rounds, "idle_cores", lambda cpus, window_s=0.25: None)  # no /proc/stat
+    assert rounds.threads(default, 2) == 8
+
+
+def test_local_ranks_come_from_the_launcher(monkeypatch):
+    from training.rounds import local_ranks
+
+    for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
+        monkeypatch.delenv(name, raising=False)
+    assert local_ranks(8) == 8  # every rank on this machine
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "4(x2)")
+    assert local_ranks(8) == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert local_ranks(8) == 2
+
+
+def test_idle_cores_counts_this_process_cpus():
+    from training.rounds import available_cores, idle_cores
+
+    cpus = available_cores()
+    idle = idle_cores(cpus, window_s=0.05)
+    assert idle is not None and 0.0 <= idle <= len(cpus) + 1e-9
+    assert idle_cores([], window_s=0.0) == 0.0
