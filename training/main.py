@@ -50,8 +50,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     start.add_argument("--overwrite", action="store_true",
                        help="start over in a run directory that holds a previous run, deleting its checkpoints "
                             "and metrics.csv (refused without it)")
-    p.add_argument("--task", choices=TASKS, default=d.task)
-    p.add_argument("--model", choices=MODELS, default=d.model)
+    p.add_argument("--task", choices=TASKS, default=d.task,
+                   help=f"node: node classification; link: link prediction over held-out edges (default {d.task})")
+    p.add_argument("--model", choices=MODELS, default=d.model, help=f"the GNN convolution (default {d.model})")
     p.add_argument("--reconcile", default=d.reconcile,
                    help='"avg" joined by "+" with any of "kd", "con", "corr", "scaffold", e.g. "avg+corr" '
                         f'(default {d.reconcile})')
@@ -60,14 +61,19 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "fully-decentralized DistDGL-style baseline (OUT: the INPUT directory)")
     p.add_argument("--fds-partition", choices=FDS_PARTITIONERS, default="auto",
                    help="fds vertex partition: metis, hash, or auto (metis up to 5M edges)")
-    p.add_argument("--rounds", type=int, default=d.rounds)
-    p.add_argument("--local-epochs", type=int, default=d.local_epochs)
-    p.add_argument("--hidden", type=int, default=d.hidden)
-    p.add_argument("--layers", type=int, default=d.num_layers)
+    p.add_argument("--rounds", type=int, default=d.rounds,
+                   help=f"reconciliation rounds in all, resumed ones included: a run resumed after round r "
+                        f"trains rounds r+1..ROUNDS (default {d.rounds})")
+    p.add_argument("--local-epochs", type=int, default=d.local_epochs,
+                   help=f"epochs each rank trains on its partition per round (default {d.local_epochs})")
+    p.add_argument("--hidden", type=int, default=d.hidden, help=f"width of the hidden layers (default {d.hidden})")
+    p.add_argument("--layers", type=int, default=d.num_layers,
+                   help=f"GNN layers, the neighbourhood depth (default {d.num_layers})")
     p.add_argument("--dropout", type=float, default=None, help="default 0.5 (node), 0 (link)")
     p.add_argument("--heads", type=int, default=d.heads, help="GAT attention heads")
     p.add_argument("--lr", type=float, default=None, help="default 0.01 (node), 0.001 (link)")
-    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay,
+                   help=f"Adam's weight decay on the local model (default {d.weight_decay:g})")
     p.add_argument("--mu", type=float, default=None, help="weight of the contrastive loss (default 1 node, 0.01 link)")
     p.add_argument("--tau", type=float, default=d.tau, help="temperature of the contrastive loss")
     p.add_argument("--kd-steps", type=int, default=d.kd_steps)
@@ -114,9 +120,12 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corr-steps", type=int, default=d.corr_steps, help="corr: global correction steps per round")
     p.add_argument("--corr-batch-size", type=int, default=d.corr_batch_size, help="corr: seeds per rank and step")
     p.add_argument("--corr-lr", type=float, default=None, help="corr: Adam learning rate (default --lr)")
-    p.add_argument("--link-val-fraction", type=float, default=d.link_val_fraction)
-    p.add_argument("--link-test-fraction", type=float, default=d.link_test_fraction)
-    p.add_argument("--eval-negatives", type=int, default=d.link_eval_negatives)
+    p.add_argument("--link-val-fraction", type=float, default=d.link_val_fraction,
+                   help=f"link: share of the edges held out for validation (default {d.link_val_fraction:g})")
+    p.add_argument("--link-test-fraction", type=float, default=d.link_test_fraction,
+                   help=f"link: share of the edges held out for testing (default {d.link_test_fraction:g})")
+    p.add_argument("--eval-negatives", type=int, default=d.link_eval_negatives,
+                   help=f"link: negatives ranked against each held-out edge (default {d.link_eval_negatives})")
     p.add_argument("--eval-pool", type=int, default=d.link_eval_pool,
                    help="link: evaluation negatives are drawn among all vertices, or among a shared sample of "
                         f"this many when the graph has more (default {d.link_eval_pool})")
@@ -129,7 +138,8 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="row normalisation of the features (default l2)")
     p.add_argument("--feature-projection", type=int, default=d.feature_projection,
                    help="project features wider than P to P dimensions (seeded Gaussian); 0: off")
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help=f"seed of all randomness (init, dropout, sampling, negatives; default {d.seed})")
     p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds a rank waits on a dead peer")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads per rank (0: cores / ranks)")
     p.add_argument("--eval-every", type=int, default=d.eval_every,

@@ -9,6 +9,7 @@ fix (a full disk, a directory it may not write: :func:`storage.errors.os_error_p
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import logging
 import multiprocessing
@@ -33,6 +34,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("asepr")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that is not installed
+        return "(not installed)"
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
@@ -43,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="asepr",
         description="Attribute-driven streaming edge partitioning with reconciliations.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}",
+                        help="print the installed version of asepr and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("import", help="convert a published dataset into the asepr input format")
@@ -72,20 +82,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("synth", help="write a synthetic attributed graph, streaming")
     _add_common(p)
-    p.add_argument("out")
-    p.add_argument("--nodes", type=_positive_int, required=True)
-    p.add_argument("--edges", type=_positive_int, required=True)
-    p.add_argument("--classes", type=_positive_int, default=8)
-    p.add_argument("--dim", type=_positive_int, default=32)
+    p.add_argument("out", help="the input directory to write (edges/, nodes/, meta.json)")
+    p.add_argument("--nodes", type=_positive_int, required=True, help="number of nodes N")
+    p.add_argument("--edges", type=_positive_int, required=True, help="number of edges")
+    p.add_argument("--classes", type=_positive_int, default=8, help="number of classes (default 8)")
+    p.add_argument("--dim", type=_positive_int, default=32, help="feature width d (default 32)")
     p.add_argument("--homophily", type=float, default=0.8, help="share of intra-class edges")
     p.add_argument("--exponent", type=float, default=2.1, help="power-law degree exponent")
     p.add_argument("--noise", type=float, default=1.0,
                    help="std of the feature noise around the class centroid")
     p.add_argument("--category-purity", type=float, default=0.8,
                    help="probability that the 'category' column equals the class")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shard-rows", type=_positive_int, default=1_000_000)
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--seed", type=int, default=0, help="seed of the generator (default 0)")
+    p.add_argument("--shard-rows", type=_positive_int, default=1_000_000,
+                   help="max rows per Parquet shard (default 1,000,000)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
 
     p = sub.add_parser("validate", help="check an input directory, streaming; non-zero exit on a problem")
     _add_common(p)
@@ -93,21 +104,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--edges", help="edge shards: directory, glob or URL (overrides INPUT/edges)")
     p.add_argument("--nodes", help="node shards: directory, glob or URL (overrides INPUT/nodes)")
     direction = p.add_mutually_exclusive_group()
-    direction.add_argument("--undirected", dest="undirected", action="store_true", default=None)
-    direction.add_argument("--directed", dest="undirected", action="store_false")
+    direction.add_argument("--undirected", dest="undirected", action="store_true", default=None,
+                           help="each edge is stored once for both directions: (v, u) duplicates (u, v) "
+                                "(default: from meta.json, else directed)")
+    direction.add_argument("--directed", dest="undirected", action="store_false",
+                           help="(u, v) and (v, u) are different edges")
     p.add_argument("--num-classes", type=_positive_int, help="labels must lie in [-1, C)")
     p.add_argument("--no-duplicate-check", action="store_true", help="skip the duplicate-edge count")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
 
     p = sub.add_parser("clean", help="copy an input without self-loops and/or duplicate edges")
     _add_common(p)
-    p.add_argument("input")
-    p.add_argument("out")
-    p.add_argument("--drop-self-loops", action="store_true")
-    p.add_argument("--drop-duplicates", action="store_true")
+    p.add_argument("input", help="the input directory to copy")
+    p.add_argument("out", help="the cleaned input directory to write")
+    p.add_argument("--drop-self-loops", action="store_true", help="drop edges (u, u)")
+    p.add_argument("--drop-duplicates", action="store_true",
+                   help="drop repeated edges (keeps the first occurrence)")
     p.add_argument("--undirected", action="store_true", default=None,
                    help="(v, u) duplicates (u, v) (default: from meta.json)")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output")
 
     p = sub.add_parser("demo", help="the whole flow on the bundled Cora graph")
     _add_common(p)

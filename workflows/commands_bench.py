@@ -95,20 +95,22 @@ def register(sub, add_common) -> None:
     add_common(q)
     q.add_argument("--datasets", nargs="+", default=DEFAULT_DATASETS,
                    help="shared dataset names or input directories")
-    q.add_argument("-k", nargs="+", type=int, default=[4, 8, 16, 32])
-    q.add_argument("--algos", nargs="+", default=DEFAULT_ALGOS)
-    q.add_argument("--orders", nargs="+", choices=["shuffled", "natural"], default=["shuffled", "natural"])
-    q.add_argument("--out", default="report")
+    q.add_argument("-k", nargs="+", type=int, default=[4, 8, 16, 32], help="partition counts (default 4 8 16 32)")
+    q.add_argument("--algos", nargs="+", default=DEFAULT_ALGOS,
+                   help=f"algorithms to compare (default {' '.join(DEFAULT_ALGOS)})")
+    q.add_argument("--orders", nargs="+", choices=["shuffled", "natural"], default=["shuffled", "natural"],
+                   help="edge orders of the stream: shuffled and/or as stored (default both)")
+    q.add_argument("--out", default="report", help="the report directory (default report)")
     q.add_argument("--cache", help="where imported/shuffled inputs are kept (default OUT/inputs)")
-    q.add_argument("--seed", type=int, default=0)
-    q.add_argument("--alpha", type=float)
-    q.add_argument("--beta", type=float)
-    q.add_argument("--scoring", choices=["candidates", "hdrf"])
+    q.add_argument("--seed", type=int, default=0, help="seed of the shuffles and the algorithms (default 0)")
+    q.add_argument("--alpha", type=float, help="asep: attribute weight of structural clustering, in [0, 1]")
+    q.add_argument("--beta", type=float, help="asep: weight of the attribute-home term of the edge score")
+    q.add_argument("--scoring", choices=["candidates", "hdrf"], help="asep: score the 2 community candidates or all K")
     q.add_argument("--no-two-phase-fallback", dest="two_phase_fallback", action="store_const", const=False,
                    default=None, help="asep: report its own stream only")
     q.add_argument("--budgets", nargs="*", type=float, default=[4.0, 10.0, 16.0], metavar="B",
                    help="ASEP's hybrid at a memory budget of B bytes per edge of each graph (none: streaming only)")
-    q.add_argument("--attr-clusters", type=int)
+    q.add_argument("--attr-clusters", type=int, help="asep: C, attribute clusters (default K)")
     q.add_argument("--lift-reference", type=float,
                    help="scale alpha and beta by min(1, lift / REF); 0: no scaling (default)")
     q.set_defaults(handler=_bench_partition, command="bench")
@@ -124,7 +126,7 @@ def register(sub, add_common) -> None:
 
     q = bench_sub.add_parser("ingest", help="ingest of new edges against a full repartition: time, RSS, RF")
     add_common(q)
-    q.add_argument("--out", default="report")
+    q.add_argument("--out", default="report", help="the report directory (default report)")
     q.add_argument("--quick", action="store_true", help="a small graph (200k edges) that runs in seconds")
     q.add_argument("--nodes", type=int, help="nodes of the synthetic graph (default 2,000,000)")
     q.add_argument("--base-edges", type=int, help="edges partitioned first (default 20,000,000)")
@@ -132,7 +134,7 @@ def register(sub, add_common) -> None:
     q.add_argument("--dim", type=int, help="feature width (default 16)")
     q.add_argument("--classes", type=int, help="classes of the synthetic graph (default 16)")
     q.add_argument("-k", type=int, help="partitions (default 16)")
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--seed", type=int, default=0, help="seed of the synthetic graph (default 0)")
     q.add_argument("--workdir", help="where the inputs and outputs go (default OUT/work, removed after)")
     q.add_argument("--keep", action="store_true", help="keep the work directory")
     q.add_argument("--verify", action="store_true", help="also run `asepr verify` on both outputs (untimed)")
@@ -146,11 +148,11 @@ def register(sub, add_common) -> None:
 
     q.add_argument("--datasets", nargs="+", default=["amazon-computers", "coauthor-physics"],
                    help="shared dataset names or input directories")
-    q.add_argument("-k", nargs="+", type=int, default=[4, 8])
+    q.add_argument("-k", nargs="+", type=int, default=[4, 8], help="partition counts (default 4 8)")
     q.add_argument("--strategies", nargs="+", default=None,
                    help="centralized, fds, or any --reconcile (default: centralized, avg, avg+kd, avg+con, "
                         "avg+kd+con, avg+corr, avg+scaffold)")
-    q.add_argument("--out", default="report")
+    q.add_argument("--out", default="report", help="the report directory (default report)")
     q.add_argument("--cache", help="where imported inputs and partitions are kept (default OUT/inputs)")
     q.add_argument("--partitioners", nargs="+", default=[],
                    choices=["asep", "2ps-hdrf", "hdrf", "hash", "metis"],
@@ -165,11 +167,11 @@ def register(sub, add_common) -> None:
     add_common(q)
     q.add_argument("--sizes", nargs="+", type=int, default=None,
                    help="edge counts (default 5M 20M 50M 100M); |V| = |E| / 10")
-    q.add_argument("-k", type=int, default=16)
-    q.add_argument("--dim", type=int, default=32)
-    q.add_argument("--classes", type=int, default=8)
-    q.add_argument("--seed", type=int, default=1)
-    q.add_argument("--out", default="report")
+    q.add_argument("-k", type=int, default=16, help="partitions (default 16)")
+    q.add_argument("--dim", type=int, default=32, help="feature width of the synthetic graphs (default 32)")
+    q.add_argument("--classes", type=int, default=8, help="classes of the synthetic graphs (default 8)")
+    q.add_argument("--seed", type=int, default=1, help="seed of the synthetic graphs (default 1)")
+    q.add_argument("--out", default="report", help="the report directory (default report)")
     q.add_argument("--workdir", help="where the synthetic inputs (kept, reused) and outputs go (default OUT/work)")
     q.add_argument("--keep", action="store_true", help="keep every partition output")
     q.add_argument("--verify", action="store_true", help="also time `asepr verify` on every output")
@@ -178,6 +180,6 @@ def register(sub, add_common) -> None:
     q = bench_sub.add_parser("all", help="partition + train (with fds) + ingest, one report")
     add_common(q)
     q.add_argument("--quick", action="store_true", help="the small sizes the tests run (a few minutes)")
-    q.add_argument("--out", default="report")
+    q.add_argument("--out", default="report", help="the report directory (default report)")
     q.add_argument("--cache", help="where imported inputs and partitions are kept (default OUT/inputs)")
     q.set_defaults(handler=_bench_all, command="bench")

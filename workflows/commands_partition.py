@@ -111,13 +111,13 @@ def register(subparsers, add_common) -> None:
 
     p = subparsers.add_parser("inspect", help="print an output's manifest, metrics and partitions")
     add_common(p)
-    p.add_argument("out")
+    p.add_argument("out", help="the output directory of `asepr partition`")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.set_defaults(handler=_cmd_inspect)
 
     p = subparsers.add_parser("verify", help="check every invariant of an output; exit 1 on a violation")
     add_common(p)
-    p.add_argument("out")
+    p.add_argument("out", help="the output directory of `asepr partition`")
     p.add_argument("--input", help="the input directory (default: the one in the manifest)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--memory-budget", type=float, default=None,
