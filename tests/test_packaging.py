@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -63,3 +66,58 @@ def test_version_is_the_installed_one(capsys):
         main(["--version"])
     assert exit_info.value.code == 0
     assert capsys.readouterr().out.strip() == f"asepr {version}"
+
+
+# A plain `pip install asepr` has no torch, PyG or pymetis. Each command runs in a fresh
+# interpreter where importing them fails as it does when they are absent.
+_WITHOUT_EXTRAS = """
+import importlib.abc, sys
+
+class _Absent(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "torch_geometric", "pymetis"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, _Absent())
+from workflows.cli import main
+code = main(sys.argv[1:])
+assert not any(m.split(".")[0] in ("torch", "torch_geometric", "pymetis") for m in sys.modules)
+sys.exit(code)
+"""
+
+
+def _asepr_without_extras(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _WITHOUT_EXTRAS, *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_the_base_install_dependencies_have_no_torch_pyg_or_metis():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[<>=\[ ;]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
+    assert not names & {"torch", "torch-geometric", "torch_geometric", "pymetis"}
+    extras = project["optional-dependencies"]
+    assert {d.split(">")[0] for d in extras["train"]} == {"torch", "torch-geometric"}
+    assert [d.split(">")[0] for d in extras["metis"]] == ["pymetis"]
+    assert any(d.startswith("asepr[") and "train" in d and "metis" in d for d in extras["test"])
+    assert any(d.startswith("pytest") for d in extras["test"])
+
+
+def test_partition_and_verify_run_without_torch_pyg_or_metis(tmp_path):
+    cora = REPO / "workflows" / "data" / "cora.npz"
+    runs = [("import", "gnn-npz", str(cora), str(tmp_path / "in")),
+            ("partition", str(tmp_path / "in"), str(tmp_path / "out"), "-k", "4"),
+            ("verify", str(tmp_path / "out"))]
+    for args in runs:
+        done = _asepr_without_extras(*args)
+        assert done.returncode == 0, f"asepr {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
+    assert "verified: all invariants hold" in done.stdout
+
+    # The commands that need an extra name it, in one line, before doing any work.
+    for args, extra in ((("train", str(tmp_path / "out"), "--nproc", "1"), "train"),
+                        (("partition", str(tmp_path / "in"), str(tmp_path / "metis"), "-k", "4",
+                          "--algo", "metis"), "metis")):
+        done = _asepr_without_extras(*args)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        assert f"install asepr[{extra}]" in done.stderr
+    assert not (tmp_path / "metis").exists() and not (tmp_path / "out.runs").exists()

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from storage.errors import AseprError, os_errors_as_problems
 from storage.resources import tune_malloc
+from workflows.extras import missing_extra
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -278,6 +279,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return handler(args)
     except AseprError as exc:
         print(f"asepr {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except ImportError as exc:  # an optional extra (torch, PyG, pymetis) that is not installed
+        problem = missing_extra(exc, "this command")
+        if problem is None:
+            raise
+        print(f"asepr {args.command}: error: {problem}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"asepr {args.command}: interrupted", file=sys.stderr)

@@ -25,6 +25,7 @@ from typing import Any
 from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
 from storage.errors import AseprError, InputError, format_problem
 from workflows.dask_client import add_dask_arguments, client_from_args, default_workers
+from workflows.extras import require_extra
 
 __all__ = ["byte_count", "config_from_args", "drift_text", "inspect_text", "metrics_table", "partition_table", "register"]
 
@@ -208,6 +209,8 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     from pipeline.partition_run import partition_to_store
 
     config, halo = config_from_args(args)
+    if config.algo == "metis":
+        require_extra("pymetis", "--algo metis")
     # The plan comes first: nothing is written (no output or staging directory, no
     # cluster started) before it is printed and checked.
     plan = _plan(args, config, halo)
