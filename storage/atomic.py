@@ -211,6 +211,9 @@ def atomic_file(path: str | Path, *, durable: bool = True) -> Iterator[IO[bytes]
     ------
     StoreError
         ``path`` is a symbolic link.
+    OSError
+        The write failed (a full disk, no permission), naming ``path`` when the
+        operating system did not name a file.
     """
     target = Path(path)
     refuse_symlink(target)
@@ -223,9 +226,12 @@ def atomic_file(path: str | Path, *, durable: bool = True) -> Iterator[IO[bytes]
             if durable:
                 os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno and exc.filename is None:
+            # A short write (a full disk) names no file: name the one being written.
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc
         raise
     if durable:
         _fsync_directory(target.parent)

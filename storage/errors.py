@@ -89,9 +89,8 @@ def format_problem(
 
 _ROOM = "room to write"
 _ACCESS = "permission to write (or read) there"
-_ELSEWHERE = ("choose an output directory (or --run-dir) on a disk with room; then rerun the "
-              "same command.")
-_ANOTHER = "or choose another output directory (or --run-dir)."
+_ELSEWHERE = "choose an output directory (or --run-dir) on a disk with room"
+_ANOTHER = "or choose another output directory (or --run-dir)"
 #: errno -> (what was expected, what was found, how to fix it): the OS errors a user can fix.
 _FILESYSTEM_PROBLEMS = {
     errno.ENOSPC: (_ROOM, "the disk full", f"free space on that disk, or {_ELSEWHERE}"),
@@ -106,7 +105,8 @@ _FILESYSTEM_PROBLEMS = {
 }
 
 
-def os_error_problem(exc: BaseException) -> FileSystemError | None:
+def os_error_problem(exc: BaseException, *,
+                     then: str = "rerun the same command") -> FileSystemError | None:
     """The project's error for an OS error a user can fix, else None.
 
     ``exc`` or an exception it was raised from (``__cause__``/``__context__``) must be
@@ -115,7 +115,7 @@ def os_error_problem(exc: BaseException) -> FileSystemError | None:
     An :class:`AseprError` is returned as None: it already speaks for itself.
 
     The message names the file (``filename``, and ``filename2`` of a rename), what the
-    operating system found, and the fix.
+    operating system found, and the fix, which ends with ``then`` (what to run after it).
     """
     seen: set[int] = set()
     while isinstance(exc, Exception) and id(exc) not in seen:
@@ -124,19 +124,20 @@ def os_error_problem(exc: BaseException) -> FileSystemError | None:
             return None
         if isinstance(exc, OSError) and exc.errno in _FILESYSTEM_PROBLEMS:
             if exc.errno != errno.EPERM or exc.filename is not None:
-                return _filesystem_error(exc)
+                return _filesystem_error(exc, then)
         exc = exc.__cause__ or exc.__context__
     return None
 
 
-def _filesystem_error(exc: OSError) -> FileSystemError:
+def _filesystem_error(exc: OSError, then: str) -> FileSystemError:
     expected, found, fix = _FILESYSTEM_PROBLEMS[exc.errno]
     names = [os.fsdecode(f) for f in (exc.filename, exc.filename2) if f is not None]
     where = " -> ".join(names) if names else "a file the operating system did not name"
     code = errno.errorcode.get(exc.errno, str(exc.errno))
     found = f"{found} ({code}: {exc.strerror or os.strerror(exc.errno)})"
     filename = [exc.filename] if exc.filename is not None else []
-    return FileSystemError(exc.errno, format_problem(where, expected, found, fix), *filename)
+    message = format_problem(where, expected, found, f"{fix}; then {then}.")
+    return FileSystemError(exc.errno, message, *filename)
 
 
 @contextlib.contextmanager

@@ -17,7 +17,8 @@ Layout (``RUN``)::
         latest.json            {"round": 4, "path": "round-00004"}: replaced atomically last
 
 A round's checkpoint is complete once ``latest.json`` names it, and only then: a rank
-killed mid-write leaves the previous round as the latest. The two newest complete
+killed mid-write, or a full disk, leaves the previous round as the latest (the disk error
+is raised as :class:`storage.errors.FileSystemError`, naming the file and that round). The two newest complete
 rounds are kept. Files are written by :func:`storage.atomic.write_bytes_atomic` (a
 private temporary file renamed into place), and checkpoints read with
 ``torch.load(weights_only=True)``: tensors, numbers, strings, lists and dicts only, never
@@ -46,7 +47,7 @@ from typing import Any
 import torch
 
 from storage.atomic import refuse_symlink, write_bytes_atomic, write_json_atomic
-from storage.errors import StoreError, format_problem
+from storage.errors import StoreError, format_problem, os_error_problem
 from storage.lock import OutputLock
 from storage.manifest import LOCK_NAME
 from training.config import TrainConfig
@@ -204,11 +205,33 @@ class RunDir:
                                "start a new run, or delete that round directory to resume from the one before.")
             ) from exc
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A full disk or an unwritable run directory while a round is saved becomes the
+        project's error (:func:`storage.errors.os_error_problem`), naming the file and the
+        complete round a ``--resume`` continues from (the files of the round being written
+        are temporaries that never replace a complete one)."""
+        try:
+            yield
+        except OSError as exc:
+            try:
+                latest = self.latest_round()
+            except StoreError:
+                latest = None
+            then = (f"rerun with --resume to continue from round {latest + 1}, the latest complete one"
+                    if latest is not None else "rerun the same command (no round was complete yet)")
+            problem = os_error_problem(exc, then=then)
+            if problem is None:
+                raise
+            raise problem from exc
+
     def save_rank(self, round_index: int, rank: int, state: dict[str, Any]) -> None:
+        """Write this rank's file of round ``round_index`` (FileSystemError on a full disk)."""
         for directory in (self.checkpoints, self.round_dir(round_index)):
             refuse_symlink(directory)  # it would take the checkpoints out of the run directory
-        self.round_dir(round_index).mkdir(parents=True, exist_ok=True)
-        self._save({"round": round_index, "rank": rank, **state}, self.rank_path(round_index, rank))
+        with self._writing():
+            self.round_dir(round_index).mkdir(parents=True, exist_ok=True)
+            self._save({"round": round_index, "rank": rank, **state}, self.rank_path(round_index, rank))
 
     def commit(self, round_index: int, world_size: int, global_state: dict[str, Any],
                metrics_rows: list[dict[str, Any]]) -> None:
@@ -218,9 +241,11 @@ class RunDir:
         if missing:
             raise StoreError(format_problem(f"checkpoint {d}", f"one file per rank (0..{world_size - 1})",
                                             f"ranks {missing} missing", "check the disk of the run directory."))
-        self._save({"round": round_index, "metrics_rows": metrics_rows, **global_state}, self.global_path(round_index))
-        self.write_metrics(metrics_rows)
-        write_json_atomic(self.checkpoints / LATEST, {"round": round_index, "path": d.name})
+        with self._writing():
+            self._save({"round": round_index, "metrics_rows": metrics_rows, **global_state},
+                       self.global_path(round_index))
+            self.write_metrics(metrics_rows)
+            write_json_atomic(self.checkpoints / LATEST, {"round": round_index, "path": d.name})
         self._prune(round_index)
 
     def _prune(self, latest: int) -> None:
