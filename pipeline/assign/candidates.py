@@ -17,8 +17,9 @@ __all__ = ["candidates_choice"]
 
 
 @numba.njit(cache=True, inline="always")
-def _score(q, load, max_load, scale, vstate, u, v, gu, gv, pu, pv, scu, scv, hu, hv, beta):
+def _score(q, load, max_load, scale, vstate, u, v, terms, beta):
     # The same operations in the same order as a plain scan, so float ties agree.
+    gu, gv, pu, pv, scu, scv, hu, hv = terms
     s = scale * np.float64(max_load - load)
     s += gu * (1.0 if has_replica(vstate, u, q) else 0.0)
     s += gv * (1.0 if has_replica(vstate, v, q) else 0.0)
@@ -36,7 +37,8 @@ def _score(q, load, max_load, scale, vstate, u, v, gu, gv, pu, pv, scu, scv, hu,
 @numba.njit(cache=True, inline="always")
 def candidates_choice(vstate, u, v, words, loads, max_load, cap, use_partial, beta):
     """The better of p(c(u)) and p(c(v)) below the cap, or -1 for the kernel's fallback."""
-    gu, gv, pu, pv, scu, scv, hu, hv = edge_terms(vstate, u, v, words, use_partial, beta)
+    terms = edge_terms(vstate, u, v, words, use_partial, beta)
+    pu, pv = terms[2], terms[3]
     p = -1
     best_score = -1.0
     for j in range(2):
@@ -45,7 +47,7 @@ def candidates_choice(vstate, u, v, words, loads, max_load, cap, use_partial, be
             break
         if loads[q] >= cap:
             continue
-        s = _score(q, loads[q], max_load, 0.0, vstate, u, v, gu, gv, pu, pv, scu, scv, hu, hv, beta)
+        s = _score(q, loads[q], max_load, 0.0, vstate, u, v, terms, beta)
         if s > best_score:
             best_score = s
             p = q

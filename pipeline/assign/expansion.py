@@ -30,13 +30,29 @@ least loaded. The replicas are the bitset words of the
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numba
 import numpy as np
 
 __all__ = [
-    "build_fill", "count_lists", "expand", "find_entry", "group_order", "is_held", "lookup_parts", "pair_histogram",
-    "sort_lists",
+    "ExpansionState", "HeldLists", "build_fill", "count_lists", "expand", "find_entry", "group_order", "is_held",
+    "lookup_parts", "pair_histogram", "sort_lists",
 ]
+
+#: The held CSR as the expansion reads it: ``offsets`` int64[N+1], ``nbr`` int32 and
+#: ``part`` int16 (-1 while unassigned) per entry, the exact ``degree`` and the low
+#: ``threshold`` (vertices of degree <= it own a list).
+HeldLists = namedtuple("HeldLists", ["offsets", "nbr", "part", "degree", "threshold"])
+
+#: What the expansion fills and its scratch: ``target`` (the most held edges per
+#: partition), ``loads`` int64[k], ``vstate`` (the
+#: :class:`~pipeline.assign.state.AssignState` rows, replica words first), ``rem``
+#: int32[N] (unassigned entries per vertex), ``in_s`` int16[N] of -1, the boundary
+#: ``heap`` int32 and ``pos`` int32[N] of -1, the vertices' ``group`` (int16, -1 none)
+#: and ``prefer_attr`` (seed and break ties inside the partition's group).
+ExpansionState = namedtuple("ExpansionState", ["target", "loads", "vstate", "rem", "in_s", "heap", "pos", "group",
+                                               "prefer_attr"])
 
 
 @numba.njit(cache=True, inline="always")
@@ -228,47 +244,47 @@ def _set_replica(vstate, x, p):
 
 
 @numba.njit(cache=True)
-def _assign(e, x, b, offsets, nbr, part, degree, threshold, rem, vstate, loads, heap, pos, group, prefer_attr):
+def _assign(e, x, b, lists, st, prefer_attr):
     """Assign entry ``e`` of low vertex ``x`` (and its reverse entry) to partition ``b``."""
-    y = nbr[e]
+    part, rem, heap, pos, group = lists.part, st.rem, st.heap, st.pos, st.group
+    y = lists.nbr[e]
     part[e] = b
     rem[x] -= 1
-    if _is_low(degree, threshold, y):
-        r = find_entry(offsets, nbr, part, y, x, e, False)
+    if _is_low(lists.degree, lists.threshold, y):
+        r = find_entry(lists.offsets, lists.nbr, part, y, x, e, False)
         part[r] = b
         rem[y] -= 1
         if pos[y] >= 0:
             _sift_up(heap, pos, pos[y], b, rem, group, prefer_attr)
     if pos[x] >= 0:
         _sift_up(heap, pos, pos[x], b, rem, group, prefer_attr)
-    loads[b] += 1
-    _set_replica(vstate, x, b)
-    _set_replica(vstate, y, b)
+    st.loads[b] += 1
+    _set_replica(st.vstate, x, b)
+    _set_replica(st.vstate, y, b)
 
 
 @numba.njit(cache=True)
-def _add_boundary(v, b, target, offsets, nbr, part, degree, threshold, rem, in_s, vstate, loads, heap, pos,
-                  size, group, prefer_attr):
+def _add_boundary(v, b, size, lists, st):
     """Put ``v`` into S of partition ``b``; assign its edges to S and to high vertices. Returns the heap size."""
+    in_s, rem, heap, pos = st.in_s, st.rem, st.heap, st.pos
     if in_s[v] == b:
         return size
     in_s[v] = b
-    if not _is_low(degree, threshold, v):
+    if not _is_low(lists.degree, lists.threshold, v):
         return size
     if rem[v] > 0 and pos[v] < 0:
         heap[size] = v
         pos[v] = size
         size += 1
-        _sift_up(heap, pos, size - 1, b, rem, group, prefer_attr)
-    for e in range(offsets[v], offsets[v + 1]):
-        if rem[v] == 0 or loads[b] >= target:
+        _sift_up(heap, pos, size - 1, b, rem, st.group, st.prefer_attr)
+    for e in range(lists.offsets[v], lists.offsets[v + 1]):
+        if rem[v] == 0 or st.loads[b] >= st.target:
             break
-        if part[e] >= 0:
+        if lists.part[e] >= 0:
             continue
-        u = nbr[e]
-        if in_s[u] == b or not _is_low(degree, threshold, u):
-            _assign(e, v, b, offsets, nbr, part, degree, threshold, rem, vstate, loads, heap, pos, group,
-                    prefer_attr)
+        u = lists.nbr[e]
+        if in_s[u] == b or not _is_low(lists.degree, lists.threshold, u):
+            _assign(e, v, b, lists, st, st.prefer_attr)
     return size
 
 
@@ -291,16 +307,17 @@ def _next_seed(cursor, order, rem, b, group_start, group_cursor, prefer_attr):
 
 
 @numba.njit(cache=True)
-def _leftovers(offsets, nbr, part, degree, threshold, rem, vstate, loads, target, heap, pos, group):
+def _leftovers(lists, st):
     """Assign the entries the expansion left: most endpoint replicas below ``target``, then least load."""
+    rem, vstate, loads, target = st.rem, st.vstate, st.loads, st.target
     k = loads.shape[0]
     for x in range(rem.shape[0]):
         if rem[x] == 0:
             continue
-        for e in range(offsets[x], offsets[x + 1]):
-            if part[e] >= 0:
+        for e in range(lists.offsets[x], lists.offsets[x + 1]):
+            if lists.part[e] >= 0:
                 continue
-            y = nbr[e]
+            y = lists.nbr[e]
             best = -1
             best_score = -1
             for p in range(k):
@@ -315,37 +332,28 @@ def _leftovers(offsets, nbr, part, degree, threshold, rem, vstate, loads, target
                     best = p
             if best < 0:
                 best = np.argmin(loads)
-            _assign(e, x, best, offsets, nbr, part, degree, threshold, rem, vstate, loads, heap, pos, group,
-                    False)
+            _assign(e, x, best, lists, st, False)
 
 
 @numba.njit(cache=True)
-def expand(offsets, nbr, part, degree, threshold, target, loads, vstate, rem, in_s, heap, pos, group, order,
-           group_start, prefer_attr):
+def expand(lists, st, order, group_start):
     """Partition the held entries by neighbourhood expansion (see the module docstring).
 
     Parameters
     ----------
-    offsets, nbr, part
-        The CSR (int64[N+1], int32, int16 initialised to -1).
-    degree, threshold
-        Exact degrees; vertices of degree <= threshold are low (own a list).
-    target
-        The most held edges per partition; ``k * target`` >= the held edges.
-    loads
-        int64[k], the held edges per partition (zeros in, counts out).
-    vstate
-        The :class:`~pipeline.assign.state.AssignState` rows (replica words first).
-    rem
-        int32[N], the unassigned entries of each vertex (its list length in).
-    in_s, heap, pos
-        Scratch: int16[N] of -1, int32[N], int32[N] of -1.
-    group, order, group_start
-        The vertices' groups (int16[N], -1 none), the low vertices sorted by group,
-        and the start of each group's run in ``order`` (int64[k+1]).
-    prefer_attr
-        Seed and break ties inside the partition's group.
+    lists
+        The held CSR (:data:`HeldLists`; ``part`` initialised to -1, filled in).
+    st
+        The :data:`ExpansionState`: ``k * target`` >= the held edges; ``loads`` zeros in,
+        the held edges per partition out; ``rem`` each vertex's list length in; the
+        replica words of ``vstate`` updated in place.
+    order, group_start
+        The low vertices sorted by group, and the start of each group's run in
+        ``order`` (int64[k+1]).
     """
+    offsets, nbr, part = lists.offsets, lists.nbr, lists.part
+    loads, rem, heap, pos, group, prefer_attr, target = st.loads, st.rem, st.heap, st.pos, st.group, \
+        st.prefer_attr, st.target
     k = loads.shape[0]
     cursor = np.zeros(1, dtype=np.int64)
     group_cursor = group_start[:k].copy()
@@ -361,8 +369,7 @@ def expand(offsets, nbr, part, degree, threshold, target, loads, vstate, rem, in
                 size -= 1
                 if rem[x] == 0:
                     continue
-            size = _add_boundary(x, b, target, offsets, nbr, part, degree, threshold, rem, in_s, vstate, loads,
-                                 heap, pos, size, group, prefer_attr)
+            size = _add_boundary(x, b, size, lists, st)
             if pos[x] >= 0:  # x moves to the core: out of the boundary heap
                 _remove(heap, pos, size, x, b, rem, group, prefer_attr)
                 size -= 1
@@ -370,13 +377,12 @@ def expand(offsets, nbr, part, degree, threshold, target, loads, vstate, rem, in
                 if loads[b] >= target:
                     break
                 if part[e] < 0:
-                    size = _add_boundary(nbr[e], b, target, offsets, nbr, part, degree, threshold, rem, in_s,
-                                         vstate, loads, heap, pos, size, group, prefer_attr)
+                    size = _add_boundary(nbr[e], b, size, lists, st)
         for i in range(size):
             pos[heap[i]] = -1
         if cursor[0] >= rem.shape[0]:
             break
-    _leftovers(offsets, nbr, part, degree, threshold, rem, vstate, loads, target, heap, pos, group)
+    _leftovers(lists, st)
 
 
 @numba.njit(cache=True)

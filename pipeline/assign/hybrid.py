@@ -44,6 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.assign.expansion import (
+    ExpansionState,
+    HeldLists,
     build_fill,
     count_lists,
     expand,
@@ -260,8 +262,8 @@ def _expand(held: _Held, degree: np.ndarray, state: AssignState, groups: np.ndar
     order, group_start = (group_order(group, degree, held.threshold, k) if prefer
                           else (np.zeros(0, np.int32), np.zeros(k + 1, np.int64)))
     loads = np.zeros(k, dtype=np.int64)
-    expand(held.offsets, held.nbr, held.part, degree, held.threshold, target, loads, state.vstate, held.rem,
-           in_s, heap, pos, group, order, group_start, prefer)
+    expand(HeldLists(held.offsets, held.nbr, held.part, degree, held.threshold),
+           ExpansionState(target, loads, state.vstate, held.rem, in_s, heap, pos, group, prefer), order, group_start)
     state.loads += loads
     return in_s.nbytes + heap.nbytes + pos.nbytes + (group.nbytes if own_group else 0) + order.nbytes \
         + group_start.nbytes + loads.nbytes
