@@ -67,7 +67,12 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 class Comm:
-    """Byte-counting collectives over the default process group (or none)."""
+    """Byte-counting collectives over the default process group (or none).
+
+    Under NCCL, whose collectives take device tensors only, every buffer travels through
+    this process's GPU (``device``) and comes back on the caller's device; under gloo
+    (or without a group) it stays in host memory.
+    """
 
     def __init__(self, group=None, *, world_size: int | None = None, rank: int | None = None):
         self.distributed = dist.is_available() and dist.is_initialized()
@@ -76,7 +81,14 @@ class Comm:
         self.rank = dist.get_rank(group) if self.distributed else 0
         if world_size is not None and world_size != self.world_size:
             raise RuntimeError(f"expected a process group of {world_size} ranks, found {self.world_size}")
+        nccl = self.distributed and dist.get_backend(group) == "nccl"
+        #: Where the collectives' buffers live.
+        self.device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
         self.bytes = ByteCounter()
+
+    def _wire(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` on :attr:`device` (itself when it is there already)."""
+        return tensor if tensor.device == self.device else tensor.to(self.device)
 
     def all_reduce(self, tensor: torch.Tensor, category: str, op=None) -> torch.Tensor:
         """In-place sum (or ``op``) over ranks; returns ``tensor``."""
@@ -84,7 +96,10 @@ class Comm:
         if w > 1:
             b = 2.0 * (w - 1) / w * _nbytes(tensor)
             self.bytes.add(category, b, b, 2 * (w - 1))
-            dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM, group=self.group)
+            wire = self._wire(tensor)
+            dist.all_reduce(wire, op=op or dist.ReduceOp.SUM, group=self.group)
+            if wire is not tensor:
+                tensor.copy_(wire)
         return tensor
 
     def all_gather(self, tensor: torch.Tensor, category: str) -> list[torch.Tensor]:
@@ -92,11 +107,12 @@ class Comm:
         w = self.world_size
         if w == 1:
             return [tensor]
-        out = [torch.empty_like(tensor) for _ in range(w)]
+        wire = self._wire(tensor.contiguous())
+        out = [torch.empty_like(wire) for _ in range(w)]
         b = float((w - 1) * _nbytes(tensor))
         self.bytes.add(category, b, b, w - 1)
-        dist.all_gather(out, tensor.contiguous(), group=self.group)
-        return out
+        dist.all_gather(out, wire, group=self.group)
+        return [o.to(tensor.device) for o in out]
 
     def all_to_all(self, sends: list[torch.Tensor], category: str) -> list[torch.Tensor]:
         """Send ``sends[j]`` to rank j; returns what each rank sent here (1-d or row tensors).
@@ -106,17 +122,17 @@ class Comm:
         w = self.world_size
         if w == 1:
             return [sends[0]]
-        rows = torch.tensor([s.shape[0] for s in sends], dtype=torch.int64)
+        rows = torch.tensor([s.shape[0] for s in sends], dtype=torch.int64, device=self.device)
         recv_rows = torch.empty_like(rows)
         dist.all_to_all_single(recv_rows, rows, group=self.group)
         self.bytes.add("control", 8 * (w - 1), 8 * (w - 1), w - 1)
         tail = tuple(sends[0].shape[1:])
         # gloo implements only the single-buffer all_to_all: one flat send, split by rows.
-        recv = torch.empty((int(recv_rows.sum()), *tail), dtype=sends[0].dtype)
-        dist.all_to_all_single(recv, torch.cat([s.contiguous() for s in sends]),
-                               output_split_sizes=recv_rows.tolist(), input_split_sizes=rows.tolist(),
-                               group=self.group)
-        recvs = list(torch.split(recv, recv_rows.tolist()))
+        counts = recv_rows.tolist()
+        recv = torch.empty((sum(counts), *tail), dtype=sends[0].dtype, device=self.device)
+        dist.all_to_all_single(recv, self._wire(torch.cat([s.contiguous() for s in sends])),
+                               output_split_sizes=counts, input_split_sizes=rows.tolist(), group=self.group)
+        recvs = list(torch.split(recv.to(sends[0].device), counts))
         sent = sum(_nbytes(s) for j, s in enumerate(sends) if j != self.rank)
         received = sum(_nbytes(r) for j, r in enumerate(recvs) if j != self.rank)
         self.bytes.add(category, sent, received, w - 1)
@@ -129,17 +145,18 @@ class Comm:
 
     def gather_uncounted(self, values: torch.Tensor) -> torch.Tensor:
         """Every rank's ``values`` (a 1-d float64 tensor of the same length on all ranks),
-        stacked as ``[world_size, n]`` in rank order.
+        stacked as ``[world_size, n]`` in rank order, in host memory.
 
         For bookkeeping (the bytes columns of a metrics row, which ranks failed a setup
         step): the bytes it moves are not counted.
         """
         values = values.to(torch.float64).reshape(-1)
         if self.world_size == 1:
-            return values.unsqueeze(0)
-        out = [torch.empty_like(values) for _ in range(self.world_size)]
-        dist.all_gather(out, values, group=self.group)
-        return torch.stack(out)
+            return values.unsqueeze(0).cpu()
+        wire = self._wire(values)
+        out = [torch.empty_like(wire) for _ in range(self.world_size)]
+        dist.all_gather(out, wire, group=self.group)
+        return torch.stack(out).cpu()
 
     def barrier(self) -> None:
         if self.world_size > 1:

@@ -256,14 +256,15 @@ class ExactInference:
     def _read_by(self, need: torch.Tensor) -> torch.Tensor:
         """The rows a layer computing the ``need`` rows reads here: those rows and their in-neighbours."""
         read = need.clone()
-        for _, _, _, sources in self._in_edges(torch.nonzero(need).view(-1), 2):
+        for _, _, _, sources in self._in_edges(torch.nonzero(need).view(-1), 2, need.device):
             read[sources] = True
         return read
 
-    def _in_edges(self, rows: torch.Tensor, width: int) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor]]:
+    def _in_edges(self, rows: torch.Tensor, width: int,
+                  device: torch.device) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor]]:
         """The in-edges of ``rows`` in blocks of about ``budget_bytes`` at ``width`` floats per
-        edge: ``(lo, hi, segment, sources)``, edge ``i`` of the block going from row
-        ``sources[i]`` to ``rows[lo + segment[i]]`` (a row's edges are never split)."""
+        edge: ``(lo, hi, segment, sources)`` on ``device``, edge ``i`` of the block going from
+        row ``sources[i]`` to ``rows[lo + segment[i]]`` (a row's edges are never split)."""
         start = self._indptr[rows]
         counts = self._indptr[rows + 1] - start
         cum = torch.cumsum(counts, 0)
@@ -275,7 +276,7 @@ class ExactInference:
             before = cum[lo:hi] - c - base  # the block's edges before each row's
             seg = torch.repeat_interleave(torch.arange(hi - lo), c)
             edge = torch.repeat_interleave(start[lo:hi] - before, c) + torch.arange(int(cum[hi - 1]) - base)
-            yield lo, hi, seg, self._src[edge].long()
+            yield lo, hi, seg.to(device), self._src[edge].to(device, torch.int64)
             lo = hi
 
     # -- the model -----------------------------------------------------------------------
@@ -341,16 +342,16 @@ class ExactInference:
             return self._gat_partial(conv, m, rows)
         out = m.new_zeros((len(rows), m.shape[1]))
         gcn = isinstance(conv, GCNConv)
-        inv_sqrt = self.gcn_degree.pow(-0.5) if gcn else None
-        for lo, hi, seg, src in self._in_edges(rows, m.shape[1]):
+        inv_sqrt = self.gcn_degree.to(m.device).pow(-0.5) if gcn else None
+        for lo, hi, seg, src in self._in_edges(rows, m.shape[1], m.device):
             msg = m[src] * inv_sqrt[src].unsqueeze(1) if gcn else m[src]
             out[lo:hi].index_add_(0, seg, msg)
-        return out if gcn else out + self._loops[rows].unsqueeze(1) * m[rows]
+        return out if gcn else out + self._loops[rows].to(m.device).unsqueeze(1) * m[rows]
 
     def _gat_partial(self, conv: GATConv, xw: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         heads, c = conv.heads, conv.out_channels
         out = xw.new_empty((len(rows), heads * (c + 2)))
-        for lo, hi, seg, src in self._in_edges(rows, heads * c):
+        for lo, hi, seg, src in self._in_edges(rows, heads * c, xw.device):
             k = hi - lo
             xs = xw[src].view(-1, heads, c)
             a_dst = (xw[rows[lo:hi]].view(k, heads, c) * conv.att_dst).sum(-1)
@@ -367,15 +368,16 @@ class ExactInference:
                  got: torch.Tensor) -> torch.Tensor:
         """The output rows of ``masters`` from their own partials and those ``got`` from
         replicas (``pos``: the master each belongs to)."""
+        pos = pos.to(own.device)
         if isinstance(conv, GATConv):
             return _gat_combine(conv, state.rows[masters], own, pos, got)
         total = own.index_add_(0, pos, got)
         if isinstance(conv, GCNConv):
-            s = self.gcn_degree[masters].pow(-0.5).unsqueeze(1) * total
-            s = s + state.rows[masters] / self.gcn_degree[masters].unsqueeze(1)
+            degree = self.gcn_degree[masters].to(own.device).unsqueeze(1)
+            s = degree.pow(-0.5) * total + state.rows[masters] / degree
             out = s if state.transformed else conv.lin(s)
             return out if conv.bias is None else out + conv.bias
-        mean = total / self.in_degree[masters].clamp(min=1).unsqueeze(1)
+        mean = total / self.in_degree[masters].to(own.device).clamp(min=1).unsqueeze(1)
         bias = conv.lin_l.bias
         out = (mean if bias is None else mean + bias) if state.transformed else conv.lin_l(mean)
         if not conv.root_weight:

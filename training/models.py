@@ -98,8 +98,9 @@ def num_parameters(model: nn.Module) -> int:
 
 
 def flatten(model: nn.Module) -> torch.Tensor:
-    """All parameters as one float32 vector (a copy), in ``model.parameters()`` order."""
-    return torch.cat([p.detach().reshape(-1).to(torch.float32) for p in model.parameters()])
+    """All parameters as one float32 vector in host memory (a copy), in ``model.parameters()``
+    order: reconciliation and checkpoints work on host tensors whatever the model's device."""
+    return torch.cat([p.detach().reshape(-1).to("cpu", torch.float32) for p in model.parameters()])
 
 
 @torch.no_grad()
