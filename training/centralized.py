@@ -81,7 +81,7 @@ def centralized_config(config: TrainConfig) -> TrainConfig:
     every multiple of ``eval_interval`` epochs."""
     every = config.eval_interval
     length = math.gcd(every, config.local_epochs)
-    return dataclasses.replace(config, reconcile="avg", eval_mode="exact", local_epochs=length, sync_warmup=0.0,
+    return dataclasses.replace(config, reconcile="avg", eval_mode="exact", local_epochs=length,
                                rounds=config.rounds * config.local_epochs // length, eval_every=every)
 
 

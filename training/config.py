@@ -16,8 +16,9 @@ from typing import Any
 
 from storage.errors import format_problem
 
-__all__ = ["EVAL_MODES", "FDS_PARTITIONERS", "MODELS", "RECONCILE_PARTS", "SCAFFOLD_CONTROLS", "SERVER_OPTIMIZERS",
-           "STRATEGIES", "TASKS", "TrainConfig", "load_config", "parse_reconcile"]
+__all__ = ["EVAL_MODES", "FDS_PARTITIONERS", "MODELS", "RECONCILE_PARTS", "REMOVED_FIELDS",
+           "SERVER_OPTIMIZERS", "STRATEGIES", "TASKS", "TrainConfig", "load_config", "parse_reconcile",
+           "removed_conflicts"]
 
 MODELS = ("sage", "gcn", "gat")
 #: ``--fds-partition``: the fds baseline's vertex partition (:mod:`training.fds.partition`).
@@ -29,14 +30,30 @@ EVAL_MODES = ("exact", "local")
 RECONCILE_PARTS = ("avg", "kd", "con", "corr", "scaffold")
 #: ``--server-opt``: the server optimisers of :mod:`training.reconcile.server`.
 SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam")
-#: ``--scaffold-control``: where ``scaffold``'s control variates are estimated
-#: (:mod:`training.reconcile.scaffold`).
-SCAFFOLD_CONTROLS = ("path", "global")
 #: The named strategies the benchmark compares (any "+"-combination containing avg is valid).
 STRATEGIES = ("avg", "avg+kd", "avg+con", "avg+kd+con", "avg+corr", "avg+scaffold")
 
 # Fields that may differ between a run and its resumption (they do not change the result).
-_RESUMABLE = frozenset({"rounds", "timeout_s", "threads", "eval_every", "eval_mode"})
+_RESUMABLE = frozenset({"rounds", "timeout_s", "threads", "eval_every", "eval_mode", "patience"})
+
+#: Fields of version 0.1 that are gone, each with the value whose behaviour is now built
+#: in (``None``: the value followed another field, as the built-in behaviour does). A
+#: saved config (``RUN/config.json``) that holds one at that value is read as before; at
+#: any other value it is refused, naming the field: this version cannot reproduce that
+#: run. The results pages that used them keep their commands (docs/results/train-*).
+REMOVED_FIELDS: dict[str, Any] = {
+    # Did not help (docs/results/train-scaffold, train-scaffold-global, train-tuning/drift,
+    # train-link-remote): the options and their code are gone.
+    "scaffold_memory": 0.0, "scaffold_shrink": False, "scaffold_threshold": 0.0, "scaffold_control": "path",
+    "scaffold_batches": 0, "scaffold_weigh_segments": True, "sync_warmup": 0.0, "negative_pool": 0,
+    "remote_negatives": 0.5,
+    # Settings of the kd, con, corr and fedadam strategies, now fixed at their defaults
+    # (training.reconcile.distill, .contrastive, .correct, .server).
+    "kd_steps": 10, "kd_temperature": 2.0, "kd_lr": None, "mu": None, "tau": 0.5, "server_beta2": 0.99,
+    "server_tau": 1e-3, "corr_steps": 4, "corr_batch_size": 256, "corr_lr": None,
+    # The link evaluation's candidate sample (training.tasks.EVAL_POOL).
+    "link_eval_pool": 1 << 14,
+}
 
 
 def parse_reconcile(text: str) -> tuple[str, ...]:
@@ -108,23 +125,9 @@ class TrainConfig:
         ``"scaffold"`` (:mod:`training.reconcile`). Default ``"avg+scaffold"`` for both
         tasks (link prediction: chosen on Cora, where ``avg`` fell 10 % or more below
         centralized MRR on one seed of three and ``avg+scaffold`` on none;
-        docs/results/train-link-scaffold).
-    mu, tau
-        Weight and temperature of the cross-layer contrastive loss. ``mu`` defaults to
-        1 for node classification and 0.01 for link prediction.
-    kd_steps, kd_temperature, kd_lr
-        Ensemble distillation: S student steps at temperature T with Adam(kd_lr);
-        ``kd_lr`` defaults to ``lr / 10``.
-    server_opt, server_lr, server_momentum, server_beta2, server_tau
-        The server optimiser applied to each round's averaged update
-        (:class:`training.reconcile.server.ServerOptimizer`): ``"fedavg"`` (the average
-        itself at ``server_lr`` 1), ``"fedavgm"`` (momentum ``server_momentum``) or
-        ``"fedadam"`` (β₁ ``server_momentum``, β₂ ``server_beta2``, τ ``server_tau``).
-        ``server_lr`` defaults to 1 for fedavg and fedavgm and to 0.01 for fedadam.
-    corr_steps, corr_batch_size, corr_lr
-        ``corr`` (:mod:`training.reconcile.correct`): per round, ``corr_steps`` Adam
-        steps at ``corr_lr`` (default ``lr``) on the global model, each on
-        ``corr_batch_size`` seeds per rank sampled with their whole-graph neighbourhoods.
+        docs/results/train-link-scaffold). ``kd``, ``con`` and ``corr`` run with fixed
+        settings (:mod:`training.reconcile.distill`, :mod:`~training.reconcile.contrastive`,
+        :mod:`~training.reconcile.correct`).
     batch_size, fanouts
         Mini-batches of ``batch_size`` seeds (default 256: training nodes, or training
         edges for link prediction) with a uniform neighbour sampler of ``fanouts`` per
@@ -143,42 +146,12 @@ class TrainConfig:
         Default 0.5: unbounded, the correction lowered coauthor-cs's plateau by 0.4
         points; at 0.5 it is level with ``avg`` there and keeps amazon-photo's gain
         (docs/results/train-tuning/drift).
-    scaffold_memory
-        ``scaffold``: in [0, 1), the weight of a rank's previous control variate in the
-        next (an exponential average over synchronisation segments, whose single means are
-        noisy estimates); 0: each segment's mean alone.
-    scaffold_shrink
-        ``scaffold``: scale the correction by the ranks' mean cosine between each rank's
-        last two corrections, an estimate of the share that is drift rather than noise
-        (:class:`training.reconcile.scaffold.ControlVariates`). Default off: on the tuning
-        graphs (coauthor-cs, amazon-photo, facebook-pagepage, k = 8) it is level with the
-        ungated correction, and on the report graphs it trades amazon-computers k = 8
-        (−0.7 points) for coauthor-physics k = 8 (docs/results/train-scaffold).
-    scaffold_threshold
-        ``scaffold`` with ``scaffold_shrink``: in [0, 1]; > 0 opens the gate fully while
-        the agreement is at least this and closes it below (a test, not a weight); 0
-        scales by the agreement.
-    scaffold_weigh_segments
-        ``scaffold`` along the path with ``sync_every`` > 0: a segment shorter than
-        ``sync_every`` steps (a round's tail) moves the control variate only by its share
-        of a full segment (:class:`training.reconcile.scaffold.ControlVariates`). Default
-        on: on the tuning graphs (coauthor-cs, amazon-photo, facebook-pagepage, k = 8) it
-        is +0.1 on the mean, and it removes coauthor-physics k = 8's miss against fds
-        (docs/results/train-scaffold/README.md).
-    scaffold_control, scaffold_batches
-        ``scaffold``: where a rank's control variate is estimated
-        (:mod:`training.reconcile.scaffold`): ``"path"`` (default), the mean gradient of
-        the segment of local steps just trained; ``"global"``, the gradient at the
-        synchronised global model, over ``scaffold_batches`` mini-batches (0: the whole
-        local training set in one full-batch pass), computed after every
-        synchronisation (docs/results/train-scaffold-global).
-    sync_warmup
-        Epochs at the start of the run in which the ranks reconcile after every
-        optimiser step (with ``sync_every`` > 0), before local SGD takes over: post-local
-        SGD (Lin et al., "Don't Use Large Mini-Batches, Use Local SGD", ICLR 2020). Early
-        in training the ranks' local steps point in different directions and their
-        average keeps little of them; synchronous steps there cost bytes, not progress.
-        A fraction of an epoch is allowed; 0: local SGD from the first step.
+    server_opt, server_lr, server_momentum
+        The server optimiser applied to each round's averaged update
+        (:class:`training.reconcile.server.ServerOptimizer`): ``"fedavg"`` (the average
+        itself at ``server_lr`` 1), ``"fedavgm"`` (momentum ``server_momentum``) or
+        ``"fedadam"`` (β₁ ``server_momentum``). ``server_lr`` defaults to 1 for fedavg and
+        fedavgm and to 0.01 for fedadam.
 
     The defaults of ``reconcile``, ``batch_size``, ``sync_every`` and ``server_opt`` are
     those that measured best on the tuning graphs (docs/results/train-tuning).
@@ -186,24 +159,16 @@ class TrainConfig:
         Link prediction: the held-out shares of the edges (chosen by a hash of the
         global edge, so every rank and the centralized run hold out the same edges), and
         the negatives ranked against each held-out edge, drawn uniformly among every
-        vertex of the whole graph (or, above ``link_eval_pool`` vertices, a seeded sample
-        of that many shared by all ranks), whose embeddings the ranks gather once per
-        evaluation: the same candidates for every strategy.
-    negative_pool, remote_negatives
-        Link prediction with several ranks: each rank receives about ``negative_pool``
-        vertices of the other partitions with their sampled computation graph (once, at
-        setup; :mod:`training.negatives`), and draws a share ``remote_negatives`` (in
-        [0, 1]) of its training negatives among them, embedded by its own model; the
-        rest are uniform among its own rows. ``negative_pool`` 0 (the default): none.
+        vertex of the whole graph (or, on larger graphs, a seeded sample shared by all
+        ranks, :data:`training.tasks.EVAL_POOL`), whose embeddings the ranks gather once
+        per evaluation: the same candidates for every strategy.
     feature_norm
         ``"l2"`` (default) divides each node's feature row by its L2 norm (rows of zeros
         stay zero), ``"l1"`` by its L1 norm (PyG's ``NormalizeFeatures``), ``"none"``
         keeps the stored values. A per-row operation, so every rank and the centralized
-        run normalise identically. Measured on amazon-computers (767-d bag of words,
-        GraphSAGE, centralized, 30 epochs): validation accuracy 0.737 with l2, 0.375
-        (the majority class) with l1, whose rows of up to 700 ones become values too
-        small to learn from at lr 0.01; with raw features, 4 ranks stayed at the majority
-        class for 6 rounds (first loss 4.4).
+        run normalise identically. On amazon-computers (767-d bag of words) l1 left the
+        model at the majority class, whose rows of up to 700 ones become values too small
+        to learn from at lr 0.01.
     feature_projection
         0 (default) trains on the stored features. P > 0 first multiplies features wider
         than P by one seeded Gaussian matrix (d × P, scaled by 1/√P; the same on every
@@ -230,6 +195,11 @@ class TrainConfig:
         ``"exact"`` (default): the global model's metrics on the whole graph
         (:class:`training.inference.Evaluator`); ``"local"``: each rank scores its own
         master nodes with the model run on its partition only (cheaper, not exact).
+    patience
+        P > 0: stop training once the validation metric has not improved for P
+        evaluations in a row (early stopping, :func:`training.protocol.patience_spent`),
+        at most after ``rounds`` rounds; every rank sees the same global metric, so all
+        stop after the same round. 0 (default): train every round.
     """
 
     task: str = "node"
@@ -243,36 +213,16 @@ class TrainConfig:
     rounds: int = 10
     local_epochs: int = 5
     reconcile: str = "avg+scaffold"
-    mu: float | None = None
-    tau: float = 0.5
-    kd_steps: int = 10
-    kd_temperature: float = 2.0
-    kd_lr: float | None = None
     batch_size: int = 256
     fanouts: tuple[int, ...] = field(default=(10, 10))
     sync_every: int | None = None
-    sync_warmup: float = 0.0
     scaffold_clip: float = 0.5
-    scaffold_memory: float = 0.0
-    scaffold_shrink: bool = False
-    scaffold_threshold: float = 0.0
-    scaffold_weigh_segments: bool = True
-    scaffold_control: str = "path"
-    scaffold_batches: int = 0
     server_opt: str = "fedavg"
     server_lr: float | None = None
     server_momentum: float = 0.9
-    server_beta2: float = 0.99
-    server_tau: float = 1e-3
-    corr_steps: int = 4
-    corr_batch_size: int = 256
-    corr_lr: float | None = None
     link_val_fraction: float = 0.05
     link_test_fraction: float = 0.10
     link_eval_negatives: int = 100
-    link_eval_pool: int = 1 << 14
-    negative_pool: int = 0
-    remote_negatives: float = 0.5
     feature_norm: str = "l2"
     feature_projection: int = 0
     seed: int = 0
@@ -280,6 +230,7 @@ class TrainConfig:
     threads: int = 0
     eval_every: int = 0
     eval_mode: str = "exact"
+    patience: int = 0
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ValueError:
@@ -304,20 +255,8 @@ class TrainConfig:
             object.__setattr__(self, "lr", 0.01 if self.task == "node" else 0.001)
         if self.dropout is None:
             object.__setattr__(self, "dropout", 0.5 if self.task == "node" else 0.0)
-        if self.mu is None:
-            # The contrastive gradient is cosine-based, ~1/|z|, while the dot-product link
-            # loss's grows with |z|: at mu 1 it was 10x the link loss's on Cora and, Adam
-            # following the larger one, kept the link loss at chance (2 ln 2). At 0.01 it is
-            # a tenth of it (docs/results/train-tuning).
-            object.__setattr__(self, "mu", 1.0 if self.task == "node" else 0.01)
         if self.sync_every is None:
             object.__setattr__(self, "sync_every", 10 if self.task == "node" else 0)
-        if not 0 <= float(self.remote_negatives) <= 1:
-            raise bad("remote_negatives", "a share in [0, 1]")
-        if self.kd_lr is None:
-            # Measured on amazon-computers, 4 ranks, 6 rounds: kd_lr = lr/2 left avg+kd at
-            # 0.654 test accuracy against avg's 0.716; lr/10 at 0.703.
-            object.__setattr__(self, "kd_lr", self.lr / 10)
         object.__setattr__(self, "fanouts", tuple(int(f) for f in self.fanouts))
         for name in ("hidden", "num_layers", "heads", "rounds", "local_epochs"):
             if int(getattr(self, name)) < 1:
@@ -327,37 +266,19 @@ class TrainConfig:
                              + ", ".join(f'"{k}"' for k in SERVER_OPTIMIZERS) + ".")
         if self.server_lr is None:
             object.__setattr__(self, "server_lr", 0.01 if self.server_opt == "fedadam" else 1.0)
-        if self.corr_lr is None:
-            object.__setattr__(self, "corr_lr", self.lr)
-        for name in ("server_momentum", "server_beta2"):
-            if not 0 <= float(getattr(self, name)) < 1:
-                raise bad(name, "a number in [0, 1)")
-        for name in ("sync_every", "corr_steps", "corr_batch_size"):
+        if not 0 <= float(self.server_momentum) < 1:
+            raise bad("server_momentum", "a number in [0, 1)")
+        for name in ("sync_every", "batch_size", "threads", "link_eval_negatives", "feature_projection",
+                     "eval_every", "patience"):
             if int(getattr(self, name)) < 0:
                 raise bad(name, "an integer >= 0")
-        for name in ("kd_steps", "batch_size", "threads", "link_eval_negatives", "feature_projection", "eval_every",
-                     "negative_pool", "link_eval_pool"):
-            if int(getattr(self, name)) < 0:
-                raise bad(name, "an integer >= 0")
-        for name in ("lr", "kd_lr", "tau", "kd_temperature", "timeout_s", "server_lr", "server_tau", "corr_lr"):
+        for name in ("lr", "timeout_s", "server_lr"):
             if not float(getattr(self, name)) > 0:
                 raise bad(name, "a number > 0")
         if not float(self.scaffold_clip) >= 0:
             raise bad("scaffold_clip", "a number >= 0")
-        if not 0 <= float(self.scaffold_memory) < 1:
-            raise bad("scaffold_memory", "a number in [0, 1)")
-        if not 0 <= float(self.scaffold_threshold) <= 1:
-            raise bad("scaffold_threshold", "a number in [0, 1]")
-        if self.scaffold_control not in SCAFFOLD_CONTROLS:
-            raise ValueError(f'Unsupported scaffold_control "{self.scaffold_control}". Valid choices are '
-                             + ", ".join(f'"{k}"' for k in SCAFFOLD_CONTROLS) + ".")
-        if int(self.scaffold_batches) < 0:
-            raise bad("scaffold_batches", "an integer >= 0")
-        if not float(self.sync_warmup) >= 0:
-            raise bad("sync_warmup", "a number of epochs >= 0")
-        for name in ("mu", "weight_decay"):
-            if not float(getattr(self, name)) >= 0:
-                raise bad(name, "a number >= 0")
+        if not float(self.weight_decay) >= 0:
+            raise bad("weight_decay", "a number >= 0")
         if not 0 <= self.dropout < 1:
             raise bad("dropout", "a number in [0, 1)")
         if self.batch_size and len(self.fanouts) != self.num_layers:
@@ -385,7 +306,7 @@ class TrainConfig:
 
     @property
     def uses_con(self) -> bool:
-        return "con" in self.parts and self.mu > 0
+        return "con" in self.parts
 
     @property
     def uses_scaffold(self) -> bool:
@@ -393,7 +314,7 @@ class TrainConfig:
 
     @property
     def uses_corr(self) -> bool:
-        return "corr" in self.parts and self.corr_steps > 0 and self.corr_batch_size > 0
+        return "corr" in self.parts
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -406,7 +327,8 @@ class TrainConfig:
 
         Fields left out take their defaults. An unknown field, or a value of another JSON
         type than the field's (a string for a number, a boolean for an integer, ...), is
-        refused.
+        refused. A field of :data:`REMOVED_FIELDS` is dropped when it holds the value whose
+        behaviour is now built in, and refused otherwise.
 
         Parameters
         ----------
@@ -425,6 +347,11 @@ class TrainConfig:
         if not isinstance(d, dict):
             raise ValueError(format_problem(source, "a JSON object of TrainConfig fields", type(d).__name__, fix))
         fields = {f.name: str(f.type) for f in dataclasses.fields(cls)}
+        removed = removed_conflicts(d)
+        if removed:
+            raise ValueError(format_problem(source, "the removed fields at the values version 0.2 builds in",
+                                            ", ".join(removed), "start a new run, or use version 0.1 for this one."))
+        d = {k: v for k, v in d.items() if k not in REMOVED_FIELDS}
         unknown = sorted(set(d) - set(fields))
         if unknown:
             raise ValueError(format_problem(source, "TrainConfig fields only", f"unknown fields {unknown}", fix))
@@ -438,9 +365,39 @@ class TrainConfig:
             raise ValueError(f"{source}: {exc}") from None
 
     def resume_conflicts(self, saved: dict[str, Any]) -> list[str]:
-        """Fields (other than ``rounds``, timeouts, threads) that differ from a saved config."""
+        """Fields (other than ``rounds``, timeouts, threads, ``patience``) that differ from
+        a saved config, and removed fields the saved config set to another behaviour."""
         mine = self.to_dict()
-        return sorted(k for k, v in saved.items() if k in mine and k not in _RESUMABLE and mine[k] != v)
+        differ = [k for k, v in saved.items() if k in mine and k not in _RESUMABLE and mine[k] != v]
+        return sorted(differ + [c.split("=")[0] for c in removed_conflicts(saved)])
+
+
+def _builtin(name: str, saved: dict[str, Any]) -> Any:
+    """The value of removed field ``name`` whose behaviour version 0.2 builds in, for a
+    saved config ``saved`` (some followed the learning rate or the task)."""
+    value = REMOVED_FIELDS[name]
+    if value is not None:
+        return value
+    lr = saved.get("lr")
+    if name == "kd_lr":
+        return None if lr is None else lr / 10
+    if name == "corr_lr":
+        return lr
+    return 1.0 if saved.get("task", "node") == "node" else 0.01  # mu
+
+
+def removed_conflicts(saved: Any) -> list[str]:
+    """``"field=value"`` for each removed field that ``saved`` (a config as JSON) holds
+    at another value than the built-in one: a run this version cannot reproduce."""
+    if not isinstance(saved, dict):
+        return []
+    out = []
+    for name in REMOVED_FIELDS:
+        if name in saved and saved[name] is not None and saved[name] != _builtin(name, saved):
+            if name == "remote_negatives" and not saved.get("negative_pool"):
+                continue  # the share of a pool there was none of
+            out.append(f"{name}={saved[name]!r}")
+    return out
 
 
 def load_config(path: str | Path) -> TrainConfig:

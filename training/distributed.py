@@ -12,8 +12,7 @@ runs, every round (docs/design.md#reconciliation-rounds):
    With ``sync_every`` N, every rank takes the same number of steps in a round
    (:func:`training.local.steps_per_round`, ``local_epochs`` epochs of the whole
    training set) and the ranks average after every N of them, each segment starting
-   from the new θ_g (``kd`` and ``corr`` once per round, after the last); in the first
-   ``sync_warmup`` epochs they average after every step (post-local SGD);
+   from the new θ_g (``kd`` and ``corr`` once per round, after the last);
 4. evaluation of θ_g on the schedule of :func:`training.rounds.evaluates`, by default
    exact: the whole-graph outputs computed over the partitions
    (:class:`training.inference.Evaluator`; ``eval_mode="local"``: each rank's partition
@@ -40,7 +39,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import os
 import re
 import sys
@@ -215,7 +213,7 @@ def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) ->
                                               f"{num_classes} classes", "use --task link, or an input with labels."))
 
     all_ranks_ready(comm, "agree on the features and labels", check)
-    task = make_task(graph, config, num_classes, comm)
+    task = make_task(graph, config, num_classes)
     torch.manual_seed(config.seed)
     model = build_model(config, in_dim, task.out_dim)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -250,30 +248,14 @@ def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generat
                     loop.start_round + 1, generation, int(g["generation"]))
 
 
-def _pool_columns(task, comm: Comm) -> dict[str, float]:
-    """A link task's negative pool (:mod:`training.negatives`): its one-time placement
-    bytes and rows, mean and max over ranks (an uncounted all_gather); none without one."""
-    pool = getattr(task, "pool", None)
-    if pool is None:
-        return {}
-    every = comm.gather_uncounted(torch.tensor([pool.bytes_sent, float(pool.num_rows)], dtype=torch.float64))
-    if not float(every[:, 1].max()):
-        return {}
-    return {"negative_pool_bytes_sent_mean": float(every[:, 0].mean()),
-            "negative_pool_bytes_sent_max": float(every[:, 0].max()),
-            "negative_pool_rows_mean": float(every[:, 1].mean())}
-
-
 def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm, gen: torch.Generator,
                          rnd: int) -> tuple[float, float, dict[str, float]]:
     """Steps 1–3 of a round: local training, then reconciliation (after every segment of
-    ``sync_every`` steps, every step in the ``sync_warmup``); returns (loss, weight, the last reconciliation's losses). The
+    ``sync_every`` steps); returns (loss, weight, the last reconciliation's losses). The
     loss is the last epoch's mean, or with ``sync_every`` the mean over the round's steps."""
     weight = float(loop.task.num_train)
     if config.sync_every:
-        total = loop.steps_per_round
-        warmup = math.ceil(config.sync_warmup * total / config.local_epochs)
-        segments = sync_segments(total, config.sync_every, rnd * total, warmup)
+        segments = sync_segments(loop.steps_per_round, config.sync_every)
         stream = batch_stream(loop.task, gen)
     else:
         segments, stream = [None], None
@@ -330,8 +312,7 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
     placement = placement_columns(graph.num_nodes, graph.x.shape[1] * graph.x.element_size(), comm)
     loop = _prepare(graph, config, comm, (info or {}).get("out", "the input"))
     info = {**(info or {}), "world_size": comm.world_size, "config": config.to_dict(), "task": config.task,
-            "num_parameters": num_parameters(loop.model), "steps_per_round": loop.steps_per_round, **placement,
-            **_pool_columns(loop.task, comm)}
+            "num_parameters": num_parameters(loop.model), "steps_per_round": loop.steps_per_round, **placement}
     if resume:
         all_ranks_ready(comm, "load its checkpoint", lambda: _restore(loop, runs, config, comm, graph.generation))
     else:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 
 import torch
 
-from training.reconcile.contrastive import contrastive_loss
+from training.reconcile.contrastive import CON_TAU, con_weight, contrastive_loss
 
 __all__ = ["batch_stream", "steps_per_round", "sync_segments", "train_local"]
 
@@ -51,15 +51,12 @@ def steps_per_round(task, config, comm) -> int:
     return max(1, math.ceil(config.local_epochs * float(total[0]) / (comm.world_size * config.batch_size)))
 
 
-def sync_segments(total: int, sync_every: int, first_step: int = 0, warmup_steps: int = 0) -> list[int]:
-    """The steps between the reconciliations of a round of ``total`` steps that starts at
-    the run's step ``first_step``: one step each while the run is within its first
-    ``warmup_steps`` steps (post-local SGD's synchronous phase), then ``sync_every`` each;
-    the last segment ends with the round."""
+def sync_segments(total: int, sync_every: int) -> list[int]:
+    """The steps between the reconciliations of a round of ``total`` steps:
+    ``sync_every`` each, the last segment ending with the round."""
     segments, done = [], 0
     while done < total:
-        step = 1 if first_step + done < warmup_steps else sync_every
-        segments.append(min(step, total - done))
+        segments.append(min(sync_every, total - done))
         done += segments[-1]
     return segments
 
@@ -98,7 +95,7 @@ def train_local(model, optimizer, task, config, generator: torch.Generator, *, s
     term; ``drift`` (:class:`training.reconcile.scaffold.ControlVariates`) corrects every
     gradient before the optimiser step.
     """
-    x = task.features  # the local rows, and a link task's negative pool after them
+    x = task.features
     contrast = global_model is not None and previous_model is not None and config.uses_con
     if contrast:
         global_model.eval()
@@ -118,7 +115,8 @@ def train_local(model, optimizer, task, config, generator: torch.Generator, *, s
                 if full_graph_frozen is None:
                     full_graph_frozen = _frozen_layers(global_model, previous_model, x, batch)
                 g_layers, p_layers = full_graph_frozen
-            loss = loss + config.mu * contrastive_loss(layers, g_layers, p_layers, batch.anchors, config.tau)
+            loss = loss + con_weight(config.task) * contrastive_loss(layers, g_layers, p_layers, batch.anchors,
+                                                                      CON_TAU)
         loss.backward()
         if drift is not None:
             drift.correct()

@@ -27,16 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from storage.errors import AseprError, format_problem, os_errors_as_problems
-from training.config import (EVAL_MODES, FDS_PARTITIONERS, MODELS, SCAFFOLD_CONTROLS, SERVER_OPTIMIZERS, TASKS,
-                             TrainConfig, load_config)
+from training.config import EVAL_MODES, FDS_PARTITIONERS, MODELS, SERVER_OPTIMIZERS, TASKS, TrainConfig, load_config
 
 __all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main"]
 
 log = logging.getLogger("training.main")
 
 # flag dest → TrainConfig field (when they differ)
-_RENAMES = {"layers": "num_layers", "eval_negatives": "link_eval_negatives", "eval_pool": "link_eval_pool",
-            "timeout": "timeout_s", "eval": "eval_mode"}
+_RENAMES = {"layers": "num_layers", "eval_negatives": "link_eval_negatives", "timeout": "timeout_s",
+            "eval": "eval_mode"}
 #: ``--strategy``: ASEPR's local graphs with reconciliation, or the fully-decentralized baseline.
 STRATEGY_CHOICES = ("asepr", "fds")
 
@@ -74,11 +73,6 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=None, help="default 0.01 (node), 0.001 (link)")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay,
                    help=f"Adam's weight decay on the local model (default {d.weight_decay:g})")
-    p.add_argument("--mu", type=float, default=None, help="weight of the contrastive loss (default 1 node, 0.01 link)")
-    p.add_argument("--tau", type=float, default=d.tau, help="temperature of the contrastive loss")
-    p.add_argument("--kd-steps", type=int, default=d.kd_steps)
-    p.add_argument("--kd-temperature", type=float, default=d.kd_temperature)
-    p.add_argument("--kd-lr", type=float, default=None, help="default lr / 10")
     p.add_argument("--batch-size", type=int, default=d.batch_size,
                    help=f"seeds per local step (default {d.batch_size}); 0: full-batch")
     p.add_argument("--fanouts", type=lambda s: tuple(int(x) for x in s.split(",")), default=d.fanouts,
@@ -86,54 +80,19 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sync-every", type=int, default=None,
                    help="reconcile every N optimiser steps within a round (default 10 node, 0 link); 0: once per "
                         "round")
-    p.add_argument("--sync-warmup", type=float, default=d.sync_warmup,
-                   help="epochs at the start reconciled after every step before local SGD (post-local SGD); "
-                        f"default {d.sync_warmup:g}")
     p.add_argument("--scaffold-clip", type=float, default=d.scaffold_clip,
                    help=f"scaffold: bound each correction to this multiple of the gradient's norm (default "
                         f"{d.scaffold_clip:g}; 0: unbounded)")
-    p.add_argument("--scaffold-memory", type=float, default=d.scaffold_memory,
-                   help="scaffold: weight in [0, 1) of a rank's previous control variate in the next (an "
-                        f"exponential average over synchronisations; default {d.scaffold_memory:g})")
-    p.add_argument("--scaffold-shrink", action=argparse.BooleanOptionalAction, default=d.scaffold_shrink,
-                   help="scaffold: scale the correction by the agreement of consecutive corrections (their "
-                        "drift share)")
-    p.add_argument("--scaffold-threshold", type=float, default=d.scaffold_threshold,
-                   help="scaffold with --scaffold-shrink: open the gate fully while the agreement is at least "
-                        f"this, close it below (default {d.scaffold_threshold:g}: scale by the agreement)")
-    p.add_argument("--scaffold-weigh-segments", action=argparse.BooleanOptionalAction,
-                   default=d.scaffold_weigh_segments,
-                   help="scaffold: a segment shorter than --sync-every steps (a round's tail) moves the control "
-                        "variate only by its share of a full segment")
-    p.add_argument("--scaffold-control", choices=SCAFFOLD_CONTROLS, default=d.scaffold_control,
-                   help="scaffold: estimate a rank's control variate along its path of local steps (path, the "
-                        "default) or as its gradient at the synchronised global model (global)")
-    p.add_argument("--scaffold-batches", type=int, default=d.scaffold_batches,
-                   help="scaffold --scaffold-control global: mini-batches of that gradient (default "
-                        f"{d.scaffold_batches}: the whole local training set, full-batch)")
     p.add_argument("--server-opt", choices=SERVER_OPTIMIZERS, default=d.server_opt,
                    help="server optimiser of the averaged update (default fedavg: the average itself)")
     p.add_argument("--server-lr", type=float, default=None, help="default 1 (fedavg, fedavgm), 0.01 (fedadam)")
     p.add_argument("--server-momentum", type=float, default=d.server_momentum, help="fedavgm β, fedadam β1")
-    p.add_argument("--server-beta2", type=float, default=d.server_beta2, help="fedadam β2")
-    p.add_argument("--server-tau", type=float, default=d.server_tau, help="fedadam τ")
-    p.add_argument("--corr-steps", type=int, default=d.corr_steps, help="corr: global correction steps per round")
-    p.add_argument("--corr-batch-size", type=int, default=d.corr_batch_size, help="corr: seeds per rank and step")
-    p.add_argument("--corr-lr", type=float, default=None, help="corr: Adam learning rate (default --lr)")
     p.add_argument("--link-val-fraction", type=float, default=d.link_val_fraction,
                    help=f"link: share of the edges held out for validation (default {d.link_val_fraction:g})")
     p.add_argument("--link-test-fraction", type=float, default=d.link_test_fraction,
                    help=f"link: share of the edges held out for testing (default {d.link_test_fraction:g})")
     p.add_argument("--eval-negatives", type=int, default=d.link_eval_negatives,
                    help=f"link: negatives ranked against each held-out edge (default {d.link_eval_negatives})")
-    p.add_argument("--eval-pool", type=int, default=d.link_eval_pool,
-                   help="link: evaluation negatives are drawn among all vertices, or among a shared sample of "
-                        f"this many when the graph has more (default {d.link_eval_pool})")
-    p.add_argument("--negative-pool", type=int, default=d.negative_pool,
-                   help="link: remote vertices each rank receives once, with their sampled computation graph, "
-                        f"to draw training negatives from (default {d.negative_pool}); 0: none")
-    p.add_argument("--remote-negatives", type=float, default=d.remote_negatives,
-                   help=f"link: share of the training negatives drawn from that pool (default {d.remote_negatives:g})")
     p.add_argument("--feature-norm", choices=["l2", "l1", "none"], default=d.feature_norm,
                    help="row normalisation of the features (default l2)")
     p.add_argument("--feature-projection", type=int, default=d.feature_projection,

@@ -11,10 +11,6 @@
   of the whole graph (:meth:`LinkTask.eval_negatives`; not the rank's own, which on an
   attribute-driven partition are all alike and made held-out edges harder to rank than
   in the centralized run): MRR, Hits@50 (ties count half, as in OGB) and ROC-AUC.
-  With ``negative_pool`` > 0 and several ranks, a share ``remote_negatives`` of the
-  training negatives are other partitions' vertices, which travel once with their
-  sampled computation graph and are embedded by the local model
-  (:mod:`training.negatives`); the rest are uniform among the rank's own rows.
 
 Scoring is global: every rank scores its own master nodes (or own edges) and the
 sums are all_reduced. ``score(outputs, comm)`` scores given model outputs (the exact
@@ -37,7 +33,6 @@ import torch.nn.functional as F
 from training.comm import Comm
 from training.data import LocalGraph
 from training.models import graph_operator
-from training.negatives import NegativePool, exchange_pool
 from torch_geometric.sampler import NodeSamplerInput
 
 from training.sampler import NeighborSampler
@@ -45,6 +40,9 @@ from training.sampler import NeighborSampler
 __all__ = ["Batch", "EvalNegatives", "LinkTask", "NodeTask", "auc_from_histograms", "make_task"]
 
 AUC_BINS = 1 << 14
+#: Link evaluation: above this many vertices the negatives are drawn among a seeded
+#: sample of this many, shared by all ranks (:meth:`LinkTask.eval_negatives`).
+EVAL_POOL = 1 << 14
 HITS_K = 50
 
 
@@ -209,9 +207,7 @@ class LinkTask:
     name = "link"
     metric = "mrr"
 
-    def __init__(self, graph: LocalGraph, config, comm: Comm | None = None):
-        """With ``comm``, the negative pool is exchanged here (a collective: every rank of
-        ``comm`` constructs its task); without, there is none."""
+    def __init__(self, graph: LocalGraph, config):
         self.graph = graph
         self.config = config
         gid = graph.global_nid.numpy()
@@ -225,17 +221,7 @@ class LinkTask:
         self.edge_index = ei[:, torch.from_numpy(keep)]
         self.num_nodes = graph.num_nodes
         self.mp = graph_operator(config.model, self.edge_index, graph.num_nodes)
-        self.pool = (exchange_pool(graph.x, graph.global_nid, graph.is_master, self.edge_index,
-                                   config.negative_pool, config.fanouts, comm, config.seed)
-                     if comm is not None else NegativePool.empty(int(graph.x.shape[1])))
-        # Training runs on the local rows followed by the pool's (a graph apart).
-        n = self.num_nodes
-        self.features = torch.cat([graph.x, self.pool.x]) if self.pool.num_rows else graph.x
-        self.train_edge_index = torch.cat([self.edge_index, self.pool.edge_index + n], dim=1)
-        self.num_train_nodes = n + self.pool.num_rows
-        self.pool_roots = self.pool.roots + n
-        self.train_mp = (graph_operator(config.model, self.train_edge_index, self.num_train_nodes)
-                         if self.pool.num_rows else self.mp)
+        self.features = graph.x
         self._sampler = None
         self._kd_pairs = None
         self._eval: EvalNegatives | None = None  # drawn at the first score (a collective)
@@ -272,15 +258,8 @@ class LinkTask:
                 + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg)))
 
     def negatives(self, count: int, generator: torch.Generator) -> torch.Tensor:
-        """``count`` training negatives, rows of :attr:`features`: each a pool root with
-        probability ``remote_negatives`` (when there is a pool), else uniform among the
-        rank's own rows."""
-        w = torch.randint(0, max(self.num_nodes, 1), (count,), generator=generator)
-        roots = self.pool_roots
-        if len(roots) and self.config.remote_negatives > 0:
-            remote = torch.rand(count, generator=generator) < self.config.remote_negatives
-            w[remote] = roots[torch.randint(0, len(roots), (int(remote.sum()),), generator=generator)]
-        return w
+        """``count`` training negatives, uniform among the rank's own rows."""
+        return torch.randint(0, max(self.num_nodes, 1), (count,), generator=generator)
 
     def batches(self, generator: torch.Generator) -> Iterator[Batch]:
         pos = self.train_pos
@@ -290,11 +269,11 @@ class LinkTask:
             neg_u = pos[0]
             neg_v = self.negatives(pos.shape[1], generator)
             anchors = torch.arange(self.num_nodes)
-            yield Batch(None, self.train_mp,
+            yield Batch(None, self.mp,
                         lambda z: self._pair_loss(z, pos[0], pos[1], neg_u, neg_v), anchors)
             return
         if self._sampler is None:
-            self._sampler = NeighborSampler(self.train_edge_index, self.num_train_nodes, self.config.fanouts)
+            self._sampler = NeighborSampler(self.edge_index, self.num_nodes, self.config.fanouts)
         order = torch.randperm(pos.shape[1], generator=generator)
         for chunk in torch.split(order, self.config.batch_size):
             u, v = pos[0, chunk], pos[1, chunk]
@@ -330,7 +309,7 @@ class LinkTask:
         first time: the graph's vertex count is all_reduced).
 
         The candidates are every vertex of the whole graph (``global_nid`` up to the
-        largest any rank holds), or a seeded sample of ``link_eval_pool`` of them shared by
+        largest any rank holds), or a seeded sample of :data:`EVAL_POOL` of them shared by
         all ranks: the same for every strategy, so that a partition's similar vertices do
         not make its held-out edges harder to rank than the centralized run's. With one
         rank holding the whole graph they are drawn exactly as uniform rows.
@@ -339,7 +318,7 @@ class LinkTask:
             gid = self.graph.global_nid
             top = torch.tensor([int(gid.max()) + 1 if len(gid) else 0], dtype=torch.int64)
             comm.all_reduce(top, "eval", op=dist.ReduceOp.MAX if comm.distributed else None)
-            size, cap = int(top[0]), self.config.link_eval_pool
+            size, cap = int(top[0]), EVAL_POOL
             if size <= cap:
                 pool = torch.arange(size)
             else:
@@ -404,12 +383,11 @@ class LinkTask:
         return out
 
 
-def make_task(graph: LocalGraph, config, num_classes: int, comm: Comm | None = None):
-    """The task object for ``config.task`` on ``graph`` (with ``comm``, a collective: a
-    link task exchanges its negative pool)."""
+def make_task(graph: LocalGraph, config, num_classes: int):
+    """The task object for ``config.task`` on ``graph``."""
     if config.task == "node":
         return NodeTask(graph, num_classes, config)
-    return LinkTask(graph, config, comm)
+    return LinkTask(graph, config)
 
 
 def round_seed(seed: int, round_index: int, rank: int, purpose: int = 0) -> int:

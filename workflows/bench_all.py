@@ -35,7 +35,7 @@ _HEADLINE_STRATEGIES = list(dict.fromkeys(["centralized", "avg", DEFAULT_STRATEG
 
 QUICK_SIZES: dict[str, Any] = {
     "partition": {"ks": [2, 4], "algos": ["asep", "2ps-l", "hdrf", "hash"], "orders": ("shuffled",)},
-    "train": {"ks": [2], "config": TrainConfig(hidden=32, rounds=2, local_epochs=2, kd_steps=3),
+    "train": {"ks": [2], "config": TrainConfig(hidden=32, rounds=2, local_epochs=2),
               "strategies": _HEADLINE_STRATEGIES, "partitioners": ["asep", "hash"]},
     "ingest": dict(QUICK),
 }

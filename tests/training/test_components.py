@@ -60,11 +60,10 @@ def test_config_validation_names_the_field():
     with pytest.raises(ValueError, match="one fanout per layer"):
         TrainConfig(batch_size=8, fanouts=(5,))
     assert TrainConfig(rounds=3).resume_conflicts(TrainConfig(rounds=9).to_dict()) == []
-    # kd_lr and corr_lr default to fractions of lr, so they change with it
-    assert TrainConfig(lr=0.1).resume_conflicts(TrainConfig().to_dict()) == ["corr_lr", "kd_lr", "lr"]
+    assert TrainConfig(lr=0.1).resume_conflicts(TrainConfig().to_dict()) == ["lr"]
     # task-dependent defaults
-    assert (TrainConfig().lr, TrainConfig().dropout, TrainConfig().kd_lr) == (0.01, 0.5, 0.001)
-    assert (TrainConfig().mu, TrainConfig(task="link").mu) == (1.0, 0.01)
+    assert (TrainConfig().lr, TrainConfig().dropout) == (0.01, 0.5)
+    assert (TrainConfig(task="link").lr, TrainConfig(task="link").dropout) == (0.001, 0.0)
     assert (TrainConfig().sync_every, TrainConfig(task="link").sync_every) == (10, 0)
     assert (TrainConfig(server_opt="fedadam").server_lr, TrainConfig(server_opt="fedavgm").server_lr) == (0.01, 1.0)
     with pytest.raises(ValueError, match='Unsupported server_opt "sgd"'):
@@ -200,7 +199,7 @@ def test_contrastive_training_on_the_full_graph_reuses_frozen_outputs_exactly():
     from training.tasks import Batch
 
     g = _ring_graph()
-    config = TrainConfig(reconcile="avg+con", local_epochs=4, hidden=8, dropout=0.0, mu=1.0, batch_size=0)
+    config = TrainConfig(reconcile="avg+con", local_epochs=4, hidden=8, dropout=0.0, batch_size=0)
     task = NodeTask(g, 3, config)
     torch.manual_seed(0)
     global_model = GNN("sage", 6, 8, 3, dropout=0.0)
@@ -233,23 +232,13 @@ def test_contrastive_training_on_the_full_graph_reuses_frozen_outputs_exactly():
 
 
 @settings(deadline=None, max_examples=60)
-@given(st.integers(1, 50), st.integers(1, 12), st.integers(0, 80), st.integers(0, 60))
-def test_sync_segments_cover_the_round_one_step_at_a_time_in_the_warmup(total, every, first, warmup):
+@given(st.integers(1, 50), st.integers(1, 12))
+def test_sync_segments_cover_the_round_in_segments_of_sync_every(total, every):
     from training.local import sync_segments
 
-    segments = sync_segments(total, every, first, warmup)
-    assert sum(segments) == total and all(1 <= s <= max(every, 1) for s in segments)
-    start = first
-    for s in segments:
-        # Within the run's first `warmup` steps every step is reconciled; after it, segments
-        # are `every` long except the round's last.
-        assert s == 1 if start < warmup else s == min(every, first + total - start)
-        start += s
-
-
-def test_sync_warmup_is_validated():
-    with pytest.raises(ValueError, match="sync_warmup"):
-        TrainConfig(sync_warmup=-1)
+    segments = sync_segments(total, every)
+    assert sum(segments) == total
+    assert all(s == every for s in segments[:-1]) and 1 <= segments[-1] <= every
 
 
 def test_control_variates_correct_each_gradient_by_the_global_minus_the_local_variate():
@@ -298,92 +287,6 @@ def test_a_clipped_correction_is_at_most_clip_times_the_gradient_norm():
     assert torch.allclose(cv.estimate(), raw)
 
 
-def test_control_variate_memory_averages_segments_after_a_plain_mean_warm_up():
-    from training.reconcile import ControlVariates
-
-    torch.manual_seed(2)
-    model = torch.nn.Linear(3, 2)
-    size = num_parameters(model)
-    cv = ControlVariates(model, memory=0.75)
-    means, expected = [], torch.zeros(size)
-    for n in range(8):
-        cv.begin()
-        model.zero_grad()
-        model(torch.randn(4, 3)).pow(2).sum().backward()
-        mean = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone()
-        cv.correct()
-        means.append(mean)
-        # A plain mean of the segments until the window 1 / (1 - m) = 4 fills, then EMA.
-        w = max(0.25, 1.0 / (n + 1))
-        expected = expected + w * (mean - expected)
-        if n < 4:
-            assert torch.allclose(expected, torch.stack(means).mean(0), atol=1e-6)
-        estimate = cv.estimate()
-        assert torch.allclose(estimate, expected, atol=1e-6)
-        cv.update(estimate, estimate)
-    # The segment count survives a checkpoint, so a resumed run averages the same way.
-    other = ControlVariates(model, memory=0.75)
-    other.load_state_dict(cv.state_dict(), "x.pt")
-    assert other.segments == 8 and torch.equal(other.c_local, cv.c_local)
-    # Without steps the variate is unchanged and the count does not move.
-    other.begin()
-    assert torch.equal(other.estimate(), other.c_local)
-    with pytest.raises(ValueError, match="memory"):
-        ControlVariates(model, memory=1.0)
-    with pytest.raises(ValueError, match="scaffold_memory"):
-        TrainConfig(scaffold_memory=1.0)
-
-
-def test_shrink_gates_the_correction_by_the_agreement_of_consecutive_corrections():
-    from training.reconcile import ControlVariates
-
-    torch.manual_seed(3)
-    model = torch.nn.Linear(3, 2)
-    size = num_parameters(model)
-    drift = torch.randn(size)
-
-    def corrected_minus_raw(cv):
-        cv.begin()
-        model.zero_grad()
-        model(torch.randn(4, 3)).pow(2).sum().backward()
-        raw = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone()
-        cv.correct()
-        return torch.cat([p.grad.reshape(-1) for p in model.parameters()]) - raw
-
-    # A persistent correction (pure drift): the agreement is 1 and the gate stays open.
-    cv = ControlVariates(model, shrink=True)
-    for _ in range(3):
-        cv.update(torch.zeros(size), drift, cv.agreement_payload())
-    assert cv.agreement == pytest.approx(1.0) and cv.gate == pytest.approx(1.0)
-    assert torch.allclose(corrected_minus_raw(cv), drift)
-    # A correction that flips sign every segment (pure noise): the gate closes, one
-    # segment after the agreement is measured (it travels in the next all_reduce).
-    cv = ControlVariates(model, shrink=True)
-    cv.update(torch.zeros(size), drift, cv.agreement_payload())
-    cv.update(torch.zeros(size), -drift, cv.agreement_payload())
-    assert cv.agreement == pytest.approx(-1.0) and cv.gate == pytest.approx(1.0)
-    cv.update(torch.zeros(size), drift, cv.agreement_payload())
-    assert cv.gate == 0.0
-    assert torch.count_nonzero(corrected_minus_raw(cv)) == 0
-    # The gate is the ranks' mean agreement (what the all_reduce hands back), clamped.
-    cv.update(torch.zeros(size), drift, torch.tensor([0.25]))
-    assert cv.gate == pytest.approx(0.25)
-    assert torch.allclose(corrected_minus_raw(cv), 0.25 * drift)
-    # The gate and agreement survive a checkpoint; without shrink nothing is sent.
-    other = ControlVariates(model, shrink=True)
-    other.load_state_dict(cv.state_dict(), "x.pt")
-    assert (other.gate, other.agreement) == (pytest.approx(0.25), pytest.approx(cv.agreement))
-    assert ControlVariates(model).agreement_payload().numel() == 0
-    # With a threshold the gate is all or nothing: open at or above it, shut below.
-    cv = ControlVariates(model, shrink=True, threshold=0.3)
-    cv.update(torch.zeros(size), drift, torch.tensor([0.45]))
-    assert cv.gate == 1.0 and torch.allclose(corrected_minus_raw(cv), drift)
-    cv.update(torch.zeros(size), drift, torch.tensor([0.29]))
-    assert cv.gate == 0.0 and torch.count_nonzero(corrected_minus_raw(cv)) == 0
-    with pytest.raises(ValueError, match="threshold"):
-        ControlVariates(model, shrink=True, threshold=1.5)
-
-
 def test_a_short_segment_moves_the_control_variate_by_its_share_of_a_full_one():
     from training.reconcile import ControlVariates
 
@@ -405,19 +308,33 @@ def test_a_short_segment_moves_the_control_variate_by_its_share_of_a_full_one():
     for weigh, expected_share in ((10, 0.2), (0, 1.0)):
         cv = ControlVariates(model, segment_steps=weigh)
         cv.update(old, torch.zeros(size))
-        cv.segments = 5  # past the plain-mean warm-up
         mean = segment(cv, 2)  # a 2-step tail of 10-step segments
         assert torch.allclose(cv.estimate(), old + expected_share * (mean - old), atol=1e-6)
     cv = ControlVariates(model, segment_steps=10)
     cv.update(old, torch.zeros(size))
-    cv.segments = 5
     mean = segment(cv, 10)  # a full segment replaces it
     assert torch.allclose(cv.estimate(), mean, atol=1e-6)
 
 
-def test_a_boolean_setting_round_trips_through_the_run_config_and_a_wrong_type_is_named():
-    config = TrainConfig(scaffold_shrink=True)
+def test_a_saved_config_with_removed_fields_is_read_at_their_built_in_values_and_refused_otherwise():
+    old = TrainConfig().to_dict() | {"kd_steps": 10, "kd_lr": 0.001, "mu": 1.0, "tau": 0.5, "corr_lr": 0.01,
+                                     "scaffold_shrink": False, "scaffold_weigh_segments": True, "sync_warmup": 0.0,
+                                     "negative_pool": 0, "remote_negatives": 0.5, "link_eval_pool": 1 << 14}
+    assert TrainConfig.from_dict(old) == TrainConfig()
+    assert TrainConfig().resume_conflicts(old) == []
+    for field, value in (("scaffold_shrink", True), ("kd_steps", 5), ("mu", 0.5), ("scaffold_weigh_segments", False)):
+        changed = old | {field: value}
+        with pytest.raises(ValueError, match=f"{field}={value!r}"):
+            TrainConfig.from_dict(changed, source="RUN/config.json")
+        assert TrainConfig().resume_conflicts(changed) == [field]
+    # the link defaults that followed the task and the learning rate
+    link = TrainConfig(task="link")
+    assert TrainConfig.from_dict(link.to_dict() | {"mu": 0.01, "kd_lr": 0.0001, "corr_lr": 0.001}) == link
+
+
+def test_a_setting_round_trips_through_the_run_config_and_a_wrong_type_is_named():
+    config = TrainConfig(eval_mode="local")
     assert TrainConfig.from_dict(config.to_dict()) == config
-    bad = config.to_dict() | {"scaffold_shrink": 1}
-    with pytest.raises(Exception, match="scaffold_shrink.*JSON boolean"):
+    bad = config.to_dict() | {"patience": True}
+    with pytest.raises(Exception, match="patience.*JSON integer"):
         TrainConfig.from_dict(bad)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -16,11 +17,20 @@ from training.comm import Comm
 from training.config import TrainConfig
 from training.data import load_local_graph
 from training.models import build_model, flatten, graph_operator, unflatten_into
+from training.reconcile import correct
 from training.reconcile.correct import GlobalCorrection, merge_samples
 from training.tasks import NodeTask
 
-CONFIG = TrainConfig(reconcile="avg+corr", corr_steps=3, corr_batch_size=40, fanouts=(1000, 1000), hidden=16,
-                     dropout=0.0, corr_lr=0.05, feature_norm="none", weight_decay=0.0)
+CONFIG = TrainConfig(reconcile="avg+corr", fanouts=(1000, 1000), hidden=16, dropout=0.0, lr=0.05,
+                     feature_norm="none", weight_decay=0.0)
+
+
+@pytest.fixture(autouse=True)
+def small_correction(monkeypatch):
+    """3 steps of 40 seeds per rank (the forked ranks inherit it): seeds of both ranks in
+    every step, and a whole-graph reference that stays quick."""
+    monkeypatch.setattr(correct, "CORR_STEPS", 3)
+    monkeypatch.setattr(correct, "CORR_BATCH_SIZE", 40)
 
 
 
@@ -79,14 +89,14 @@ def _check_steps(rank: int, world: int, out, full, config) -> None:
     seeds = [graph.global_nid[s] for s in steps]
     union = []
     for s in seeds:
-        padded = torch.full((config.corr_batch_size,), -1, dtype=torch.int64)
+        padded = torch.full((correct.CORR_BATCH_SIZE,), -1, dtype=torch.int64)
         padded[: len(s)] = s
         every = [torch.empty_like(padded) for _ in range(world)]
         dist.all_gather(every, padded)
         union.append(torch.cat([e[e >= 0] for e in every]))
     ref = build_model(config, graph.x.shape[1], 7)
     unflatten_into(ref, start)
-    opt = torch.optim.Adam(ref.parameters(), lr=config.corr_lr)
+    opt = torch.optim.Adam(ref.parameters(), lr=config.lr)
     op = graph_operator(config.model, full.edge_index, full.num_nodes)
     for g in union:
         opt.zero_grad()

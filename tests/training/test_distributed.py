@@ -19,7 +19,7 @@ from workflows.cli import main
 
 # Cora's binary features are on a sane scale as stored; the l2 default (chosen on
 # amazon-computers, whose rows hold hundreds of ones) only slows the first epochs here.
-SMALL = TrainConfig(hidden=64, rounds=4, local_epochs=3, kd_steps=5, threads=1, seed=3, feature_norm="none")
+SMALL = TrainConfig(hidden=64, rounds=4, local_epochs=3, threads=1, seed=3, feature_norm="none")
 
 
 def _args(out, run_dir, config: TrainConfig, *extra: str) -> list[str]:
@@ -31,7 +31,7 @@ def test_asepr_train_two_ranks_beats_the_majority_class(cora_parts, tmp_path, ca
     out = cora_parts(2)
     run_dir = tmp_path / "run"
     args = ["train", str(out), "--nproc", "2", "--hidden", "64", "--rounds", "4", "--local-epochs", "3",
-            "--kd-steps", "5", "--run-dir", str(run_dir)]
+            "--run-dir", str(run_dir)]
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert "final: test accuracy" in printed
@@ -50,7 +50,7 @@ def test_asepr_train_two_ranks_beats_the_majority_class(cora_parts, tmp_path, ca
 
 @pytest.mark.slow  # ~110 s; the link loss is guarded by tests/training/test_link.py
 def test_link_prediction_two_ranks(cora_parts, tmp_path):
-    config = dataclasses.replace(SMALL, task="link", lr=None, dropout=None, kd_lr=None, reconcile="avg+con",
+    config = dataclasses.replace(SMALL, task="link", lr=None, dropout=None, reconcile="avg+con",
                                  rounds=4, local_epochs=10)
     run_ranks(2, _args(cora_parts(2), tmp_path / "run", config))
     rows = RunDir(tmp_path / "run").read_metrics()
@@ -81,8 +81,8 @@ def test_resume_refuses_a_changed_config(cora_parts, tmp_path):
     graph = load_local_graph(cora_parts(2), [0])
     config = dataclasses.replace(SMALL, rounds=1, local_epochs=1, hidden=16, eval_mode="local")  # one of 2 parts
     train_rounds(graph, tmp_path, config, comm=Comm())
-    with pytest.raises(TrainerError, match=r"differences in \['kd_lr', 'lr'\]"):
-        train_rounds(graph, tmp_path, dataclasses.replace(config, rounds=2, lr=0.1, kd_lr=None), comm=Comm(),
+    with pytest.raises(TrainerError, match=r"differences in \['lr'\]"):
+        train_rounds(graph, tmp_path, dataclasses.replace(config, rounds=2, lr=0.1), comm=Comm(),
                      resume=True)
     with pytest.raises(TrainerError, match="a complete checkpoint to resume"):
         train_rounds(graph, tmp_path / "empty", config, comm=Comm(), resume=True)
@@ -108,7 +108,7 @@ def test_a_dead_peer_fails_the_survivor_within_the_timeout(cora_parts, tmp_path)
     """Without torchrun's agent, the gloo timeout is what stops a rank whose peer died. The
     config comes from flags here (plain torchrun / SLURM), not from a config file."""
     flags = ["--rounds", "3", "--local-epochs", "1", "--hidden", "32", "--timeout", "15", "--threads", "1",
-             "--seed", "3", "--feature-norm", "none", "--kd-steps", "5"]
+             "--seed", "3", "--feature-norm", "none"]
     procs = spawn_ranks(2, [str(cora_parts(2)), *flags, "--run-dir", str(tmp_path / "run"), "-q"],
                         extra_env={"ASEPR_FAILPOINTS": "round:1:1=kill"})
     start = time.monotonic()
@@ -134,7 +134,7 @@ def test_every_strategy_and_model_trains_a_rank(cora_parts, tmp_path, strategy, 
 @pytest.mark.parametrize("task", ["node", "link"])
 def test_mini_batch_mode_learns(cora_parts, tmp_path, task):
     graph = load_local_graph(cora_parts(2), [0])
-    config = dataclasses.replace(SMALL, task=task, lr=None, dropout=None, kd_lr=None, batch_size=128, fanouts=(5, 5), rounds=2, local_epochs=2,
+    config = dataclasses.replace(SMALL, task=task, lr=None, dropout=None, batch_size=128, fanouts=(5, 5), rounds=2, local_epochs=2,
                                  hidden=32, eval_mode="local")
     rows = train_rounds(graph, tmp_path, config, comm=Comm())
     assert rows[-1]["val"] > (0.5 if task == "node" else 0.1)

@@ -65,7 +65,7 @@ def test_exact_link_metrics_rank_against_the_whole_graph(ranks, cora_input):
     for split in ("val", "test"):
         recip, hits, count = 0.0, 0, 0
         for res in ranks:
-            assert res["size"] == n  # every vertex is a candidate (Cora is below link_eval_pool)
+            assert res["size"] == n  # every vertex is a candidate (Cora is below EVAL_POOL)
             u, v = res["pos"][split]
             neg = res["neg"][split]  # candidate positions are global ids here
             p = (z[u] * z[v]).sum(-1, keepdim=True)

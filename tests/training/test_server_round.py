@@ -33,8 +33,8 @@ def _args(out, run_dir, config: TrainConfig, *extra: str) -> list[str]:
 @pytest.mark.slow  # ~50 s; exact resume is guarded by test_distributed.test_resume_reproduces_the_uninterrupted_run_exactly
 def test_fedadam_resume_equals_the_uninterrupted_run(cora_parts, tmp_path):
     out = cora_parts(2)
-    config = dataclasses.replace(SMALL, server_opt="fedadam", server_lr=0.05, reconcile="avg+kd+corr", corr_steps=2,
-                                 corr_batch_size=32, kd_steps=2, batch_size=256, fanouts=(5, 5), sync_every=3)
+    config = dataclasses.replace(SMALL, server_opt="fedadam", server_lr=0.05, reconcile="avg+kd+corr", batch_size=256,
+                                 fanouts=(5, 5), sync_every=3)
     run_ranks(2, _args(out, tmp_path / "a", config))
     run_ranks(2, _args(out, tmp_path / "b", dataclasses.replace(config, rounds=1)))
     run_ranks(2, _args(out, tmp_path / "b", config, "--resume"))
@@ -114,8 +114,7 @@ def test_sync_every_reconciles_within_rounds_of_equal_steps(cora_parts, tmp_path
 @pytest.mark.slow  # ~40 s: three launches of 2 gloo ranks
 def test_scaffold_resume_equals_the_uninterrupted_run_and_its_variates_are_the_ranks_mean(cora_parts, tmp_path):
     out = cora_parts(2)
-    config = dataclasses.replace(SMALL, reconcile="avg+scaffold", batch_size=256, fanouts=(5, 5), sync_every=3,
-                                 sync_warmup=1)
+    config = dataclasses.replace(SMALL, reconcile="avg+scaffold", batch_size=256, fanouts=(5, 5), sync_every=3)
     run_ranks(2, _args(out, tmp_path / "a", config))
     run_ranks(2, _args(out, tmp_path / "b", dataclasses.replace(config, rounds=1)))
     run_ranks(2, _args(out, tmp_path / "b", config, "--resume"))

@@ -6,7 +6,7 @@ the averaged model on the server with a few SGD steps on mini-batches sampled fr
 whole graph. Here the ranks share that server's work, with the whole graph never held
 in one place:
 
-1. every rank draws ``corr_steps × corr_batch_size`` training seeds of its own (master
+1. every rank draws :data:`CORR_STEPS` × :data:`CORR_BATCH_SIZE` training seeds of its own (master
    training nodes, or training edges with one uniform negative each) for the round;
 2. **one exchange per round** gives the seeds their whole-graph neighbourhoods: the
    seeds' ``global_nid`` are all_gathered; every rank that holds a seed (as a replica:
@@ -15,12 +15,12 @@ in one place:
    returns it as ``global_nid`` pairs; the seed's rank merges these with its own
    sample by ``global_nid`` and fetches the feature rows it does not hold from the
    rank that sent them;
-3. ``corr_steps`` Adam steps (``corr_lr``) on the global model: at step s each rank
+3. :data:`CORR_STEPS` Adam steps (at the run's ``lr``) on the global model: at step s each rank
    computes the loss summed over its s-th batch of seeds on the merged graph, and one
    all_reduce sums gradients and counts over the ranks, so every rank takes the same
    step, the one a server would take on the union of the batches. The server's Adam
    moments carry over from round to round (as the local optimisers' do), the same on
-   every rank: a fresh Adam's first step would move every weight by about ``corr_lr``
+   every rank: a fresh Adam's first step would move every weight by about ``lr``
    whatever its gradient.
 
 Every stored edge belongs to one partition, so the merged neighbourhood of a seed's
@@ -52,7 +52,12 @@ from training.comm import Comm
 from training.models import flatten, graph_operator, unflatten_into
 from training.sampler import NeighborSampler
 
-__all__ = ["GlobalCorrection", "merge_samples"]
+__all__ = ["CORR_BATCH_SIZE", "CORR_STEPS", "GlobalCorrection", "merge_samples"]
+
+#: Correction steps per round, and seeds per rank and step: fixed settings (on the tuning
+#: graphs 2 steps of 128 seeds were level with these, docs/results/train-tuning).
+CORR_STEPS = 4
+CORR_BATCH_SIZE = 256
 
 
 def merge_samples(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor,
@@ -92,8 +97,8 @@ class GlobalCorrection:
     task
         The rank's :class:`~training.tasks.NodeTask` or :class:`~training.tasks.LinkTask`.
     config
-        The run's :class:`~training.config.TrainConfig` (``corr_steps``,
-        ``corr_batch_size``, ``corr_lr``, ``fanouts``, ``weight_decay``, ``model``).
+        The run's :class:`~training.config.TrainConfig` (``lr``, ``fanouts``,
+        ``weight_decay``, ``model``).
     model
         A module of the run's architecture (copied; the copy is the server's model).
     comm
@@ -103,7 +108,7 @@ class GlobalCorrection:
     def __init__(self, task, config, model: torch.nn.Module, comm: Comm):
         self.task, self.config, self.comm = task, config, comm
         self.model = copy.deepcopy(model)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.corr_lr,
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr,
                                           weight_decay=config.weight_decay)
         graph = task.graph
         edges = task.train_pos if task.name == "link" else graph.own_edges
@@ -118,7 +123,7 @@ class GlobalCorrection:
         """The round's seeds, one tensor per step, in local rows: training nodes (node
         task) or ``[b, 3]`` triples of a training edge ``(u, v)`` and a uniform negative
         ``w`` (link task); empty when the rank has none left."""
-        steps, size = self.config.corr_steps, self.config.corr_batch_size
+        steps, size = CORR_STEPS, CORR_BATCH_SIZE
         if self.task.name == "node":
             pool = self.task.train_idx
             chosen = pool[torch.randperm(len(pool), generator=generator)[: steps * size]]

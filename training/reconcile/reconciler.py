@@ -8,10 +8,7 @@ Every rank runs, on the same inputs, in this order:
 2. the server optimiser (:class:`ServerOptimizer`): θ ← step(θ_global, θ_avg), which is
    θ_avg itself with the default ``fedavg`` at server learning rate 1;
 3. ``kd``: ensemble distillation of θ into the local models' mean output (:func:`distill`);
-4. ``corr``: the global correction steps (:class:`GlobalCorrection`);
-5. with ``scaffold_control`` ``"global"``: each rank's gradient at the new θ
-   (:func:`local_gradient`) becomes its control variate instead of step 1's path
-   estimate, and their weighted mean travels in a second all_reduce.
+4. ``corr``: the global correction steps (:class:`GlobalCorrection`).
 
 With ``sync_every`` the ranks synchronise several times per round: 1–2 run at every
 synchronisation, 3–4 once per round, after its last one (LLCG corrects once per round,
@@ -33,11 +30,11 @@ import torch
 from storage.errors import StoreError, format_problem
 from training.checkpoint import expect_keys, load_optimizer_state
 from training.comm import Comm
-from training.models import num_parameters, unflatten_into
+from training.models import num_parameters
 from training.reconcile.average import weighted_average
 from training.reconcile.correct import GlobalCorrection
 from training.reconcile.distill import distill
-from training.reconcile.scaffold import ControlVariates, local_gradient
+from training.reconcile.scaffold import ControlVariates
 from training.reconcile.server import ServerOptimizer
 
 __all__ = ["Reconciler"]
@@ -61,13 +58,9 @@ class Reconciler:
 
     def __init__(self, config, task, model: torch.nn.Module, comm: Comm):
         self.config, self.task, self.comm = config, task, comm
-        self.server = ServerOptimizer(config.server_opt, config.server_lr, config.server_momentum,
-                                      config.server_beta2, config.server_tau)
+        self.server = ServerOptimizer(config.server_opt, config.server_lr, config.server_momentum)
         self.correction = GlobalCorrection(task, config, model, comm) if config.uses_corr else None
-        self.drift = ControlVariates(model, config.scaffold_clip, config.scaffold_memory, config.scaffold_shrink,
-                                     config.scaffold_threshold,
-                                     config.sync_every if config.scaffold_weigh_segments else 0
-                                     ) if config.uses_scaffold else None
+        self.drift = ControlVariates(model, config.scaffold_clip, config.sync_every) if config.uses_scaffold else None
         self.scratch = copy.deepcopy(model)
 
     def __call__(self, global_flat: torch.Tensor, local_flat: torch.Tensor, weight: float,
@@ -89,15 +82,14 @@ class Reconciler:
             Whether this is the round's last synchronisation (``kd`` and ``corr`` run then only).
         """
         config = self.config
-        if self.drift is None or config.scaffold_control == "global":
+        if self.drift is None:
             avg_flat = weighted_average(local_flat, weight, self.comm)
         else:
             estimate = self.drift.estimate()
-            n, m = local_flat.numel(), estimate.numel()
-            both = weighted_average(torch.cat([local_flat, estimate, self.drift.agreement_payload()]), weight,
-                                    self.comm)
+            n = local_flat.numel()
+            both = weighted_average(torch.cat([local_flat, estimate]), weight, self.comm)
             avg_flat = both[:n]
-            self.drift.update(estimate, both[n: n + m], both[n + m:])
+            self.drift.update(estimate, both[n:])
         new_flat = self.server.step(global_flat, avg_flat)
         losses = {"kd_loss": float("nan"), "corr_loss": float("nan")}
         if config.uses_kd and end_of_round:
@@ -105,20 +97,7 @@ class Reconciler:
                                                   weight, generator)
         if self.correction is not None and end_of_round:
             new_flat, losses["corr_loss"] = self.correction(new_flat, generator)
-        if self.drift is not None and config.scaffold_control == "global":
-            self._control_at(new_flat, weight, generator)
         return new_flat, losses
-
-    def _control_at(self, global_flat: torch.Tensor, weight: float, generator: torch.Generator) -> None:
-        """SCAFFOLD's option I at the global point: this rank's gradient at ``global_flat``
-        is its new ``c_r``, and their ``weight``-weighted mean (one all_reduce, with the
-        gate's agreement) the new ``c``."""
-        unflatten_into(self.scratch, global_flat)
-        estimate = self.drift.estimate(local_gradient(self.scratch, self.task, generator,
-                                                      self.config.scaffold_batches))
-        m = estimate.numel()
-        both = weighted_average(torch.cat([estimate, self.drift.agreement_payload()]), weight, self.comm)
-        self.drift.update(estimate, both[:m], both[m:])
 
     def state_dict(self) -> dict[str, Any]:
         """``{"server": ServerOptimizer.state_dict()}``, and with ``corr`` its optimiser's
