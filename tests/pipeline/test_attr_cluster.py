@@ -315,10 +315,11 @@ def test_kmeans_pp_picks_distinct_sample_points(seed, k):
     assert rows <= {tuple(p) for p in points}
 
 
-def test_cora_if_the_importer_is_available(tmp_path, datasets_dir):
+def test_cora_attribute_and_label_clusters(tmp_path):
     from storage.importers import import_dataset
+    from workflows.demo import bundled_cora
 
-    source = datasets_dir / "cora" / "cora.npz"
+    source = bundled_cora()
     meta = import_dataset("gnn-npz", source, tmp_path / "cora", shard_rows=1000)
     shards = discover_shards(tmp_path / "cora" / "nodes")
     n = meta["num_nodes"]

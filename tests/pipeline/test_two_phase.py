@@ -94,7 +94,8 @@ def test_two_phase_matches_a_plain_reference_on_a_cora_sized_graph(algo):
 def _reference(datasets_dir: Path) -> dict[tuple[str, str, int, str], float]:
     path = datasets_dir.parent / "anchors" / "reference-rf.csv"
     if not path.exists():
-        pytest.skip(f"the reference RF file {path} is not available")
+        pytest.skip(f"needs the reference replication factors {path}, kept beside the published datasets "
+                    f"($ASEPR_DATASETS/../anchors/reference-rf.csv)")
     with open(path, newline="") as fh:
         return {(r["dataset"], r["order"], int(r["k"]), r["algorithm"]): float(r["replication_factor"])
                 for r in csv.DictReader(fh)}

@@ -139,7 +139,7 @@ def test_invariants_for_shards_and_parts(tmp_path, num_shards, k):
 @pytest.mark.parametrize("algo", ALGORITHMS)
 def test_every_algorithm_writes_valid_stores(tmp_path, small_input, algo):
     if algo == "metis":
-        pytest.importorskip("pymetis")
+        pytest.importorskip("pymetis", reason="metis needs pymetis: install asepr[metis] (asepr[test] has it)")
     root, arrays = small_input
     manifest = partition_to_store(root, tmp_path / "out", PartitionConfig(num_parts=3, algo=algo))
     assert manifest["algorithm"] == algo

@@ -1,4 +1,4 @@
-"""Inputs for the adversarial tests: a small synthetic graph, and Cora when available."""
+"""Inputs for the adversarial tests: a small synthetic graph, and the bundled Cora."""
 
 from __future__ import annotations
 
@@ -18,10 +18,11 @@ def synth_input(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def cora_input(datasets_dir, tmp_path_factory) -> Path:
-    """Cora imported from ``../shared/datasets`` (or ``$ASEPR_DATASETS``); skips when absent."""
+def cora_input(tmp_path_factory) -> Path:
+    """The bundled Cora (``workflows/data``), imported."""
     from storage.importers import import_dataset
+    from workflows.demo import bundled_cora
 
     root = tmp_path_factory.mktemp("cora") / "cora-in"
-    import_dataset("gnn-npz", datasets_dir / "cora" / "cora.npz", root)
+    import_dataset("gnn-npz", bundled_cora(), root)
     return root

@@ -27,6 +27,7 @@ from storage.errors import (
     StoreError,
 )
 from storage.importers import FORMATS, import_dataset
+from workflows.demo import bundled_cora
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class Case:
     def __str__(self) -> str:
         return self.folder
 
+
+#: The bundled Cora (the same file as the published one): tests that only need Cora read it.
+CORA = bundled_cora()
 
 CASES = [
     Case("cora", "gnn-npz", 2_708, 5_278, 1_433, 7),
@@ -249,12 +253,11 @@ def test_split_and_layout(imported, datasets_dir, case):
     assert {p.name for p in out.iterdir()} == {"edges", "nodes", "meta.json"} | side
 
 
-def test_split_reproducible_with_seed(imported, datasets_dir, tmp_path):
-    case = CASES[0]
-    first, _ = imported(case)
-    split0 = read_nodes(first).column("split").to_numpy()
-    import_dataset("gnn-npz", datasets_dir / "cora", tmp_path / "again", seed=0)
-    import_dataset("gnn-npz", datasets_dir / "cora" / "cora.npz", tmp_path / "other", seed=1)
+def test_split_reproducible_with_seed(tmp_path):
+    import_dataset("gnn-npz", CORA.parent, tmp_path / "first", seed=0)  # the folder that holds it
+    split0 = read_nodes(tmp_path / "first").column("split").to_numpy()
+    import_dataset("gnn-npz", CORA, tmp_path / "again", seed=0)
+    import_dataset("gnn-npz", CORA, tmp_path / "other", seed=1)
     np.testing.assert_array_equal(read_nodes(tmp_path / "again").column("split").to_numpy(), split0)
     other = read_nodes(tmp_path / "other").column("split").to_numpy()
     assert (other != split0).any()
@@ -557,16 +560,16 @@ def test_missing_source(tmp_path, fmt):
     assert_no_output(tmp_path / "out")
 
 
-def test_unknown_format_and_option(tmp_path, datasets_dir):
+def test_unknown_format_and_option(tmp_path):
     with pytest.raises(InputError) as info:
-        import_dataset("x", datasets_dir / "cora", tmp_path / "out")
+        import_dataset("x", CORA, tmp_path / "out")
     assert str(info.value) == (
         'Unsupported format "x". Valid choices are "gnn-npz", "hetero-npz", "musae", "edgelist", "ogb".'
     )
     with pytest.raises(InputError, match='"split_index"'):
-        import_dataset("gnn-npz", datasets_dir / "cora", tmp_path / "out", split_index=1)
+        import_dataset("gnn-npz", CORA, tmp_path / "out", split_index=1)
     with pytest.raises(InputError, match="undirected"):
-        import_dataset("gnn-npz", datasets_dir / "cora", tmp_path / "out", undirected=False)
+        import_dataset("gnn-npz", CORA, tmp_path / "out", undirected=False)
     assert_no_output(tmp_path / "out")
 
 
@@ -580,8 +583,8 @@ def test_bad_split_index(tmp_path, datasets_dir, split_index):
 
 
 @pytest.mark.parametrize("keep", [12, 0.5], ids=["header-only", "half"])
-def test_truncated_npz(tmp_path, datasets_dir, keep):
-    data = (datasets_dir / "cora" / "cora.npz").read_bytes()
+def test_truncated_npz(tmp_path, keep):
+    data = CORA.read_bytes()
     cut = keep if isinstance(keep, int) else int(len(data) * keep)
     (tmp_path / "cora.npz").write_bytes(data[:cut])
     with pytest.raises(AseprError, match="cora.npz"):
@@ -595,13 +598,13 @@ def test_wrong_format_for_file(tmp_path, datasets_dir):
     assert_no_output(tmp_path / "out")
 
 
-def test_existing_output_needs_overwrite(tmp_path, datasets_dir):
+def test_existing_output_needs_overwrite(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     with pytest.raises(StoreError, match="--overwrite"):
-        import_dataset("gnn-npz", datasets_dir / "cora", out)
+        import_dataset("gnn-npz", CORA, out)
     assert (out / "keep.txt").read_text() == "mine"
-    meta = import_dataset("gnn-npz", datasets_dir / "cora", out, overwrite=True)
+    meta = import_dataset("gnn-npz", CORA, out, overwrite=True)
     assert meta["num_nodes"] == 2_708 and not (out / "keep.txt").exists()
     assert sorted(os.listdir(tmp_path)) == ["out"]

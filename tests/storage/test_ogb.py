@@ -17,8 +17,8 @@ from storage.importers import import_dataset
 from storage.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from workflows.cli import main as cli_main
 
-ogb_node = pytest.importorskip("ogb.nodeproppred")
-ogb_link = pytest.importorskip("ogb.linkproppred")
+ogb_node = pytest.importorskip("ogb.nodeproppred", reason="needs the ogb package (asepr[test] has it)")
+ogb_link = pytest.importorskip("ogb.linkproppred", reason="needs the ogb package (asepr[test] has it)")
 
 
 def _csv_gz(path: Path, rows: np.ndarray, fmt: str = "%d") -> None:

@@ -37,16 +37,18 @@ def test_demo_runs_from_any_directory(tmp_path):
     assert list(tmp_path.iterdir()) == []  # nothing left behind in the working directory
 
 
-def test_import_then_validate_then_clean(tmp_path, datasets_dir, capsys):
+def test_import_then_validate_then_clean(tmp_path, capsys):
+    from workflows.demo import bundled_cora
+
     out = tmp_path / "cora"
-    assert main(["import", "gnn-npz", str(datasets_dir / "cora"), str(out), "--shard-rows", "1000"]) == 0
+    assert main(["import", "gnn-npz", str(bundled_cora()), str(out), "--shard-rows", "1000"]) == 0
     assert "2,708 nodes, 5,278 edges" in capsys.readouterr().out
     assert len(list((out / "edges").glob("*.parquet"))) == 6
     assert main(["validate", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["num_nodes"] == 2708 and report["duplicate_edges"] == 0
     # Importing over an existing output needs --overwrite.
-    assert main(["import", "gnn-npz", str(datasets_dir / "cora"), str(out)]) == 1
+    assert main(["import", "gnn-npz", str(bundled_cora()), str(out)]) == 1
     assert "--overwrite" in capsys.readouterr().err
 
 

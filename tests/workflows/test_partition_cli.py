@@ -22,6 +22,7 @@ from storage.output_stores import open_partition
 from tests.storage.helpers import write_input
 from tests.workflows.helpers import spawn_paused, wait_for_pause
 from workflows.cli import main
+from workflows.demo import bundled_cora
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -202,21 +203,22 @@ DATASETS = {
 }
 
 
-def _import(datasets_dir: Path, name: str, out: Path, shards: int) -> Path:
+def _import(datasets_dir: Path | None, name: str, out: Path, shards: int, source: Path | None = None) -> Path:
     fmt, rel, edges = DATASETS[name]
     options = {"label_column": "page_type"} if name == "facebook-pagepage" else {}
     if name == "twitch-de":
         options = {"label_column": "mature"}
     shard_rows = 1_000_000 if shards == 1 else -(-edges // shards)
-    import_dataset(fmt, datasets_dir / rel, out, shard_rows=shard_rows, **options)
+    import_dataset(fmt, source or datasets_dir / rel, out, shard_rows=shard_rows, **options)
     assert len(list((out / "edges").glob("*.parquet"))) == shards
     return out
 
 
 @pytest.fixture(scope="module")
-def cora_inputs(datasets_dir, tmp_path_factory) -> dict[int, Path]:
+def cora_inputs(tmp_path_factory) -> dict[int, Path]:
+    """The bundled Cora (the same file as the published one) in one and in eight shards."""
     base = tmp_path_factory.mktemp("cora")
-    return {s: _import(datasets_dir, "cora", base / f"cora-{s}", s) for s in (1, 8)}
+    return {s: _import(None, "cora", base / f"cora-{s}", s, source=bundled_cora()) for s in (1, 8)}
 
 
 @pytest.mark.parametrize("shards", [1, 8])
