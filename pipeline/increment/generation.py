@@ -36,6 +36,7 @@ every rebuilt store whose checksums verify.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import shutil
 import time
@@ -58,9 +59,9 @@ from pipeline.assign import edge_parts_path
 from pipeline.store.commit import Staging, commit, file_sha256, finished_entries, read_json_object, write_node_map
 from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
 from pipeline.store.tasks import Progress, run_tasks, timed, worker_peak_rss
-from storage.atomic import write_json_atomic
+from storage.atomic import dumps_json, write_json_atomic
 from storage.errors import StoreError, format_problem
-from storage.fs import Shard, discover_shards
+from storage.fs import Shard
 from storage.manifest import NODE_MAP_NAME, OLD_DIR, STAGING_NAME, part_name
 from storage.npy import load_npy
 from storage.output_stores import committed_store_urls
@@ -98,6 +99,9 @@ class Plan:
         What the manifest appends for this run (``increments`` or ``rebalances`` entry).
     state_checksum
         The checksum of the staged ``state.zarr``.
+    edge_sha256, node_sha256
+        Ingest: the content digests of the new shards, in stream order (the shards
+        themselves are the ones the rerun is given, found by these digests).
     """
 
     kind: str
@@ -113,29 +117,70 @@ class Plan:
     timings: dict[str, float] = field(default_factory=dict)
     state_checksum: str = ""
     run_key: str = ""
+    edge_sha256: list[str] = field(default_factory=list)
+    node_sha256: list[str] = field(default_factory=list)
+
+
+def _work_digests(staging: Staging) -> dict[str, str]:
+    """sha256 of every file of ``work/`` (the arrays the plan was decided with)."""
+    return {path.name: file_sha256(path).hexdigest()
+            for path in sorted(staging.work.iterdir()) if path.is_file() and path.name != PLAN_NAME}
+
+
+def _record_digest(record: dict[str, Any]) -> str:
+    return hashlib.sha256(dumps_json({k: v for k, v in record.items() if k != "digest"})).hexdigest()
 
 
 def save_plan(staging: Staging, plan: Plan) -> None:
-    """Save the plan last: its presence says the state and the work files are complete."""
-    write_json_atomic(staging.work / PLAN_NAME, dataclasses.asdict(plan))
+    """Save the plan last: its presence says the state and the work files are complete.
+
+    It records the sha256 of every work file and its own digest, so that a rerun uses
+    nothing of ``work/`` that changed since (:func:`load_plan`).
+    """
+    record = dataclasses.asdict(plan)
+    record["files"] = _work_digests(staging)
+    record["digest"] = _record_digest(record)
+    write_json_atomic(staging.work / PLAN_NAME, record)
 
 
-def load_plan(staging: Staging, run_key: str, generation: int) -> Plan | None:
-    """The saved plan of this run (same key and generation) if it and its state are complete."""
+def _plan_problem(staging: Staging, record: dict[str, Any], edge_sha256: list[str],
+                  node_sha256: list[str]) -> str | None:
+    """Why the saved plan cannot be trusted, or None."""
+    if record.get("digest") != _record_digest(record):
+        return f"{PLAN_NAME} does not match its digest (it was changed after it was saved)"
+    if record.get("edge_sha256") != list(edge_sha256) or record.get("node_sha256") != list(node_sha256):
+        return f"{PLAN_NAME} names other shards than the ones given (by their sha256)"
+    files = record.get("files")
+    if not isinstance(files, dict) or not {"master.npy", "source.npy"} <= set(files):
+        return f"{PLAN_NAME} lists no digests of its work files"
+    if files != _work_digests(staging):
+        return "the work files are not the ones the plan was saved with (their sha256 differ)"
+    return None
+
+
+def load_plan(staging: Staging, run_key: str, generation: int, *, command: str,
+              edge_sha256: list[str] = (), node_sha256: list[str] = ()) -> Plan | None:
+    """The saved plan of this run (same key and generation) if it, its state and its work
+    files are the ones saved.
+
+    A saved plan of this run that fails a digest (``plan.json`` itself, a work file, the
+    staged state, or shards other than ``edge_sha256``/``node_sha256``) is discarded with
+    everything staged after it, with a warning: the run starts clean.
+    """
     record = read_json_object(staging.work / PLAN_NAME)
     if not record or record.get("run_key") != run_key or record.get("generation") != generation:
         return None
+    problem = _plan_problem(staging, record, list(edge_sha256), list(node_sha256))
     ident = state_identity(staging.state_path)
-    if ident is None or ident != (generation, record.get("state_checksum")):
-        return None
-    if not (staging.work / "master.npy").exists() or not (staging.work / "source.npy").exists():
+    if problem is None and (ident is None or ident != (generation, record.get("state_checksum"))):
+        problem = "the staged state is not the one the plan was saved with"
+    if problem is not None:
+        log.warning("discarding the saved %s plan in %s: %s; starting the %s over", command,
+                    staging.work / PLAN_NAME, problem, command)
+        staging.restart(run_key, generation, command)
         return None
     known = {f.name for f in dataclasses.fields(Plan)}
     return Plan(**{k: v for k, v in record.items() if k in known})
-
-
-def _shards(urls: list[str]) -> list[Shard]:
-    return [discover_shards(u, what="new shard")[0] for u in urls]
 
 
 def _segment_parts(spills: list[tuple[Path, Path]]) -> set[int]:
@@ -346,8 +391,13 @@ def write_increment(
     client,
     progress: Progress | None,
     timings: dict[str, float],
+    edge_shards: list[Shard] = (),
+    node_shards: list[Shard] = (),
 ) -> dict[str, Any]:
     """Rebuild the partitions the plan changes and commit generation ``plan.generation``.
+
+    ``edge_shards`` and ``node_shards`` are an ingest's new shards as given to this run
+    (the plan holds their digests, never paths to read).
 
     Returns
     -------
@@ -370,7 +420,7 @@ def write_increment(
         moves=moves,
     )
     batch_rows = int(old_manifest.get("config", {}).get("batch_rows", 1 << 20))
-    spills = _route(layout, _shards(plan.edge_shards), batch_rows, client, progress, timings)
+    spills = _route(layout, list(edge_shards), batch_rows, client, progress, timings)
     changed = _changed_partitions(layout, spills)
     attrs = {"num_parts": k, "generation": plan.generation, "undirected": layout.undirected, "halo": layout.halo}
     entries = finished_entries(staging, changed, attrs)
@@ -381,7 +431,7 @@ def write_increment(
                     len(resumed), len(changed))
     if todo:
         edge_infos = _rebuild_edge_stage(layout, todo, spills, client, progress, timings)
-        gather_spills = _gather_stage(layout, todo, _shards(plan.node_shards), client, progress, timings)
+        gather_spills = _gather_stage(layout, todo, list(node_shards), client, progress, timings)
         for entry in _rebuild_node_stage(layout, todo, edge_infos, gather_spills, attrs, client, progress,
                                          timings):
             entries[entry["part_id"]] = entry

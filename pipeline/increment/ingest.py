@@ -411,16 +411,29 @@ def ingest(
         timings = {"validate": time.perf_counter() - start}
         generation = int(manifest["generation"]) + 1
         staging.open_run(run_key, generation, "ingest")
-        plan = load_plan(staging, run_key, generation)
+        plan = load_plan(staging, run_key, generation, command="ingest", edge_sha256=[sha for _, sha in new_e],
+                         node_sha256=[sha for _, sha in new_n])
         if plan is None:
             staging.reset_work()
             plan = _plan_ingest(out_path, manifest, staging, run_key, generation, new_e, new_n, report,
                                 skipped_e + skipped_n, client, progress, timings)
         else:
             log.warning("resuming: reusing the saved ingest plan of generation %d", generation)
+            _given_urls(plan, new_e, new_n)
             timings.update(plan.timings)
         return write_increment(staging, plan, old_manifest=manifest, client=client, progress=progress,
-                               timings=timings)
+                               timings=timings, edge_shards=[s for s, _ in new_e],
+                               node_shards=[s for s, _ in new_n])
+
+
+def _given_urls(plan: Plan, new_e: list, new_n: list) -> None:
+    """Name the shards where this run was given them (they may have moved since the plan
+    was saved; the plan found them by their sha256)."""
+    plan.edge_shards = [s.url for s, _ in new_e]
+    plan.node_shards = [s.url for s, _ in new_n]
+    for kind, given in (("edges", new_e), ("nodes", new_n)):
+        for entry, (shard, _) in zip(plan.record.get(kind, []), given):
+            entry["url"] = shard.url
 
 
 def _plan_ingest(out_path, manifest, staging, run_key, generation, new_e, new_n, report, skipped,
@@ -472,6 +485,7 @@ def _plan_ingest(out_path, manifest, staging, run_key, generation, new_e, new_n,
         kind="ingest", generation=generation, num_nodes=cont.num_nodes, num_old_nodes=int(manifest["num_nodes"]),
         num_edges=int(cont.num_edges), edge_shards=[s.url for s, _ in new_e], node_shards=[s.url for s, _ in new_n],
         metrics=metrics, record=record, timings=dict(timings), state_checksum=checksum, run_key=run_key,
+        edge_sha256=[sha for _, sha in new_e], node_sha256=[sha for _, sha in new_n],
     )
     save_plan(staging, plan)
     return plan

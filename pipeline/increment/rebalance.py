@@ -233,7 +233,7 @@ def rebalance(
         generation = int(manifest["generation"]) + 1
         staging.open_run(run_key, generation, "rebalance")
         timings = {"load state": time.perf_counter() - start}
-        plan = load_plan(staging, run_key, generation)
+        plan = load_plan(staging, run_key, generation, command="rebalance")
         if plan is None:
             staging.reset_work()
             plan = _plan_rebalance(out_path, manifest, staging, cont, run_key, generation, timings)

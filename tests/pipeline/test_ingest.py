@@ -285,6 +285,66 @@ def test_killed_ingest_leaves_generation_1_and_a_rerun_completes_it(case, gen1, 
     assert not (out / STAGING_NAME).exists()
 
 
+def _tamper_plan_shards(out: Path, case: dict) -> None:
+    """Make the saved plan name another Parquet file in place of the first new edge shard."""
+    plan_path = out / STAGING_NAME / "work" / "plan.json"
+    plan = json.loads(plan_path.read_text())
+    plan["edge_shards"][0] = str(sorted((case["root"] / "base" / "edges").glob("*.parquet"))[0])
+    plan_path.write_text(json.dumps(plan))
+
+
+def _tamper_masters(out: Path, case: dict) -> None:
+    """Move one node's master in the saved work arrays."""
+    path = out / STAGING_NAME / "work" / "master.npy"
+    master = np.load(path)
+    master[0] = (master[0] + 1) % 4
+    np.save(path, master)
+
+
+@pytest.mark.parametrize("tamper", [_tamper_plan_shards, _tamper_masters], ids=["plan-shards", "work-masters"])
+def test_a_tampered_saved_plan_is_discarded_and_the_rerun_starts_clean(case, gen1, gen2, tmp_path, monkeypatch,
+                                                                       caplog, tamper):
+    out = _copy(gen1, tmp_path / "out")
+    edges, nodes = case["root"] / "inc" / "edges", case["root"] / "inc" / "nodes"
+    _crash_at(monkeypatch, "route")
+    with pytest.raises(Crash):
+        ingest(out, edges, nodes)
+    monkeypatch.undo()
+    tamper(out, case)
+    with caplog.at_level(logging.WARNING):
+        manifest = ingest(out, edges, nodes)
+    assert any("discarding the saved ingest plan" in r.getMessage() and "plan.json" in r.getMessage()
+               for r in caplog.records)
+    report = verify_output(out)
+    assert report.ok and report.generation == 2, report.summary()
+    reference = read_manifest(gen2)
+    assert [e["checksum"] for e in manifest["partitions"]] == [e["checksum"] for e in reference["partitions"]]
+    assert manifest["state"]["checksum"] == reference["state"]["checksum"]
+    assert manifest["increments"][-1]["edges"] == reference["increments"][-1]["edges"]
+
+
+def test_a_resumed_ingest_finds_its_moved_edges_by_their_digests(case, gen1, gen2, tmp_path, monkeypatch):
+    out = _copy(gen1, tmp_path / "out")
+    first = tmp_path / "first" / "edges"
+    shutil.copytree(case["root"] / "inc" / "edges", first)
+    nodes = case["root"] / "inc" / "nodes"
+    _crash_at(monkeypatch, "route")
+    with pytest.raises(Crash):
+        ingest(out, first, nodes)
+    monkeypatch.undo()
+    moved = tmp_path / "moved" / "edges"
+    moved.parent.mkdir()
+    first.rename(moved)
+    manifest = ingest(out, moved, nodes)
+    assert manifest["generation"] == 2
+    report = verify_output(out)
+    assert report.ok and report.generation == 2, report.summary()
+    reference = read_manifest(gen2)
+    assert [e["checksum"] for e in manifest["partitions"]] == [e["checksum"] for e in reference["partitions"]]
+    assert all(e["url"].startswith(str(moved)) for e in manifest["increments"][-1]["edges"])
+    assert not (out / STAGING_NAME).exists()
+
+
 # --- bad input ----------------------------------------------------------------------------------
 
 
