@@ -30,6 +30,7 @@ from torch_geometric.data import Data
 
 from storage import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, open_partition, read_manifest
 from storage.errors import StoreError, format_problem
+from storage.reader import read_committed
 
 __all__ = ["LocalGraph", "build_local_graph", "load_local_graph", "normalize_features", "prepare_features",
            "project_features", "rank_partitions"]
@@ -145,7 +146,9 @@ def load_local_graph(
     """Load partitions ``part_ids`` of the output ``out`` as one local graph.
 
     Reads the manifest and those partitions' stores only. With several partitions, a
-    node stored in more than one becomes one row (master if it is master in any).
+    node stored in more than one becomes one row (master if it is master in any). A
+    commit (ingest, rebalance) that swaps the stores during the load makes the load
+    start again on the new generation (:func:`storage.reader.read_committed`).
 
     Raises
     ------
@@ -153,6 +156,11 @@ def load_local_graph(
         No manifest, an unknown partition, a store that does not match the manifest, or
         one whose arrays cannot be read (named).
     """
+    return read_committed(out, lambda: _load_local_graph(out, part_ids, storage_options=storage_options),
+                          storage_options=storage_options)
+
+
+def _load_local_graph(out: str | Path, part_ids: list[int], *, storage_options: dict | None) -> LocalGraph:
     if not part_ids:
         raise StoreError(format_problem(f"output {out}", "at least one partition to load",
                                         "an empty list", "pass the rank's partition ids."))
