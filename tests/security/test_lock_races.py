@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
-import os
 import queue
 import shutil
 import socket
