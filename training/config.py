@@ -16,7 +16,7 @@ from typing import Any
 
 from storage.errors import format_problem
 
-__all__ = ["EVAL_MODES", "FDS_PARTITIONERS", "MODELS", "RECONCILE_PARTS", "REMOVED_FIELDS",
+__all__ = ["DEVICES", "EVAL_MODES", "FDS_PARTITIONERS", "MODELS", "RECONCILE_PARTS", "REMOVED_FIELDS",
            "SERVER_OPTIMIZERS", "STRATEGIES", "TASKS", "TrainConfig", "load_config", "parse_reconcile",
            "removed_conflicts"]
 
@@ -26,6 +26,8 @@ FDS_PARTITIONERS = ("auto", "metis", "hash")
 TASKS = ("node", "link")
 #: ``--eval``: the global model's exact whole-graph metrics, or the cheap partition-local ones.
 EVAL_MODES = ("exact", "local")
+#: ``--device``: where the model, the batches and the evaluation run (auto: CUDA when present).
+DEVICES = ("auto", "cuda", "cpu")
 #: The building blocks of a reconciliation strategy, joined by "+".
 RECONCILE_PARTS = ("avg", "kd", "con", "corr", "scaffold")
 #: ``--server-opt``: the server optimisers of :mod:`training.reconcile.server`.
@@ -34,7 +36,7 @@ SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam")
 STRATEGIES = ("avg", "avg+kd", "avg+con", "avg+kd+con", "avg+corr", "avg+scaffold")
 
 # Fields that may differ between a run and its resumption (they do not change the result).
-_RESUMABLE = frozenset({"rounds", "timeout_s", "threads", "eval_every", "eval_mode", "patience"})
+_RESUMABLE = frozenset({"rounds", "timeout_s", "threads", "device", "eval_every", "eval_mode", "patience"})
 
 #: Fields of version 0.1 that are gone, each with the value whose behaviour is now built
 #: in (``None``: the value followed another field, as the built-in behaviour does). A
@@ -181,7 +183,11 @@ class TrainConfig:
     timeout_s
         Process-group timeout: a rank blocked on a dead peer fails after this long.
     threads
-        torch CPU threads per rank (0: cores / ranks, at least 1).
+        torch CPU threads per process (0: its share of the idle cores of its machine,
+        :func:`training.rounds.threads`).
+    device
+        ``"cuda"``: the model, the batches and the evaluation on the rank's GPU (NCCL
+        between ranks); ``"cpu"`` (gloo); ``"auto"`` (default): CUDA when present.
     eval_every
         Evaluate the global model (and log a metrics row) every this many epochs of
         training; 0 (default): every ``local_epochs`` epochs, i.e. every round. A
@@ -228,6 +234,7 @@ class TrainConfig:
     seed: int = 0
     timeout_s: float = 300.0
     threads: int = 0
+    device: str = "auto"
     eval_every: int = 0
     eval_mode: str = "exact"
     patience: int = 0
@@ -248,6 +255,8 @@ class TrainConfig:
         object.__setattr__(self, "reconcile", "+".join(parse_reconcile(self.reconcile)))
         if self.eval_mode not in EVAL_MODES:
             raise ValueError(f'Unsupported eval_mode "{self.eval_mode}". Valid choices are "exact", "local".')
+        if self.device not in DEVICES:
+            raise ValueError(f'Unsupported device "{self.device}". Valid choices are "auto", "cuda", "cpu".')
         # Task-dependent defaults (measured on Cora): dot-product link prediction with
         # GraphSAGE collapses to a constant embedding at lr 0.01 (MRR 0.02, chance level),
         # and learns at lr 0.001 without dropout (MRR 0.53 after 60 epochs).

@@ -28,7 +28,8 @@ CPU, one thread per rank being the reproducible setting).
 The process group comes from ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``
 (torchrun sets them) or from SLURM's ``SLURM_PROCID``/``SLURM_NTASKS`` (with
 ``MASTER_ADDR`` from the environment or the first host of ``SLURM_JOB_NODELIST``).
-Backend: gloo on CPU, nccl when CUDA is present. A collective blocked on a dead peer
+Backend: gloo on CPU, NCCL on GPUs (``config.device``, :mod:`training.device`: the model,
+the features and labels, each batch and the evaluation on the rank's GPU). A collective blocked on a dead peer
 fails after ``timeout_s``; under torchrun the agent stops the surviving ranks at once,
 and :func:`exit_with_parent` stops the ranks when the agent itself is killed. A rank
 that cannot load its partitions or its checkpoint reports the file, and the others name
@@ -59,11 +60,14 @@ from training.checkpoint import RunDir, TrainerError, expect_keys, expect_tensor
 from training.comm import Comm
 from training.config import TrainConfig
 from training.data import LocalGraph, load_local_graph, prepare_features, rank_partitions
+from training.device import backend_for, resolve_device
 from training.inference import Evaluator
 from training.local import batch_stream, steps_per_round, sync_segments, train_local
 from training.models import build_model, flatten, num_parameters, unflatten_into
 from training.reconcile import Reconciler
-from training.rounds import all_ranks_ready, commit_round, configure_cpu, evaluates, metrics_row, placement_columns, start_run
+from training.protocol import ComputeClock, patience_spent
+from training.rounds import (all_ranks_ready, commit_round, configure_cpu, evaluates, metrics_row, placement_columns,
+                             rank_peak_rss_bytes, start_run)
 from training.tasks import make_task, round_seed
 
 __all__ = ["TrainerError", "exit_with_parent", "global_weights", "init_process_group", "run_trainer", "train_rounds"]
@@ -102,9 +106,10 @@ def init_process_group(config: TrainConfig) -> tuple[int, int, int]:
                            f"RANK={env.get('RANK')} WORLD_SIZE={env.get('WORLD_SIZE')} without them",
                            "launch with `asepr train` or torchrun, or export MASTER_ADDR/MASTER_PORT.")
         )
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
+    device = resolve_device(config.device, local_rank)
+    backend = backend_for(device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=config.timeout_s))
     return rank, world, local_rank
 
@@ -200,6 +205,8 @@ def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) ->
     """Features, the checks every rank must pass, the task, the model and its optimiser."""
     num_classes = comm.max_int(int(graph.y.max()) + 1 if graph.num_nodes else 0)
     graph.x = prepare_features(graph.x, config)
+    device = resolve_device(config.device)
+    graph.x, graph.y = graph.x.to(device), graph.y.to(device)
     in_dim = graph.x.shape[1]
     widest = comm.max_int(in_dim)
 
@@ -215,7 +222,7 @@ def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) ->
     all_ranks_ready(comm, "agree on the features and labels", check)
     task = make_task(graph, config, num_classes)
     torch.manual_seed(config.seed)
-    model = build_model(config, in_dim, task.out_dim)
+    model = build_model(config, in_dim, task.out_dim).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     return _Loop(model=model, optimizer=optimizer, task=task, global_flat=flatten(model), rows=[],
                  evaluator=Evaluator(task, comm, config.eval_mode), reconciler=Reconciler(config, task, model, comm),
@@ -287,10 +294,13 @@ def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: i
     sent_before = comm.bytes.state_dict()
     torch.manual_seed(round_seed(config.seed, rnd, comm.rank))
     gen = torch.Generator().manual_seed(round_seed(config.seed, rnd, comm.rank, 1))
+    loop.clock.start()
     loss, weight, losses = _local_and_reconcile(loop, config, comm, gen, rnd)
+    loop.clock.stop()
     loop.elapsed += time.perf_counter() - t0
     if not evaluates(config, rnd):
         return None
+    train_peak = rank_peak_rss_bytes()
     t_eval = time.perf_counter()
     unflatten_into(loop.scratch, loop.global_flat)
     metrics = loop.evaluator(loop.scratch)
@@ -299,7 +309,8 @@ def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: i
                       generation=generation, elapsed=loop.elapsed, eval_seconds=eval_seconds,
                       loss=_weighted_mean(loss, weight, comm), kd_loss=losses["kd_loss"], metric=loop.task.metric,
                       metrics={**metrics, "corr_loss": losses["corr_loss"]} if config.uses_corr else metrics,
-                      eval_mode=config.eval_mode)
+                      eval_mode=config.eval_mode, train_peak=train_peak)
+    row["compute_s_cum_max"] = loop.clock.settle(comm)
     loop.rows.append(row)
     return row
 
@@ -312,7 +323,8 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
     placement = placement_columns(graph.num_nodes, graph.x.shape[1] * graph.x.element_size(), comm)
     loop = _prepare(graph, config, comm, (info or {}).get("out", "the input"))
     info = {**(info or {}), "world_size": comm.world_size, "config": config.to_dict(), "task": config.task,
-            "num_parameters": num_parameters(loop.model), "steps_per_round": loop.steps_per_round, **placement}
+            "num_parameters": num_parameters(loop.model), "steps_per_round": loop.steps_per_round,
+            "threads": torch.get_num_threads(), **placement}
     if resume:
         all_ranks_ready(comm, "load its checkpoint", lambda: _restore(loop, runs, config, comm, graph.generation))
     else:
@@ -325,7 +337,10 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
         log.info("rank 0: %d ranks, partitions per rank %s, %s model with %d parameters, task %s, strategy %s",
                  comm.world_size, list(graph.part_ids), config.model, num_parameters(loop.model), config.task,
                  config.reconcile)
+    loop.clock = ComputeClock(loop.rows[-1].get("compute_s_cum_max", 0.0) if loop.rows else 0.0)
     for rnd in range(loop.start_round, config.rounds):
+        if patience_spent(loop.rows, config.patience):  # the same global rows on every rank
+            break
         failpoints.failpoint(f"round:{comm.rank}:{rnd}")
         row = _round(loop, config, comm, rnd, graph.generation)
         rank_state = {"local": loop.previous_flat, "optimizer": loop.optimizer.state_dict(),

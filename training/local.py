@@ -26,7 +26,10 @@ __all__ = ["batch_stream", "steps_per_round", "sync_segments", "train_local"]
 
 def _forward(model, x, batch):
     rows = x if batch.n_id is None else x[batch.n_id]
-    return model(rows, batch.graph, return_embeddings=True)
+    graph = batch.graph
+    if graph.device != rows.device:  # the sampler's graph is in host memory (training.device)
+        graph = graph.to(rows.device)
+    return model(rows, graph, return_embeddings=True)
 
 
 @torch.no_grad()

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from storage.errors import AseprError, format_problem, os_errors_as_problems
-from training.config import EVAL_MODES, FDS_PARTITIONERS, MODELS, SERVER_OPTIMIZERS, TASKS, TrainConfig, load_config
+from training.config import (DEVICES, EVAL_MODES, FDS_PARTITIONERS, MODELS, SERVER_OPTIMIZERS, TASKS, TrainConfig,
+                             load_config)
 
 __all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main"]
 
@@ -100,7 +101,11 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=d.seed,
                    help=f"seed of all randomness (init, dropout, sampling, negatives; default {d.seed})")
     p.add_argument("--timeout", type=float, default=d.timeout_s, help="seconds a rank waits on a dead peer")
-    p.add_argument("--threads", type=int, default=d.threads, help="torch threads per rank (0: cores / ranks)")
+    p.add_argument("--threads", type=int, default=d.threads,
+                   help="torch threads per process (0: its share of this machine's idle cores)")
+    p.add_argument("--device", choices=DEVICES, default=d.device,
+                   help="cuda: model, batches and evaluation on the rank's GPU, NCCL between ranks; cpu: gloo; "
+                        "auto: cuda when present (default)")
     p.add_argument("--eval-every", type=int, default=d.eval_every,
                    help="evaluate every N epochs (ASEPR: at the first round end at or after each multiple); "
                         "0: every round (default)")

@@ -93,9 +93,14 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
         A rank failed (named with its exit code or signal), or ``nproc`` < 1.
     StoreError
         Another run holds ``run_dir``, or it holds a previous run (see above).
+    TrainerError
+        ``config.device`` is ``cuda`` and this machine has fewer GPUs than ``nproc``.
     """
     if nproc < 1:
         raise TrainLaunchError(format_problem("--nproc", "an integer >= 1", str(nproc), "pass --nproc K."))
+    from training.device import resolve_device
+
+    resolve_device(config.device, nproc - 1)  # --device cuda without (enough) GPUs: refused before any rank starts
     runs = RunDir(run_dir)
     with runs.lock() as lock:
         if resume:

@@ -4,6 +4,7 @@ moves sink into the denormal range, where CPU float arithmetic is 10-100x slower
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from training.centralized import run_centralized
@@ -78,3 +79,39 @@ def test_idle_cores_counts_this_process_cpus():
     idle = idle_cores(cpus, window_s=0.05)
     assert idle is not None and 0.0 <= idle <= len(cpus) + 1e-9
     assert idle_cores([], window_s=0.0) == 0.0
+
+
+needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+
+
+@needs_no_gpu
+def test_device_auto_is_the_cpu_without_a_gpu_and_cuda_is_refused_by_name():
+    from training.checkpoint import TrainerError
+    from training.device import backend_for, resolve_device
+
+    assert resolve_device("auto") == resolve_device("cpu") == torch.device("cpu")
+    assert backend_for(resolve_device("auto")) == "gloo"
+    with pytest.raises(TrainerError, match=r"--device cuda.*torch.cuda.is_available\(\) is False.*--device cpu"):
+        resolve_device("cuda")
+    with pytest.raises(ValueError, match='Unsupported device "tpu"'):
+        TrainConfig(device="tpu")
+
+
+@needs_no_gpu
+@pytest.mark.parametrize("how", ["centralized", "ranks"])
+def test_train_with_device_cuda_and_no_gpu_fails_with_one_line(cora_input, cora_parts, tmp_path, capsys, how):
+    from workflows.cli import main
+
+    small = ["--hidden", "8", "--rounds", "1", "--local-epochs", "1", "--threads", "1", "--device", "cuda"]
+    where = ["--centralized", str(cora_input)] if how == "centralized" else [str(cora_parts(2)), "--nproc", "2"]
+    assert main(["train", *where, *small, "--run-dir", str(tmp_path / "run")]) != 0
+    err = capsys.readouterr().err
+    assert "--device cuda" in err and "torch.cuda.is_available() is False" in err and "Traceback" not in err
+
+
+def test_device_cpu_trains_on_the_cpu(cora_input, tmp_path):
+    from training.checkpoint import RunDir
+
+    config = TrainConfig(hidden=8, rounds=1, local_epochs=1, threads=1, feature_norm="none", device="cpu")
+    rows = run_centralized(cora_input, tmp_path / "run", config)
+    assert rows[-1]["val"] > 0.3 and RunDir(tmp_path / "run").read_run_info()["config"]["device"] == "cpu"

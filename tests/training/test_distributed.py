@@ -46,6 +46,13 @@ def test_asepr_train_two_ranks_beats_the_majority_class(cora_parts, tmp_path, ca
     syncs = -(-info["steps_per_round"] // info["config"]["sync_every"])
     wire = 4 * (2 * info["num_parameters"] + 2) * syncs
     assert wire <= rows[-1]["bytes_sent_round"] < wire + 64
+    # Each rank reports its own peak RSS (VmHWM), before and after the evaluation.
+    last = rows[-1]
+    ranks, train_ranks = ([float(v) for v in str(last[c]).split()] for c in ("peak_rss_mib_ranks",
+                                                                              "train_peak_rss_mib_ranks"))
+    assert len(ranks) == len(train_ranks) == 2 and all(v > 50 for v in ranks)
+    assert last["peak_rss_mib"] == pytest.approx(max(ranks), abs=1) and last["peak_rss_mib_mean"] <= max(ranks) + 1
+    assert all(t <= p + 1 for t, p in zip(train_ranks, ranks)) and last["eval_peak_ratio_max"] >= 1
 
 
 @pytest.mark.slow  # ~110 s; the link loss is guarded by tests/training/test_link.py

@@ -94,8 +94,8 @@ class ControlVariates:
                 scale = self.clip * (grad_sq / delta_sq) ** 0.5
         for p, delta, acc in zip(self.params, self._delta, self._slices):
             if p.grad is not None:
-                acc.add_(p.grad)
-                p.grad.add_(delta, alpha=scale)
+                acc.add_(p.grad.to(acc.device))  # the variates stay in host memory (training.device)
+                p.grad.add_(delta.to(p.grad.device), alpha=scale)
         self._steps += 1
 
     def estimate(self) -> torch.Tensor:
