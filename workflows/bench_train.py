@@ -179,7 +179,7 @@ def _finished(run_dir: Path, config: TrainConfig) -> list[dict[str, Any]] | None
     mine = config.to_dict()
     # Settings that cannot change this run's result: how it ran, and scaffold's bound
     # without scaffold. A run that set a removed field to another behaviour is rerun.
-    ignored = {"timeout_s", "threads", "patience"} | (set() if config.uses_scaffold else {"scaffold_clip"})
+    ignored = {"timeout_s", "threads", "device", "patience"} | (set() if config.uses_scaffold else {"scaffold_clip"})
     if removed_conflicts(saved):
         return None
     return rows if all(saved.get(k) == v for k, v in mine.items() if k not in ignored) else None
