@@ -105,8 +105,12 @@ _FILESYSTEM_PROBLEMS = {
 }
 
 
-def os_error_problem(exc: BaseException, *,
-                     then: str = "rerun the same command") -> FileSystemError | None:
+def os_error_problem(
+    exc: BaseException,
+    *,
+    then: str = "rerun the same command",
+    within: str | None = None,
+) -> FileSystemError | None:
     """The project's error for an OS error a user can fix, else None.
 
     ``exc`` or an exception it was raised from (``__cause__``/``__context__``) must be
@@ -114,8 +118,9 @@ def os_error_problem(exc: BaseException, *,
     named file (an EPERM without a file is about a process, not a permission on disk).
     An :class:`AseprError` is returned as None: it already speaks for itself.
 
-    The message names the file (``filename``, and ``filename2`` of a rename), what the
-    operating system found, and the fix, which ends with ``then`` (what to run after it).
+    The message names the file (``filename``, and ``filename2`` of a rename) within
+    ``within`` (e.g. ``"output OUT"``), what the operating system found, and the fix,
+    which ends with ``then`` (what to run after it).
     """
     seen: set[int] = set()
     while isinstance(exc, Exception) and id(exc) not in seen:
@@ -124,15 +129,18 @@ def os_error_problem(exc: BaseException, *,
             return None
         if isinstance(exc, OSError) and exc.errno in _FILESYSTEM_PROBLEMS:
             if exc.errno != errno.EPERM or exc.filename is not None:
-                return _filesystem_error(exc, then)
+                return _filesystem_error(exc, then, within)
         exc = exc.__cause__ or exc.__context__
     return None
 
 
-def _filesystem_error(exc: OSError, then: str) -> FileSystemError:
+def _filesystem_error(exc: OSError, then: str, within: str | None) -> FileSystemError:
     expected, found, fix = _FILESYSTEM_PROBLEMS[exc.errno]
     names = [os.fsdecode(f) for f in (exc.filename, exc.filename2) if f is not None]
-    where = " -> ".join(names) if names else "a file the operating system did not name"
+    where = " -> ".join(names) if names else None
+    if within:
+        where = f"{within} (writing {where})" if where else within
+    where = where or "a file the operating system did not name"
     code = errno.errorcode.get(exc.errno, str(exc.errno))
     found = f"{found} ({code}: {exc.strerror or os.strerror(exc.errno)})"
     filename = [exc.filename] if exc.filename is not None else []

@@ -57,7 +57,7 @@ from pipeline.needs import MIB, Need, RunShape
 from storage import failpoints
 from storage.atomic import atomic_file, refuse_symlink, write_json_atomic
 from storage.confine import confined_path
-from storage.errors import AseprError, StoreError, format_problem
+from storage.errors import AseprError, StoreError, format_problem, os_error_problem
 from storage.fs import resolve, url_of
 from storage.manifest import (
     JOURNAL_NAME,
@@ -135,6 +135,11 @@ def disk_errors(out: Path) -> Iterator[None]:
     except AseprError:
         raise
     except OSError as exc:
+        problem = os_error_problem(exc, within=f"output {out}",
+                                   then="rerun the same command: finished partitions are resumed. The "
+                                        "previously committed generation (if any) is intact")
+        if problem is not None:
+            raise problem from exc
         what = os.strerror(exc.errno) if exc.errno else str(exc)
         hint = "free some disk space" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "fix the cause"
         raise StoreError(
