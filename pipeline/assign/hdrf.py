@@ -46,11 +46,13 @@ def _first_max(scores, k):
 
 
 @numba.njit(cache=True, inline="always")
-def all_choice(vstate, u, v, words, loads, floads, scores, max_load, min_load, cap, use_partial, beta, lam):
+def all_choice(vstate, u, v, words, loads, floads, scores, max_load, min_load, args):
     """The best-scoring partition below the cap, or -1 when every partition is at it.
 
-    ``floads`` mirrors ``loads`` as float64 and ``scores`` is a scratch array of k.
+    ``floads`` mirrors ``loads`` as float64 and ``scores`` is a scratch array of k;
+    ``args`` are the kernel's (:data:`~pipeline.assign.kernel.KernelArgs`).
     """
+    cap, use_partial, beta, lam = args.cap, args.use_partial, args.beta, args.lam
     gu, gv, pu, pv, scu, scv, hu, hv = edge_terms(vstate, u, v, words, use_partial, beta)
     k = loads.shape[0]
     # The floats of a plain per-partition sum, in the same order: float(max - load)

@@ -18,6 +18,8 @@ the choice modules, clear ``pipeline/assign/__pycache__`` (or touch this file).
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numba
 import numpy as np
 
@@ -32,7 +34,7 @@ from pipeline.prefetch import PREFETCH_DISTANCE, prefetch_write
 
 __all__ = [
     "ALL", "CANDIDATES", "DBH", "GREEDY", "HASH", "MODES", "PREPARTITION", "TWO_PHASE", "TWOPS_HDRF", "TWOPS_L",
-    "assign_batch",
+    "KernelArgs", "assign_batch",
 ]
 
 #: The kernel modes by name (the ``mode`` argument of :func:`assign_batch`).
@@ -41,6 +43,13 @@ MODES = {"candidates": 0, "all": 1, "hash": 2, "dbh": 3, "greedy": 4, "2ps-l": 5
 CANDIDATES, ALL, HASH, DBH, GREEDY, TWOPS_L, TWOPS_HDRF, PREPARTITION = 0, 1, 2, 3, 4, 5, 6, 7
 #: The modes whose edges are streamed twice, the first time in mode PREPARTITION.
 TWO_PHASE = (TWOPS_L, TWOPS_HDRF)
+
+#: How :func:`assign_batch` chooses, besides the state: ``mode`` (one of :data:`MODES`),
+#: ``use_partial`` (score with partial instead of exact degrees: plain HDRF), ``beta``
+#: and ``lam`` (the weights of the attribute-home term, whose homes of -1 never match,
+#: and of HDRF's balance term), ``cap`` (the hard per-partition edge cap: a partition at
+#: it is never chosen) and ``seed`` (of the hashing modes).
+KernelArgs = namedtuple("KernelArgs", ["mode", "use_partial", "beta", "lam", "cap", "seed"])
 
 
 @numba.njit(cache=True, inline="always")
@@ -93,28 +102,20 @@ def _add_load(loads, floads, p, max_load, min_load, at_min):
 
 
 @numba.njit(cache=True, nogil=True)
-def assign_batch(src, dst, out, mode, vstate, words, loads, use_partial, beta, lam, cap, seed):
+def assign_batch(src, dst, out, vstate, words, loads, args):
     """Assign ``src[i], dst[i]`` to ``out[i]`` in order, updating the state in place.
 
     Parameters
     ----------
     src, dst, out
         The batch's endpoints and its output partitions (int16).
-    mode
-        One of :data:`MODES`.
     vstate, words, loads
         The packed rows of :class:`~pipeline.assign.state.AssignState`, its number of
         replica words, and the k loads.
-    use_partial
-        Score with partial instead of exact degrees (plain HDRF).
-    beta, lam
-        Weights of the attribute-home term (homes of -1 never match) and of HDRF's
-        balance term.
-    cap
-        The hard per-partition edge cap: a partition at it is never chosen.
-    seed
-        Seeds the hashing modes.
+    args
+        How to choose (:data:`KernelArgs`).
     """
+    mode, use_partial, beta, lam, cap, seed = args
     k = loads.shape[0]
     max_load, min_load, at_min = _load_extremes(loads)
     scores_owner = np.empty(k, dtype=np.float64)
@@ -144,8 +145,7 @@ def assign_batch(src, dst, out, mode, vstate, words, loads, use_partial, beta, l
         elif mode == CANDIDATES:
             p = candidates_choice(vstate, u, v, words, loads, max_load, cap, use_partial, beta)
         elif mode == ALL:
-            p = all_choice(vstate, u, v, words, loads, floads, scores, max_load, min_load, cap,
-                           use_partial, beta, lam)
+            p = all_choice(vstate, u, v, words, loads, floads, scores, max_load, min_load, args)
         else:
             if mode == PREPARTITION:
                 p = prepartition_choice(vstate, u, v, words, loads, cap)

@@ -24,7 +24,7 @@ from pipeline.assign.settings import KernelSettings
 from pipeline.assign.state import AssignState
 from pipeline.stream import EdgeBatch, iter_edge_batches, warmup_arrays
 from storage.fs import Shard
-from storage.npy import load_npy
+from storage.npy import load_npy, save_npy
 from storage.resources import stage
 
 __all__ = ["EdgePartSink", "assign_edges", "edge_parts_path", "iter_assigned", "stream_assign"]
@@ -50,8 +50,7 @@ def iter_assigned(edge_shards: list[Shard], workdir: str | Path, batch_rows: int
 def assign_edges(state: AssignState, src: np.ndarray, dst: np.ndarray, out: np.ndarray,
                  settings: KernelSettings) -> None:
     """Assign one batch ``(src, dst)`` into ``out`` (:func:`~pipeline.assign.kernel.assign_batch`)."""
-    assign_batch(src, dst, out, settings.mode, state.vstate, state.words, state.loads, settings.use_partial,
-                 settings.beta, settings.lam, settings.cap, settings.seed)
+    assign_batch(src, dst, out, state.vstate, state.words, state.loads, settings.kernel_args())
 
 
 class EdgePartSink:
@@ -78,7 +77,7 @@ class EdgePartSink:
 
     def _save_empty(self, upto: int) -> None:
         for skipped in range(self._index + 1, upto):
-            np.save(edge_parts_path(self.workdir, skipped), np.zeros(0, np.int16))
+            save_npy(edge_parts_path(self.workdir, skipped), np.zeros(0, np.int16))
 
     def _open(self, index: int) -> None:
         self.close()

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.assign.kernel import MODES
+from pipeline.assign.kernel import MODES, KernelArgs
 from pipeline.config import PartitionConfig
 from storage.errors import StoreError, format_problem
 
@@ -80,6 +80,10 @@ class KernelSettings:
             seed=int(run.seed), epsilon=float(run.epsilon), keep_attr_together=bool(keep_attr_together),
             cap=edge_cap(num_edges, run.num_parts, run.epsilon),
         )
+
+    def kernel_args(self) -> KernelArgs:
+        """What :func:`~pipeline.assign.kernel.assign_batch` chooses with."""
+        return KernelArgs(self.mode, self.use_partial, self.beta, self.lam, self.cap, self.seed)
 
     def with_edges(self, num_edges: int, num_parts: int) -> KernelSettings:
         """The same settings with the cap of a grown edge count."""

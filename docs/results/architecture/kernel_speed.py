@@ -7,6 +7,10 @@ import numpy as np
 import pyarrow.parquet as pq
 from pathlib import Path
 from pipeline.assign import AssignState, assign_batch, MODES
+try:
+    from pipeline.assign.kernel import KernelArgs
+except ImportError:
+    KernelArgs = None
 
 edges = sorted(Path("/work/scratch/edges").glob("*.parquet"))[:8]
 t = [pq.read_table(p, columns=["src", "dst"]) for p in edges]
@@ -31,8 +35,11 @@ for name, kw in (("hdrf", dict(use_partial=True, beta=0.0, parts=False)),
         c0, w0 = time.thread_time(), time.perf_counter()
         B = 1 << 20
         for i in range(0, len(s), B):
-            assign_batch(s[i:i+B], d[i:i+B], out[i:i+B], MODES[kw.get("mode", "all")], st.vstate, st.words, st.loads,
-                         kw["use_partial"], kw["beta"], 1.0, cap, 0)
+            choice = (MODES[kw.get("mode", "all")], kw["use_partial"], kw["beta"], 1.0, cap, 0)
+            if KernelArgs is None:  # a checkout from before the kernel took its arguments as a record
+                assign_batch(s[i:i+B], d[i:i+B], out[i:i+B], choice[0], st.vstate, st.words, st.loads, *choice[1:])
+            else:
+                assign_batch(s[i:i+B], d[i:i+B], out[i:i+B], st.vstate, st.words, st.loads, KernelArgs(*choice))
         return time.thread_time() - c0, time.perf_counter() - w0
     run(src[:1000], dst[:1000])
     cpu, wall = min(run(src, dst) for _ in range(3))

@@ -430,8 +430,8 @@ def simulate_parallel_streams(
     shard_rows = [open_parquet(s).metadata.num_rows for s in edge_shards]
     shares = stream_shares(shard_rows, num_streams)
     for empty in warmup_arrays():
-        assign_batch(empty, empty, np.zeros(0, np.int16), settings.mode, state.vstate, state.words, state.loads,
-                     settings.use_partial, settings.beta, settings.lam, settings.cap, settings.seed)
+        assign_batch(empty, empty, np.zeros(0, np.int16), state.vstate, state.words, state.loads,
+                     settings.kernel_args())
     streams = _Streams(state, num_streams)
     epochs = [iter_epochs(iter_share(edge_shards, share, batch_rows), epoch_edges) for share in shares]
     with_pdeg = bool(settings.use_partial or settings.mode == GREEDY)
@@ -445,9 +445,8 @@ def simulate_parallel_streams(
             t0 = time.perf_counter()
             for piece in pieces:
                 out = np.empty(len(piece.src), dtype=np.int16)
-                assign_batch(piece.src, piece.dst, out, settings.mode, streams.copies[w], state.words,
-                             streams.loads[w], settings.use_partial, settings.beta, settings.lam, settings.cap,
-                             settings.seed)
+                assign_batch(piece.src, piece.dst, out, streams.copies[w], state.words, streams.loads[w],
+                             settings.kernel_args())
                 ends += [piece.src, piece.dst]
                 if observe is not None:
                     observe(w, piece, out)

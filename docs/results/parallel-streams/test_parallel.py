@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from pipeline import PartitionConfig, partition, replica_sets
 from pipeline.assign import MODES, AssignState, KernelSettings, assign_batch
+from pipeline.assign.kernel import KernelArgs
 from parallel import (
     iter_epochs,
     iter_share,
@@ -145,8 +146,8 @@ def test_the_kernel_writes_only_replica_words_and_partial_degrees(rng):
     before = state.vstate.copy()
     src, dst = rng.integers(0, n, 500), rng.integers(0, n, 500)
     for mode in ("candidates", "all", "greedy", "dbh", "hash"):
-        assign_batch(src, dst, np.empty(500, np.int16), MODES[mode], state.vstate, state.words, state.loads, False,
-                     1.0, 1.0, 10**6, 0)
+        assign_batch(src, dst, np.empty(500, np.int16), state.vstate, state.words, state.loads,
+                     KernelArgs(MODES[mode], False, 1.0, 1.0, 10**6, 0))
     changed = np.flatnonzero((state.vstate != before).any(axis=0))
     assert set(changed.tolist()) <= set(range(state.words)) | {state.words + PDEG}
 
