@@ -23,9 +23,10 @@ from storage.importers import import_dataset
 from training.config import TrainConfig
 from workflows.bench import bench_partition, machine_info, markdown_table
 from workflows.bench_ingest import QUICK, bench_ingest
-from workflows.bench_train import HEADLINE_COLUMNS, LATENCY_S, bench_train, headline
+from workflows.bench_train import bench_train
 from workflows.commands_train import EVAL_LABELS
 from workflows.demo import bundled_cora
+from workflows.train_report import HEADLINE_COLUMNS, LATENCY_S, headline
 
 __all__ = ["DEFAULT_STRATEGY", "FULL", "QUICK_SIZES", "bench_all"]
 

@@ -23,7 +23,7 @@ Outputs in ``OUT``:
   partitioner comparison (when matplotlib is installed).
 
 Times are training seconds, evaluation excluded (``elapsed_s`` of the metrics rows).
-The network model (:func:`modelled_seconds`, labelled *modelled* everywhere) projects
+The network model (:func:`workflows.train_report.modelled_seconds`, labelled *modelled* everywhere) projects
 each time onto a cluster: the measured seconds plus the training bytes over the
 bandwidth plus the messages times a per-message latency, training's and the
 evaluations' (a run learns that it reached a target by evaluating), for the rank that
@@ -32,7 +32,7 @@ at 1, 10 and 100 Gbit/s with :data:`LATENCY_S`. The measured seconds already inc
 the transfers over this machine's loopback, so the projection errs on the slow side.
 
 This module only orchestrates: the training is :mod:`training`, the launch
-:mod:`workflows.launch`.
+:mod:`workflows.launch`, the summaries and tables :mod:`workflows.train_report`.
 """
 
 from __future__ import annotations
@@ -58,9 +58,10 @@ from training.config import TrainConfig, removed_conflicts
 from workflows.bench import machine_info, markdown_table, pyplot, save_figure
 from workflows.datasets import resolve_dataset
 from workflows.launch import launch_trainers
+from workflows.train_report import (HEADLINE_COLUMNS, LATENCY_S, NETWORK_COLUMNS, NETWORK_GBITS, PARTITIONER_COLUMNS,
+                                    STRATEGY_COLUMNS, headline, seed_table, summarise_run, table_rows)
 
-__all__ = ["HEADLINE_COLUMNS", "LATENCY_S", "NETWORK_GBITS", "PARTITIONERS", "TRAIN_STRATEGIES", "bench_train",
-           "headline", "modelled_seconds", "over_seeds", "plot_curves", "spread", "summarise_run"]
+__all__ = ["PARTITIONERS", "TRAIN_STRATEGIES", "bench_train", "plot_curves"]
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +70,6 @@ TRAIN_STRATEGIES = ["centralized", "avg", "avg+kd", "avg+con", "avg+kd+con", "av
 #: The partitioners `--partitioners` may name (the paper's comparison).
 PARTITIONERS = ["asep", "2ps-hdrf", "hdrf", "hash", "metis"]
 TARGET_FRACTION = 0.95
-#: The network model: link bandwidths (Gbit/s) and the latency of one message (s).
-NETWORK_GBITS = (1, 10, 100)
-LATENCY_S = 50e-6
 PLACEMENT_KEYS = ("placement_rows_mean", "placement_rows_max", "placement_bytes_mean", "placement_bytes_max")
 
 
@@ -80,92 +78,6 @@ def _versions() -> dict[str, str]:
     import torch_geometric
 
     return {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__}
-
-
-def modelled_seconds(seconds: float, bytes_sent: float, messages: float, gbit: float,
-                     latency: float = LATENCY_S) -> float:
-    """The network model: ``seconds + bytes_sent · 8 / (gbit · 10^9) + messages · latency``.
-
-    Parameters
-    ----------
-    seconds
-        Measured training seconds (compute, and this machine's own transfers).
-    bytes_sent, messages
-        Training bytes and messages sent by the busiest rank.
-    gbit
-        Link bandwidth in Gbit/s.
-    latency
-        Seconds per message.
-    """
-    return float(seconds) + float(bytes_sent) * 8 / (gbit * 1e9) + float(messages) * latency
-
-
-def _modelled(row: dict[str, Any] | None, prefix: str) -> dict[str, float | None]:
-    """The modelled seconds at each bandwidth up to a metrics row (None without one).
-
-    The bytes and messages are those of training and of every evaluation so far (the
-    busiest rank's ``bytes_sent_total_max`` and ``messages_sent_total_max``): a run
-    learns that it reached its target by evaluating. Rows written before those columns
-    existed fall back to the training traffic alone.
-    """
-    if row is None:
-        return {f"{prefix}_{g}gbit": None for g in NETWORK_GBITS}
-    sent = row.get("bytes_sent_total_max", row.get("bytes_sent_cum_max", 0.0))
-    messages = row.get("messages_sent_total_max", row.get("messages_sent_cum_max", 0.0))
-    return {f"{prefix}_{g}gbit": modelled_seconds(row["elapsed_s"], sent, messages, g) for g in NETWORK_GBITS}
-
-
-def summarise_run(rows: list[dict[str, Any]], target: float | None) -> dict[str, Any]:
-    """Final and best-validation metrics, epochs and seconds to ``target``, bytes per epoch.
-
-    Seconds are training seconds (evaluation excluded), measured and modelled
-    (``modelled_s_to_target_<g>gbit``, ``modelled_train_s_<g>gbit``, see
-    :func:`modelled_seconds`). Bytes: ``bytes_per_epoch`` is the training traffic of the
-    mean rank over the whole run divided by its epochs, ``bytes_per_epoch_max`` that of
-    the largest rank, and ``eval_bytes_per_eval`` the mean rank's traffic per evaluation,
-    which the others leave out.
-    """
-    if not rows:
-        return {"rounds": 0}
-    last = rows[-1]
-    reached = next((r for r in rows if target is not None and float(r["val"]) >= target), None)
-    best = max(rows, key=lambda r: float(r["val"]))
-    epochs = float(last["epoch"]) or 1.0  # fractional when rounds end mid-epoch (sync in steps)
-    return {
-        "rounds": int(last["round"]),
-        "epochs": last["epoch"],
-        "eval_mode": last["eval_mode"],
-        "final_val": float(last["val"]),
-        "final_test": float(last["test"]),
-        "best_val": float(best["val"]),
-        "test_at_best_val": float(best["test"]),
-        "best_epoch": best["epoch"],
-        "epochs_to_target": reached["epoch"] if reached else None,
-        "seconds_to_target": float(reached["elapsed_s"]) if reached else None,
-        "bytes_to_target_max": float(reached["bytes_sent_cum_max"]) if reached else None,
-        **_modelled(reached, "modelled_s_to_target"),
-        "train_seconds": float(last["elapsed_s"]),
-        **_modelled(last, "modelled_train_s"),
-        "eval_seconds": float(last["eval_elapsed_s"]),
-        "bytes_per_epoch": float(last["bytes_sent_cum"]) / epochs,
-        "bytes_per_epoch_max": float(last["bytes_sent_cum_max"]) / epochs,
-        "messages_per_epoch_max": float(last["messages_sent_cum_max"]) / epochs,
-        "eval_bytes_per_eval": sum(float(r["eval_bytes_sent_round"]) for r in rows) / len(rows),
-        **_peak_rss(rows),
-    }
-
-
-def _peak_rss(rows: list[dict[str, Any]]) -> dict[str, float]:
-    """The run's peak RSS per rank (each rank's own ``VmHWM``, mean and largest over the
-    ranks, the largest evaluation-to-training ratio); NaN for rows written before the
-    ranks reported their own peak."""
-    nan = float("nan")
-    last = rows[-1]
-    if "peak_rss_mib_mean" not in last:
-        return {"peak_rss_mib_mean": nan, "peak_rss_mib_max": nan, "eval_peak_ratio_max": nan}
-    ratios = [float(r["eval_peak_ratio_max"]) for r in rows if r.get("eval_peak_ratio_max") not in (None, "")]
-    return {"peak_rss_mib_mean": float(last["peak_rss_mib_mean"]), "peak_rss_mib_max": float(last["peak_rss_mib"]),
-            "eval_peak_ratio_max": max(ratios) if ratios else nan}
 
 
 def _finished(run_dir: Path, config: TrainConfig) -> list[dict[str, Any]] | None:
@@ -381,7 +293,7 @@ def bench_train(
     partitioner (every seed); write the report files into ``out``; return one summary
     row per run. ``seeds`` (default: ``config.seed`` alone) are the training seeds; with
     more than one, ``train.md`` also gives the mean and the range over them
-    (:func:`over_seeds`) and the target is 95 % of the centralized runs' mean best
+    (:func:`workflows.train_report.over_seeds`) and the target is 95 % of the centralized runs' mean best
     validation metric."""
     out.mkdir(parents=True, exist_ok=True)
     partitioners = list(partitioners or [])
@@ -415,130 +327,6 @@ def bench_train(
     return bench.results
 
 
-def _mib(value: Any) -> Any:
-    return value / 2**20 if isinstance(value, (int, float)) else "-"
-
-
-def _table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The summaries with the report's column names (MiB, "not reached")."""
-    rows = []
-    for r in results:
-        t = dict(r)
-        for key, column in (("bytes_per_epoch", "MiB/rank/epoch"), ("bytes_per_epoch_max", "max MiB/rank/epoch"),
-                            ("eval_bytes_per_eval", "eval MiB/rank/eval"),
-                            ("placement_bytes_mean", "placement MiB/rank"),
-                            ("placement_bytes_max", "max placement MiB/rank")):
-            t[column] = _mib(r.get(key))
-        t["peak RSS MiB/rank"] = r.get("peak_rss_mib_mean", "-")
-        t["max peak RSS MiB/rank"] = r.get("peak_rss_mib_max", "-")
-        t["eval/train peak"] = r.get("eval_peak_ratio_max", "-")
-        reached = r.get("epochs_to_target") is not None
-        t["epochs to 95%"] = r["epochs_to_target"] if reached else "not reached"
-        t["s to 95%"] = r["seconds_to_target"] if reached else "-"
-        for g in NETWORK_GBITS:
-            t[f"modelled s to 95% @{g}G"] = r[f"modelled_s_to_target_{g}gbit"] if reached else "-"
-        t["eval"] = r.get("eval_mode", "-")
-        rows.append(t)
-    return rows
-
-
-#: The summary fields :func:`over_seeds` averages.
-SEED_FIELDS = ("test_at_best_val", "final_test", "best_val", "seconds_to_target", "modelled_s_to_target_1gbit",
-               "modelled_s_to_target_10gbit", "modelled_s_to_target_100gbit", "epochs_to_target",
-               "train_seconds", "bytes_per_epoch", "bytes_per_epoch_max", "eval_bytes_per_eval", "replication_factor")
-
-
-def over_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (dataset, k, strategy, partitioner): the mean of every
-    :data:`SEED_FIELDS` field over the seeds that have it, with its range
-    (``FIELD_seedmin``, ``FIELD_seedmax``), the number of seeds (``seeds``) and, for the target,
-    how many reached it (``reached``). A time to the target is averaged over the seeds
-    that reached it; ``reached < seeds`` says that some did not."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in results:
-        groups.setdefault((r["dataset"], r["k"], r["strategy"], r["partitioner"]), []).append(r)
-    out = []
-    for (dataset, k, strategy, partitioner), rows in groups.items():
-        row: dict[str, Any] = {"dataset": dataset, "k": k, "strategy": strategy, "partitioner": partitioner,
-                               "eval_mode": rows[0].get("eval_mode"), "seeds": len(rows),
-                               "reached": sum(r.get("seconds_to_target") is not None for r in rows)}
-        for name in SEED_FIELDS:
-            values = [float(r[name]) for r in rows if isinstance(r.get(name), (int, float))]
-            row[name] = float(np.mean(values)) if values else None
-            row[f"{name}_seedmin"] = min(values) if values else None
-            row[f"{name}_seedmax"] = max(values) if values else None
-        out.append(row)
-    return out
-
-
-def spread(row: dict[str, Any], name: str, digits: int = 4, scale: float = 1.0) -> str:
-    """``mean (min–max)`` of an :func:`over_seeds` field; "-" when no seed has it."""
-    if row.get(name) is None:
-        return "-"
-    mean, low, high = (row[key] / scale for key in (name, f"{name}_seedmin", f"{name}_seedmax"))
-    if row["seeds"] == 1 or low == high:
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} ({low:.{digits}f}–{high:.{digits}f})"
-
-
-HEADLINE_COLUMNS = ["dataset", "k", "seeds", "centralized test@best val", "asepr test@best val",
-                    "fds test@best val", "asepr − centralized (points)", "asepr − fds (points)", "asepr s to 95%",
-                    "fds s to 95%", "fds/asepr time", "asepr modelled s @10G", "fds modelled s @10G",
-                    "fds/asepr modelled @10G", "asepr MiB/epoch", "fds MiB/epoch", "fds/asepr bytes",
-                    "asepr eval MiB/eval", "fds eval MiB/eval", "asepr final test", "fds final test"]
-
-
-def _to_target(row: dict[str, Any], key: str) -> str:
-    """Mean seconds to the target over the seeds that reached it, and how many did."""
-    if row.get(key) is None:
-        return "not reached"
-    return spread(row, key, 1) + ("" if row["reached"] == row["seeds"] else f" ({row['reached']}/{row['seeds']} seeds)")
-
-
-def _ratio(numerator: Any, denominator: Any) -> Any:
-    ok = all(isinstance(v, (int, float)) for v in (numerator, denominator)) and denominator
-    return f"{numerator / denominator:.2f}" if ok else "-"
-
-
-def _points(a: dict[str, Any], b: dict[str, Any], key: str = "test_at_best_val") -> str:
-    """``a − b`` of the seed means, in points (hundredths)."""
-    ok = a.get(key) is not None and b.get(key) is not None
-    return f"{100 * (a[key] - b[key]):+.2f}" if ok else "-"
-
-
-def headline(results: list[dict[str, Any]], strategy: str) -> list[dict[str, Any]]:
-    """ASEPR (``strategy`` on ASEP partitions) against fds and centralized per dataset
-    and k, over the seeds (:func:`over_seeds`): test metric at the best validation
-    point and final, their gaps in points, training seconds to 95 % of centralized
-    (measured, and modelled at 10 Gbit/s), and bytes per epoch of the mean rank."""
-    by_key = {(r["dataset"], r["k"], r["strategy"]): r for r in over_seeds(results)
-              if r["partitioner"] in ("asep", "-") or r["strategy"] == "fds"}
-    modelled = "modelled_s_to_target_10gbit"
-    out = []
-    for (dataset, k, name), r in by_key.items():
-        if name != strategy or (dataset, k, "fds") not in by_key:
-            continue
-        f = by_key[dataset, k, "fds"]
-        c = by_key.get((dataset, 1, "centralized"), {})
-        out.append({
-            "dataset": dataset, "k": k, "seeds": r["seeds"],
-            "centralized test@best val": spread(c, "test_at_best_val") if c else "-",
-            "asepr test@best val": spread(r, "test_at_best_val"), "fds test@best val": spread(f, "test_at_best_val"),
-            "asepr − centralized (points)": _points(r, c) if c else "-", "asepr − fds (points)": _points(r, f),
-            "asepr s to 95%": _to_target(r, "seconds_to_target"), "fds s to 95%": _to_target(f, "seconds_to_target"),
-            "fds/asepr time": _ratio(f.get("seconds_to_target"), r.get("seconds_to_target")),
-            "asepr modelled s @10G": _to_target(r, modelled), "fds modelled s @10G": _to_target(f, modelled),
-            "fds/asepr modelled @10G": _ratio(f.get(modelled), r.get(modelled)),
-            "asepr MiB/epoch": spread(r, "bytes_per_epoch", 3, 2**20),
-            "fds MiB/epoch": spread(f, "bytes_per_epoch", 3, 2**20),
-            "fds/asepr bytes": _ratio(f.get("bytes_per_epoch"), r.get("bytes_per_epoch")),
-            "asepr eval MiB/eval": spread(r, "eval_bytes_per_eval", 3, 2**20),
-            "fds eval MiB/eval": spread(f, "eval_bytes_per_eval", 3, 2**20),
-            "asepr final test": spread(r, "final_test"), "fds final test": spread(f, "final_test"),
-        })
-    return out
-
-
 def _headline_section(bench: _Bench) -> list[str]:
     """``train.md``'s headline: the default strategy against fds and centralized."""
     rows = headline(bench.results, bench.config.reconcile)
@@ -557,39 +345,11 @@ def _headline_section(bench: _Bench) -> list[str]:
     ]
 
 
-def _seed_table(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of ``train.md``'s table over seeds."""
-    rows = []
-    for r in over_seeds(results):
-        reached = f"{r['reached']}/{r['seeds']}"
-        rows.append({
-            "dataset": r["dataset"], "k": r["k"], "strategy": r["strategy"], "partitioner": r["partitioner"],
-            "seeds": r["seeds"], "test at best val": spread(r, "test_at_best_val"),
-            "final test": spread(r, "final_test"), "best val": spread(r, "best_val"), "reached 95%": reached,
-            "s to 95%": spread(r, "seconds_to_target", 1), "modelled s to 95% @10G":
-                spread(r, "modelled_s_to_target_10gbit", 1),
-            "MiB/rank/epoch": spread(r, "bytes_per_epoch", 3, 2**20),
-            "max MiB/rank/epoch": spread(r, "bytes_per_epoch_max", 3, 2**20),
-            "eval MiB/rank/eval": spread(r, "eval_bytes_per_eval", 3, 2**20),
-        })
-    return rows
-
-
-STRATEGY_COLUMNS = ["dataset", "k", "strategy", "eval", "final_test", "test_at_best_val", "best_val",
-                    "epochs to 95%", "s to 95%", "train_seconds", "eval_seconds", "wall_s", "peak RSS MiB/rank",
-                    "max peak RSS MiB/rank", "eval/train peak"]
-NETWORK_COLUMNS = ["dataset", "k", "strategy", "MiB/rank/epoch", "max MiB/rank/epoch", "messages_per_epoch_max",
-                   "eval MiB/rank/eval", "s to 95%", *(f"modelled s to 95% @{g}G" for g in NETWORK_GBITS)]
-PARTITIONER_COLUMNS = ["dataset", "k", "partitioner", "replication_factor", "label_entropy_mean", "final_test",
-                       "test_at_best_val", "epochs to 95%", "s to 95%", "modelled s to 95% @10G",
-                       "placement MiB/rank", "max placement MiB/rank", "MiB/rank/epoch"]
-
-
 def _seed_section(bench: _Bench) -> list[str]:
     """``train.md``'s mean and range over the seeds (nothing with one seed)."""
     if len(bench.seeds) < 2 or not bench.results:
         return []
-    rows = _seed_table(bench.results)
+    rows = seed_table(bench.results)
     return [
         f"## Over seeds {', '.join(map(str, bench.seeds))}",
         "",
@@ -611,7 +371,7 @@ def _write(bench: _Bench) -> None:
         keys = sorted({k for c in bench.curves for k in c})
         pq.write_table(pa.Table.from_pylist([{k: c.get(k) for k in keys} for c in bench.curves]),
                        out / "train_rounds.parquet")
-    table = _table_rows(bench.results)
+    table = table_rows(bench.results)
     strategies = [t for t in table if t["partitioner"] in ("asep", "-") or t["strategy"] == "fds"]
     lines = [
         "# asepr bench train",

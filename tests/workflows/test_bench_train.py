@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from workflows.bench_train import headline, modelled_seconds, over_seeds, spread, summarise_run
+from workflows.train_report import headline, modelled_seconds, over_seeds, spread, summarise_run
 
 
 def _row(strategy, k, seed, test, seconds, nbytes, partitioner="asep"):
