@@ -32,6 +32,7 @@ import numpy as np
 
 from storage.errors import StoreError, format_problem
 from storage.fs import url_of
+from storage.npy import save_npy
 
 __all__ = [
     "atomic_file",
@@ -295,4 +296,4 @@ def save_npy_atomic(path: str | Path, array: np.ndarray, *, durable: bool = Fals
         are scratch files in its staging directory, which a rerun checks or recreates.
     """
     with atomic_file(path, durable=durable) as fh:
-        np.save(fh, array)
+        save_npy(fh, array)

@@ -26,6 +26,7 @@ from storage.dedup import EdgeDedup
 from storage.errors import AseprError, InputError
 from storage.fs import copy_file, copy_side_files, join, resolve, url_of
 from storage.input import open_input, open_parquet
+from storage.npy import write_array
 from storage.schema import META_NAME, check_edge_schema
 from storage.validate import validate_input
 
@@ -152,7 +153,7 @@ def _spill_duplicate_rows(edge_shards, report, undirected: bool, drop_paths: lis
             shard_of = np.searchsorted(offsets, positions, side="right") - 1
             for s in np.unique(shard_of):
                 with open(drop_paths[s], "ab") as fh:
-                    (positions[shard_of == s] - offsets[s]).astype(np.int64).tofile(fh)
+                    write_array(fh, (positions[shard_of == s] - offsets[s]).astype(np.int64))
     finally:
         dedup.close()
 

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from storage.errors import InputError, format_problem
+from storage.npy import write_array
 
 __all__ = ["EdgeDedup", "edge_keys"]
 
@@ -94,7 +95,7 @@ class EdgeDedup:
         rows["key"] = keys
         rows["pos"] = position
         if self.num_buckets == 1:
-            rows.tofile(self._files[0])
+            write_array(self._files[0], rows)
             return
         bucket = ((keys * _MIX) >> np.uint64(40)) % np.uint64(self.num_buckets)
         order = np.argsort(bucket, kind="stable")
@@ -104,7 +105,7 @@ class EdgeDedup:
         for b in range(self.num_buckets):
             lo, hi = bounds[b], bounds[b + 1]
             if hi > lo:
-                rows[lo:hi].tofile(self._files[b])
+                write_array(self._files[b], rows[lo:hi])
 
     def _finish_writes(self) -> None:
         if not self._finished:

@@ -1,4 +1,4 @@
-"""Reading ``.npy`` files from many threads at once.
+"""Reading ``.npy`` files from many threads at once, and writing arrays to a disk that may fill up.
 
 ``np.load`` parses every ``.npy`` header with :func:`ast.literal_eval`. On CPython 3.11
 before 3.11.8, and 3.12 before 3.12.2, the AST constructor keeps its recursion depth in
@@ -8,11 +8,18 @@ counter), so two threads that parse headers at the same moment can fail with
 threads (``--workers 0``) load spill files concurrently, so every ``.npy`` read of the
 project goes through :func:`load_npy`, which parses the header under one process-wide
 lock on those versions and reads the data outside it.
+
+``ndarray.tofile`` (which ``np.save`` uses too) writes through C ``fwrite`` and reports
+a full disk as ``OSError: 119819 requested and 111097 written``, with no errno and no
+file name. :func:`write_array` and :func:`save_npy` write through the Python file
+object instead, so a full disk is an ``OSError`` with ``ENOSPC`` (or ``EDQUOT``) and the
+file's path, which the project's error for a full disk names.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import threading
@@ -20,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HEADER_PARSE_THREAD_SAFE", "header_lock", "load_npy", "npz_member"]
+__all__ = ["HEADER_PARSE_THREAD_SAFE", "header_lock", "load_npy", "npz_member", "save_npy", "write_array"]
 
 
 def _parse_is_thread_safe(version: tuple[int, ...]) -> bool:
@@ -73,3 +80,44 @@ def npz_member(npz: Any, key: str) -> np.ndarray:
     """``npz[key]`` of an open ``np.lib.npyio.NpzFile`` (it parses the member's header)."""
     with header_lock():
         return npz[key]
+
+
+def write_array(fh: Any, array: np.ndarray) -> None:
+    """Write ``array``'s bytes in C order to the binary file ``fh`` (as ``array.tofile(fh)``).
+
+    Raises
+    ------
+    OSError
+        With the operating system's errno (``ENOSPC`` on a full disk) and ``fh``'s path.
+    """
+    view = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
+    name = getattr(fh, "name", None)
+    try:
+        while len(view):
+            written = fh.write(view)
+            if not written:
+                raise OSError(errno.EIO, "the write made no progress", name)
+            view = view[written:]
+    except OSError as exc:
+        if exc.filename is None and exc.errno is not None and isinstance(name, (str, bytes, os.PathLike)):
+            raise OSError(exc.errno, exc.strerror, name) from exc
+        raise
+
+
+def save_npy(file: Any, array: np.ndarray) -> None:
+    """``np.save(file, array)`` (format 1.0, no pickles) through :func:`write_array`.
+
+    ``file`` is a path (``.npy`` is not appended) or an open binary file.
+    """
+    array = np.asanyarray(array)
+    if array.dtype.hasobject:
+        raise ValueError("save_npy writes plain arrays, not object arrays")
+    header = np.lib.format.header_data_from_array_1_0(array)
+    data = array.T if header["fortran_order"] else array
+    if isinstance(file, (str, os.PathLike)):
+        with open(file, "wb") as fh:
+            np.lib.format.write_array_header_1_0(fh, header)
+            write_array(fh, data)
+        return
+    np.lib.format.write_array_header_1_0(file, header)
+    write_array(file, data)

@@ -65,6 +65,7 @@ from storage.errors import InputError, StoreError, format_problem
 from storage.fs import Shard, discover_shards, fingerprint
 from storage.lock import OutputLock
 from storage.manifest import read_manifest
+from storage.npy import save_npy
 from storage.resources import StageClock, peak_rss_bytes, stage
 from storage.schema import check_node_schema, feature_matrix
 from storage.state import read_state, read_state_attrs
@@ -449,9 +450,9 @@ def _plan_ingest(out_path, manifest, staging, run_key, generation, new_e, new_n,
                                             str(cont.num_nodes), "rerun `asepr partition ... --overwrite`."))
         edge_shards = [s for s, _ in new_e]
         node_shards = [s for s, _ in new_n]
-        np.save(staging.work / "source.npy", cont.master.astype(np.int32))
+        save_npy(staging.work / "source.npy", cont.master.astype(np.int32))
         info = _assign_increment(cont, edge_shards, node_shards, report.num_nodes, staging.work, client, timings)
-        np.save(staging.work / "master.npy", cont.master.astype(np.int32))
+        save_npy(staging.work / "master.npy", cont.master.astype(np.int32))
         bar.update(1)
     if cont.attr.min(initial=0) < 0:
         raise InputError(format_problem("new nodes", "an attribute cluster for every new node",

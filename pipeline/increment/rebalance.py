@@ -54,6 +54,7 @@ from storage.atomic import dumps_json
 from storage.errors import StoreError, format_problem
 from storage.lock import OutputLock
 from storage.manifest import read_manifest
+from storage.npy import save_npy
 from storage.output_stores import committed_store_urls
 from storage.resources import peak_rss_bytes, stage
 from storage.state import read_state, read_state_attrs
@@ -263,11 +264,11 @@ def _plan_rebalance(out_path, manifest, staging: Staging, cont: Continuation, ru
                     "generation %d", out_path, manifest["generation"])
         return None
     work = staging.work
-    np.save(work / "source.npy", old_master.astype(np.int32))
-    np.save(work / "master.npy", cont.master.astype(np.int32))
-    np.save(work / "community.npy", cont.community.astype(np.int64))
-    np.save(work / "move_from.npy", moves["move_from"])
-    np.save(work / "move_to.npy", moves["move_to"])
+    save_npy(work / "source.npy", old_master.astype(np.int32))
+    save_npy(work / "master.npy", cont.master.astype(np.int32))
+    save_npy(work / "community.npy", cont.community.astype(np.int64))
+    save_npy(work / "move_from.npy", moves["move_from"])
+    save_npy(work / "move_to.npy", moves["move_to"])
     eps = cont.kernel.epsilon
     local_total = tuple(int(x) for x in cont.attrs.get("locality", (0, 0)))
     metrics = partition_metrics(cont.replicas, cont.loads, cont.master, cont.attr, cont.label, local_total)

@@ -26,6 +26,7 @@ from storage.atomic import staged_output
 from storage.errors import InputError, format_problem
 from storage.fs import copy_file, copy_side_files, join, resolve
 from storage.input import open_input, open_parquet
+from storage.npy import write_array
 from storage.resources import stage
 from storage.schema import META_NAME, check_edge_schema
 
@@ -87,7 +88,7 @@ def shuffle_edges(
                     rows = rows[order]
                     for b in range(num_buckets):
                         if bounds[b + 1] > bounds[b]:
-                            rows[bounds[b] : bounds[b + 1]].tofile(files[b])
+                            write_array(files[b], rows[bounds[b] : bounds[b + 1]])
             for fh in files:
                 fh.close()
             fs_out.makedirs(join(staging, "edges"), exist_ok=True)

@@ -32,7 +32,7 @@ from storage.atomic import refuse_symlink, save_npy_atomic
 from storage.decoded import decoded_row
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard
-from storage.npy import load_npy
+from storage.npy import load_npy, write_array
 from storage.schema import check_node_schema, feature_matrix
 from storage.input import open_parquet
 
@@ -102,7 +102,7 @@ class SegmentWriter:
     def write(self, part_id: int, kind: int, records: np.ndarray) -> None:
         if len(records) == 0:
             return
-        records.tofile(self._fh)
+        write_array(self._fh, records)
         self._segments.append((int(part_id), int(kind), self._offset, len(records)))
         self._offset += len(records)
 

@@ -55,6 +55,7 @@ from pathlib import Path
 
 import numba
 import numpy as np
+from storage.npy import write_array
 import pyarrow as pa
 from llvmlite import ir
 from numba.core import types
@@ -316,14 +317,14 @@ class BucketSink:
     def add(self, records: np.ndarray, keys: np.ndarray | None = None) -> None:
         keys = records if keys is None else keys
         if len(self.files) == 1:
-            records.tofile(self.files[0])
+            write_array(self.files[0], records)
             return
         bucket = ((keys.astype(np.uint64) * _GOLDEN) >> np.uint64(33)) % np.uint64(len(self.files))
         order = np.argsort(bucket, kind="stable")
         bounds = np.searchsorted(bucket[order], np.arange(len(self.files) + 1, dtype=np.uint64))
         records = records[order]
         for b in np.flatnonzero(np.diff(bounds)):
-            records[bounds[b] : bounds[b + 1]].tofile(self.files[b])
+            write_array(self.files[b], records[bounds[b] : bounds[b + 1]])
 
     def add_partition_edges(self, part_id: int, keys: np.ndarray) -> None:
         """Add one partition's edge keys, tagged with its ``part_id``."""
