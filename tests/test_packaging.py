@@ -80,6 +80,8 @@ class _Absent(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, _Absent())
+"""
+_CLI = """
 from workflows.cli import main
 code = main(sys.argv[1:])
 assert not any(m.split(".")[0] in ("torch", "torch_geometric", "pymetis") for m in sys.modules)
@@ -88,7 +90,7 @@ sys.exit(code)
 
 
 def _asepr_without_extras(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", _WITHOUT_EXTRAS, *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-c", _WITHOUT_EXTRAS + _CLI, *args], cwd=REPO, capture_output=True,
                           text=True, timeout=600)
 
 
@@ -104,7 +106,12 @@ def test_the_base_install_dependencies_have_no_torch_pyg_or_metis():
 
 
 def test_partition_and_verify_run_without_torch_pyg_or_metis(tmp_path):
-    cora = REPO / "workflows" / "data" / "cora.npz"
+    found = subprocess.run(  # the bundled Cora's path, from the module that also runs the demo
+        [sys.executable, "-c", _WITHOUT_EXTRAS + "from workflows.demo import bundled_cora\nprint(bundled_cora())"],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert found.returncode == 0, found.stderr
+    cora = Path(found.stdout.strip())
+    assert cora.name == "cora.npz"
     runs = [("import", "gnn-npz", str(cora), str(tmp_path / "in")),
             ("partition", str(tmp_path / "in"), str(tmp_path / "out"), "-k", "4"),
             ("verify", str(tmp_path / "out"))]
@@ -115,9 +122,10 @@ def test_partition_and_verify_run_without_torch_pyg_or_metis(tmp_path):
 
     # The commands that need an extra name it, in one line, before doing any work.
     for args, extra in ((("train", str(tmp_path / "out"), "--nproc", "1"), "train"),
+                        (("demo", "--workdir", str(tmp_path / "demo")), "train"),
                         (("partition", str(tmp_path / "in"), str(tmp_path / "metis"), "-k", "4",
                           "--algo", "metis"), "metis")):
         done = _asepr_without_extras(*args)
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
         assert f"install asepr[{extra}]" in done.stderr
-    assert not (tmp_path / "metis").exists() and not (tmp_path / "out.runs").exists()
+    assert not any((tmp_path / name).exists() for name in ("metis", "out.runs", "demo"))

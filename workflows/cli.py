@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from storage.errors import AseprError, os_errors_as_problems
 from storage.resources import tune_malloc
-from workflows.extras import missing_extra
+from workflows.extras import missing_extra, require_extra
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -254,6 +254,8 @@ def _cmd_clean(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from workflows.demo import run_demo
+
+    require_extra("torch", "asepr demo, which trains")  # before any step of the flow
 
     run_demo(args.workdir)
     return 0

@@ -26,12 +26,10 @@ from storage.errors import StoreError
 from storage.importers import import_dataset
 from storage.resources import peak_rss_bytes
 from storage.validate import validate_input
-from training.checkpoint import RunDir
 from training.config import TrainConfig
 from workflows.bench_ingest import split_stream
 from workflows.commands_partition import metrics_table, partition_table
 from workflows.commands_train import summary_table
-from workflows.launch import launch_trainers
 
 __all__ = ["DEMO_PARTS", "bundled_cora", "run_demo"]
 
@@ -108,8 +106,11 @@ def run_demo(workdir: str | Path | None = None, echo=print) -> dict:
 
 def _train(input_dir: Path, out_dir: Path, new_dir: Path, base: Path, echo) -> dict:
     """Train on generation 1, ingest the held-back edges, resume on generation 2, compare."""
+    # torch is imported here, not with the module: bundled_cora() serves installs without it.
     from pipeline.increment.ingest import ingest
     from training.centralized import run_centralized
+    from training.checkpoint import RunDir
+    from workflows.launch import launch_trainers
 
     config = DEMO_TRAIN
     run_dir = base / "runs" / "asepr"
