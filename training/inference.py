@@ -25,9 +25,10 @@ per evaluation.
 **Bounded memory.** A layer runs over ``global_nid`` ranges, the same on every rank
 (one exchange each way per range), sized so that one range's rows of the widest layer
 take about ``budget_bytes``; within a range the in-edges are gathered in blocks of
-about ``budget_bytes`` too. No tensor of one row per edge, nor one of every row at the
-hidden width, is built: between layers a rank keeps only the rows the next layer
-aggregates (below) and, at the masters, the next SAGE layer's root term.
+about ``budget_bytes`` too. No tensor of one row per edge is built. Between layers a rank
+keeps one row per local row at the width the next layer aggregates (the narrower of its
+input and output, below) and, at the masters, the next SAGE layer's root term of the
+rows it computes.
 
 **Narrow rows.** Every convolution is linear in the rows it aggregates, so a rank
 aggregates the narrower of ``h`` and ``W h`` and the master applies ``W`` to the sum
@@ -62,16 +63,17 @@ one local graph and need nothing more.
 
 Bytes (float32, one flat buffer per direction and range through
 :meth:`Comm.all_to_all`, under the category ``"eval"``). Per layer ``l`` a replica
-row of a vertex the layer computes sends ``4 · p_l`` bytes up, and a replica row that
-the next layer reads (or a target replica, after the last) receives ``4 · w_l``:
+row of a vertex the layer computes sends its partial up, ``4 · p_l`` bytes, and a
+replica row that the next layer reads receives ``4 · w_l``: the next layer's
+``min(d_in, d_out)`` (its input row, or ``W`` times it when that is narrower); after
+the last layer a target replica receives its ``d_out`` outputs.
 
-==========  ===========================  ====================================
-model       partial width ``p`` (floats)  rows sent back ``w`` (floats)
-==========  ===========================  ====================================
-SAGE, GCN   ``min(d_in, d_out)``          the next layer's ``min(d_in, d_out)``
-GAT         ``d_out + 2 · heads``         the next layer's ``d_out`` (its ``W h``)
-                                          when narrower than ``d_in``, else ``d_in``
-==========  ===========================  ====================================
+==========  ============================
+model       partial width ``p`` (floats)
+==========  ============================
+SAGE, GCN   ``min(d_in, d_out)``
+GAT         ``d_out + 2 · heads``
+==========  ============================
 
 With every row a target every vertex is computed at every layer: the sums over ranks
 of the replica rows sent and served are both ``Σ_v (r_v - 1)``, the replication beyond
