@@ -109,6 +109,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-every", type=int, default=d.eval_every,
                    help="evaluate every N epochs (ASEPR: at the first round end at or after each multiple); "
                         "0: every round (default)")
+    p.add_argument("--patience", type=int, default=d.patience,
+                   help="stop once the validation metric has not improved for P evaluations (every rank after "
+                        "the same round); 0: train every round (default)")
     p.add_argument("--eval", choices=EVAL_MODES, default=d.eval_mode,
                    help="exact: the global model on the whole graph (default); local: each rank's partition "
                         "only (cheaper, not exact)")

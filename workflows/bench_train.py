@@ -57,6 +57,7 @@ from training.checkpoint import RunDir
 from training.config import TrainConfig, removed_conflicts
 from workflows.bench import machine_info, markdown_table, pyplot, save_figure
 from workflows.datasets import resolve_dataset
+from workflows.bench_protocol import protocol_columns, protocol_section
 from workflows.launch import launch_trainers
 from workflows.train_report import (HEADLINE_COLUMNS, LATENCY_S, NETWORK_COLUMNS, NETWORK_GBITS, PARTITIONER_COLUMNS,
                                     STRATEGY_COLUMNS, headline, seed_table, summarise_run, table_rows)
@@ -91,7 +92,7 @@ def _finished(run_dir: Path, config: TrainConfig) -> list[dict[str, Any]] | None
     mine = config.to_dict()
     # Settings that cannot change this run's result: how it ran, and scaffold's bound
     # without scaffold. A run that set a removed field to another behaviour is rerun.
-    ignored = {"timeout_s", "threads", "device", "patience"} | (set() if config.uses_scaffold else {"scaffold_clip"})
+    ignored = {"timeout_s", "threads", "device"} | (set() if config.uses_scaffold else {"scaffold_clip"})
     if removed_conflicts(saved):
         return None
     return rows if all(saved.get(k) == v for k, v in mine.items() if k not in ignored) else None
@@ -134,7 +135,8 @@ def _result(base: dict[str, Any], k: int, strategy: str, partitioner: str | None
     return {**base, "k": k, "strategy": strategy, "partitioner": partitioner or info.get("partition"),
             "wall_s": _wall(run_dir), "replication_factor": rf,
             "label_entropy_mean": metrics.get("label_entropy_mean"),
-            **{key: info.get(key) for key in PLACEMENT_KEYS}, **summarise_run(rows, target)}
+            **{key: info.get(key) for key in PLACEMENT_KEYS}, **summarise_run(rows, target),
+            **protocol_columns(rows, None if target is None else target / TARGET_FRACTION)}
 
 
 def _runs(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -396,6 +398,7 @@ def _write(bench: _Bench) -> None:
         markdown_table(strategies, STRATEGY_COLUMNS),
         "",
         *_seed_section(bench),
+        *protocol_section(bench.results),
         "## Bytes and modelled network time",
         "",
         ("Bytes: training traffic sent per rank, as counted by `training.comm` (ring cost model for all_reduce / "

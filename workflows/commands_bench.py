@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 __all__ = ["register"]
@@ -51,8 +52,11 @@ def _bench_train(args: argparse.Namespace) -> int:
     from training.main import config_from_args
     from workflows.bench_train import TRAIN_STRATEGIES, bench_train
 
+    config = config_from_args(args)
+    if args.max_epochs:  # the epoch cap of the time-to-accuracy protocol, in rounds
+        config = dataclasses.replace(config, rounds=-(-args.max_epochs // config.local_epochs))
     bench_train(args.datasets, args.k, args.strategies or TRAIN_STRATEGIES, Path(args.out),
-                config=config_from_args(args), partitioners=args.partitioners,
+                config=config, partitioners=args.partitioners,
                 cache=Path(args.cache) if args.cache else None, keep_runs=args.keep_runs, seeds=args.seeds)
     print(f"wrote {args.out}/train.md, train.parquet and train_rounds.parquet")
     return 0
@@ -158,6 +162,8 @@ def register(sub, add_common) -> None:
                    choices=["asep", "2ps-hdrf", "hdrf", "hash", "metis"],
                    help="also train the default strategy (--reconcile) on partitions from each, at every k")
     q.add_argument("--keep-runs", action="store_true", help="keep every run directory under OUT/runs")
+    q.add_argument("--max-epochs", type=int, default=0,
+                   help="with --patience: the cap on epochs (sets --rounds to it over --local-epochs); 0: --rounds")
     q.add_argument("--seeds", nargs="+", type=int, default=None,
                    help="train every run once per seed and report the mean and range (default: --seed alone)")
     add_train_arguments(q)

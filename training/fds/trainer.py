@@ -71,6 +71,7 @@ from training.fds.inference import LayerwiseInference
 from training.fds.partition import PartitionBook, count_input_rows, metis_owner, resolve_partitioner
 from training.fds.remote import DistNeighborSampler, FeatureFetcher
 from training.models import build_model, flatten, graph_operator, num_parameters, unflatten_into
+from training.protocol import ComputeClock, patience_spent
 from training.rounds import (
     all_ranks_ready,
     commit_round,
@@ -293,8 +294,10 @@ def _round(loop: _FdsLoop, graph: FdsGraph, config: TrainConfig, comm: Comm, rnd
     rows = []
     for i in range(config.local_epochs):
         t0 = time.perf_counter()
+        loop.clock.start()
         loss_sum, seeds = _epoch(loop.model, loop.optimizer, graph, config, comm, loop.sampler, loop.fetcher,
                                  loop.steps_per_epoch, gen)
+        loop.clock.stop()
         loop.elapsed += time.perf_counter() - t0
         if i + 1 == config.local_epochs:
             _check_replicas(loop.model, comm)
@@ -310,7 +313,8 @@ def _round(loop: _FdsLoop, graph: FdsGraph, config: TrainConfig, comm: Comm, rnd
                           loss=loss_sum / seeds if seeds else float("nan"), kd_loss=float("nan"),
                           metric=loop.scorer.metric, metrics=metrics, eval_mode="exact", categories=CATEGORIES)
         row.update(steps=loop.steps_per_epoch * (epoch - previous_epoch),
-                   rows_fetched_round=loop.fetcher.rows_fetched - fetched_before)
+                   rows_fetched_round=loop.fetcher.rows_fetched - fetched_before,
+                   compute_s_cum_max=loop.clock.settle(comm))
         loop.rows.append(row)
         rows.append(row)
     return rows
@@ -349,7 +353,10 @@ def train_fds(graph: FdsGraph, run_dir: str | Path, config: TrainConfig, *, comm
         log.info("fds: %d ranks, %s partition, %s model with %d parameters, %d steps per epoch of %d seeds per rank",
                  comm.world_size, info.get("partition"), config.model, num_parameters(loop.model),
                  loop.steps_per_epoch, config.batch_size)
+    loop.clock = ComputeClock(loop.rows[-1].get("compute_s_cum_max", 0.0) if loop.rows else 0.0)
     for rnd in range(loop.start_round, config.rounds):
+        if patience_spent(loop.rows, config.patience):  # the same global rows on every rank
+            break
         failpoints.failpoint(f"round:{comm.rank}:{rnd}")
         if rnd > loop.start_round:
             sent_before = comm.bytes.state_dict()
