@@ -66,7 +66,6 @@ from training.local import batch_stream, steps_per_round, sync_segments, train_l
 from training.models import build_model, flatten, num_parameters, unflatten_into
 from training.reconcile import Reconciler
 from training.protocol import ComputeClock, patience_spent
-from training.protocol import ComputeClock, patience_spent
 from training.rounds import (all_ranks_ready, commit_round, configure_cpu, evaluates, metrics_row, placement_columns,
                              rank_peak_rss_bytes, start_run)
 from training.tasks import make_task, round_seed
@@ -311,7 +310,6 @@ def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: i
                       loss=_weighted_mean(loss, weight, comm), kd_loss=losses["kd_loss"], metric=loop.task.metric,
                       metrics={**metrics, "corr_loss": losses["corr_loss"]} if config.uses_corr else metrics,
                       eval_mode=config.eval_mode, train_peak=train_peak)
-    row["compute_s_cum_max"] = loop.clock.settle(comm)
     row["compute_s_cum_max"] = loop.clock.settle(comm)
     loop.rows.append(row)
     return row
