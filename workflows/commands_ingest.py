@@ -22,7 +22,9 @@ def register(subparsers, add_common) -> None:
     p = subparsers.add_parser("ingest", help="add new edge (and node) shards to a partitioned output")
     add_common(p)
     p.add_argument("out", help="output directory of `asepr partition`")
-    p.add_argument("new_edges", help="new edge shards: directory, glob or file (src, dst)")
+    p.add_argument("new_edges", help="new edge shards: a directory, glob or file of Parquet with int64 columns "
+                                      "src, dst in the output's node ids (new nodes from its next free id, "
+                                      "given with --nodes); text edge lists are refused with what to do")
     p.add_argument("--nodes", help="new node shards (ids from the output's next free id on)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_dask_arguments(p)

@@ -331,6 +331,55 @@ def _discover(url, what: str, storage_options) -> list[Shard]:
     return discover_shards(url, what=what, storage_options=storage_options)
 
 
+_PARQUET_MAGIC = b"PAR1"
+#: The original-id map ``asepr import edgelist`` writes into the input it imports.
+ID_MAP_NAME = "id_map.parquet"
+
+
+def _text_sample(shard: Shard) -> str | None:
+    """The first line of ``shard`` when it is a text file rather than Parquet, else None."""
+    with shard.open("rb") as fh:
+        head = fh.read(512)
+    if head.startswith(_PARQUET_MAGIC) or b"\0" in head:
+        return None
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    first = text.splitlines()[0] if text.strip() else ""
+    return first if any(sep in first for sep in (",", "\t", " ", ";")) else None
+
+
+def _refuse_text_edges(edge_shards: list[Shard], manifest: dict[str, Any]) -> None:
+    """Ingest reads Parquet edge shards in the output's node ids; say so for a text edge list.
+
+    An edge list of ``asepr import edgelist`` names nodes by their original ids, which
+    the input's ``id_map.parquet`` maps to node ids; ingest does not map them.
+    """
+    n = int(manifest["num_nodes"])
+    input_url = str((manifest.get("input") or {}).get("url") or "")
+    id_map = Path(input_url) / ID_MAP_NAME if input_url and "://" not in input_url else None
+    for shard in edge_shards:
+        first = _text_sample(shard)
+        if first is None:
+            continue
+        if id_map is not None and id_map.exists():
+            fix = (f"map each original id through {id_map} (columns original_id -> global_nid); an id not in it "
+                   f"is a new node, numbered from {n} on, whose row goes in a node shard given with --nodes; then "
+                   "write the edges as Parquet with int64 columns src, dst and ingest that.")
+        else:
+            fix = ("write the edges as Parquet with int64 columns src, dst (e.g. pyarrow.csv.read_csv, then "
+                   "pyarrow.parquet.write_table) and ingest that; `asepr import edgelist` numbers the nodes "
+                   "of a new input from 0, so it cannot convert an increment.")
+        raise InputError(format_problem(
+            f"new edge shard {shard.url}",
+            f"a Parquet file with int64 columns src, dst in the output's node ids (0..{n - 1}, and {n}.. for "
+            "new nodes given with --nodes)",
+            f"a text edge list (CSV/TSV) whose first line is {first[:80]!r}",
+            fix,
+        ))
+
+
 def ingest(
     out: str | Path,
     new_edges: str | Path,
@@ -372,7 +421,8 @@ def ingest(
     out_path = local_output(out, storage_options)
     edge_shards = _discover(new_edges, "new edge shards", storage_options)
     node_shards = _discover(nodes, "new node shards", storage_options) if nodes is not None else []
-    read_manifest(out_path)  # a clear error before taking the lock of something that is no output
+    # A clear error before taking the lock of something that is no output, or of input it cannot read.
+    _refuse_text_edges(edge_shards, read_manifest(out_path))
     with OutputLock(out_path), disk_errors(out_path):
         start = time.perf_counter()
         with stage("fingerprints", log):
