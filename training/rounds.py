@@ -66,6 +66,7 @@ Memory columns (each rank's own RSS high-water mark, ``VmHWM``, see :func:`rank_
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import os
@@ -222,7 +223,7 @@ def all_ranks_ready(comm: Comm, what: str, step: Callable[[], T]) -> T:
             raise error
         raise TrainerError(format_problem(
             f"trainer rank {comm.rank}", f"every rank to {what}",
-            f"the same error as rank {failed[0]} ({error.strerror.split(':', 1)[0]}: ...)",
+            f"the same error as rank {failed[0]} ({errno.errorcode.get(error.errno, error.errno)})",
             f"see the error of rank {failed[0]} (it names the file); fix that and rerun.")) from error
     if failed:
         raise TrainerError(format_problem(
