@@ -102,20 +102,38 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
 
     resolve_device(config.device, nproc - 1)  # --device cuda without (enough) GPUs: refused before any rank starts
     runs = RunDir(run_dir)
-    with runs.lock() as lock:
-        if resume:
-            runs.check_resume(config, nproc)
-        elif not overwrite:
-            runs.refuse_previous_run()
-        args = [str(out), "--config", str(runs.write_config(config)), "--run-dir", str(run_dir)]
-        if strategy == "fds":
-            args += ["--strategy", "fds", "--fds-partition", fds_partition]
-        args += ["--resume"] * bool(resume) + ["--overwrite"] * bool(overwrite and not resume)
-        args += ["-q"] * bool(quiet) + ["-v"] * int(verbose)
-        # torchrun sets OMP_NUM_THREADS=1 per rank; the trainer picks its own thread count.
-        threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
-        with _environment(OMP_NUM_THREADS=threads, **{LOCK_TOKEN_VARIABLE: lock.token}):
-            _elastic_launch(args, nproc, monitor_interval)
+    made = _missing_directories(Path(run_dir))
+    try:
+        with runs.lock() as lock:
+            if resume:
+                runs.check_resume(config, nproc)
+            elif not overwrite:
+                runs.refuse_previous_run()
+            args = [str(out), "--config", str(runs.write_config(config)), "--run-dir", str(run_dir)]
+            if strategy == "fds":
+                args += ["--strategy", "fds", "--fds-partition", fds_partition]
+            args += ["--resume"] * bool(resume) + ["--overwrite"] * bool(overwrite and not resume)
+            args += ["-q"] * bool(quiet) + ["-v"] * int(verbose)
+            # torchrun sets OMP_NUM_THREADS=1 per rank; the trainer picks its own thread count.
+            threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
+            with _environment(OMP_NUM_THREADS=threads, **{LOCK_TOKEN_VARIABLE: lock.token}):
+                _elastic_launch(args, nproc, monitor_interval)
+    except AseprError:
+        for directory in made:  # a launch refused at once leaves no empty run directory behind
+            try:
+                directory.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _missing_directories(path: Path) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, innermost first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
 
 
 def _elastic_launch(trainer_args: Sequence[str], nproc: int, monitor_interval: float) -> None:

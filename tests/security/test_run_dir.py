@@ -293,3 +293,11 @@ def test_the_output_and_nproc_are_checked_before_any_rank_starts(cora_k2, tmp_pa
     assert main(["train", "--centralized", str(tmp_path / "nope"), *_QUICK]) == 1
     assert "nope/edges" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # no nope.runs/ beside the missing input
+
+
+def test_a_resume_without_a_complete_round_is_refused_before_any_rank_starts(cora_k2, tmp_path, capsys):
+    run = tmp_path / "new.runs" / "run"
+    assert main(["train", str(cora_k2), "--nproc", "2", *_QUICK, "--resume", "--run-dir", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"run directory {run}" in err and "a complete checkpoint to resume" in err, err
+    assert not (tmp_path / "new.runs").exists()  # the refused launch leaves no empty directory
