@@ -136,7 +136,8 @@ def os_error_problem(
 
 def _filesystem_error(exc: OSError, then: str, within: str | None) -> FileSystemError:
     expected, found, fix = _FILESYSTEM_PROBLEMS[exc.errno]
-    names = [os.fsdecode(f) for f in (exc.filename, exc.filename2) if f is not None]
+    names = [os.fsdecode(f) if isinstance(f, (str, bytes, os.PathLike)) else str(f)
+             for f in (exc.filename, exc.filename2) if f is not None]
     where = " -> ".join(names) if names else None
     if within:
         where = f"{within} (writing {where})" if where else within
