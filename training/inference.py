@@ -88,6 +88,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -149,20 +150,19 @@ class ExactInference:
         self.budget = max(int(budget_bytes), 64)
         n = graph.num_nodes
         self.targets = torch.ones(n, dtype=torch.bool) if targets is None else targets.to(torch.bool)
-        ei = graph.own_edges if edges is None else edges
-        src, dst = (torch.cat([ei[0], ei[1]]), torch.cat([ei[1], ei[0]])) if graph.undirected else (ei[0], ei[1])
-        loop = src == dst
+        ei = (graph.own_edges if edges is None else edges).numpy()
+        counts, loops = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        _count_in_edges(ei[0], ei[1], graph.undirected, counts, loops)
         #: Stored self-loops per row (SAGE's mean counts them; GCN and GAT add their own).
-        self._loops = torch.bincount(dst[loop], minlength=n).to(torch.float32)
-        src, dst = src[~loop], dst[~loop]
-        order = torch.argsort(dst, stable=True)
-        self._src = src[order].to(torch.int32 if n < 2**31 else torch.int64)  # in-edges by target row (CSR)
-        counts = torch.bincount(dst, minlength=n)
-        self._indptr = torch.zeros(n + 1, dtype=torch.int64)
-        torch.cumsum(counts, 0, out=self._indptr[1:])
-        del src, dst, order, loop
+        self._loops = torch.from_numpy(loops).to(torch.float32)
+        indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        sources = np.empty(int(indptr[-1]), np.int32 if n < 2**31 else np.int64)
+        _fill_in_edges(ei[0], ei[1], graph.undirected, indptr[:-1].copy(), sources)
+        self._indptr, self._src = torch.from_numpy(indptr), torch.from_numpy(sources)  # in-edges by target (CSR)
+        counts = torch.from_numpy(counts)
         self._route()
-        degrees = self.to_replicas(self.sum_at_masters(torch.stack([counts + self._loops.long(), counts], 1)))
+        degrees = self.to_replicas(self.sum_at_masters(torch.stack([counts + torch.from_numpy(loops), counts], 1)))
         #: Global in-degree over all stored edges (SAGE's mean), and GCN's degree.
         self.in_degree = degrees[:, 0].to(torch.float32)
         self.gcn_degree = degrees[:, 1].to(torch.float32) + 1
@@ -466,6 +466,34 @@ def _check(conv) -> None:
 def _require(conv, ok: bool, settings: str) -> None:
     if not ok:
         raise ValueError(f"exact inference supports {type(conv).__name__} with {settings} only; found {conv!r}")
+
+
+@numba.njit(cache=True)
+def _count_in_edges(src, dst, both, counts, loops):  # pragma: no cover - compiled
+    """In-edges per row other than self-loops (``counts``) and self-loops (``loops``; an
+    undirected graph's stored loop counts twice, as its symmetrised edge list holds it)."""
+    for e in range(len(src)):
+        s, d = src[e], dst[e]
+        if s == d:
+            loops[d] += 2 if both else 1
+        else:
+            counts[d] += 1
+            if both:
+                counts[s] += 1
+
+
+@numba.njit(cache=True)
+def _fill_in_edges(src, dst, both, position, sources):  # pragma: no cover - compiled
+    """The CSR of in-edges by target row (self-loops left out), written in place: a
+    counting sort that needs no permutation of the edges."""
+    for e in range(len(src)):
+        s, d = src[e], dst[e]
+        if s != d:
+            sources[position[d]] = s
+            position[d] += 1
+            if both:
+                sources[position[s]] = d
+                position[s] += 1
 
 
 def _rows_by_rank(local_nid: torch.Tensor, rank: torch.Tensor, w: int) -> list[torch.Tensor]:
