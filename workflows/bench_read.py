@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from storage.manifest import read_manifest
-from storage.partition_store import open_partition, store_bytes
+from storage.output_stores import open_partition
+from storage.partition_store import store_bytes
 from workflows.bench import markdown_table
 
 __all__ = ["bench_read", "drop_cached_pages"]
