@@ -32,6 +32,7 @@ from pipeline.store.run_record import (
     staged_state_ok,
 )
 from pipeline.store.tasks import Progress, bar_for
+from pipeline.store.generations import begin_remote_run, remote_output
 from pipeline.store.output_dir import decoded_copy, writable_output
 from pipeline.store.write import begin_run, write_generation
 from storage.decoded import decoded_row, decoded_shards
@@ -39,6 +40,7 @@ from storage.decoded_copy import validate_and_copy
 from storage.direct_io import WRITE_BUFFER
 from storage.fs import Shard
 from storage.input import InputDir, open_input
+from storage.location import is_local_url
 from storage.node_table import NodeTable, node_table_bytes
 from storage.report import ValidationReport
 from storage.resources import stage
@@ -61,6 +63,7 @@ def partition_to_store(
     overwrite: bool = False,
     progress: Progress | None = None,
     storage_options: dict | None = None,
+    scratch: str | Path | None = None,
 ) -> dict[str, Any]:
     """Validate, partition and write: the whole ``asepr partition`` run.
 
@@ -73,7 +76,8 @@ def partition_to_store(
     input_url
         The input directory (``edges/``, ``nodes/``, optional ``meta.json``).
     out
-        The output directory (local).
+        The output: a local directory, or an fsspec URL of an object-store prefix
+        (committed by :mod:`pipeline.store.generations`, under a lease).
     config
         How to partition (:class:`~pipeline.config.PartitionConfig`).
     halo
@@ -84,6 +88,12 @@ def partition_to_store(
         Allow replacing a committed output (by the next generation).
     progress
         ``progress(stage, total)`` → a context manager with ``update(n)``, per stage.
+    storage_options
+        fsspec options of the input and the output (credentials, endpoint).
+    scratch
+        A remote output's local directory for spill files and the decoded input; None:
+        a new temporary directory, removed after the run. Unused for a local output
+        (its staging directory is inside it).
 
     Returns
     -------
@@ -98,28 +108,39 @@ def partition_to_store(
         The output is unusable, locked by another writer, or a disk error occurred.
     """
     halo = check_halo(halo)
+    if not is_local_url(out, storage_options):
+        with remote_output(out, storage_options, scratch) as staging, decoded_copy(staging.out) as decoded_dir:
+            run = _validate(input_url, config, halo, decoded_dir, storage_options)
+            generation, _ = begin_remote_run(staging, run.run_key, overwrite)
+            return _write_run(staging, generation, run, client=client, progress=progress)
     with writable_output(out, storage_options) as out_path, decoded_copy(out_path) as decoded_dir:
         run = _validate(input_url, config, halo, decoded_dir, storage_options)
         staging, generation, committed = begin_run(out_path, run.run_key, overwrite)
         if committed is not None:
             return committed
-        saved = _resumable_assignment(staging, generation, run)
-        # A new assignment's state is written on a thread beside the route and the edge
-        # stores (one core's work while theirs leave room); the commit waits for it. A
-        # run killed before it is finished finds no staged state and partitions again.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="asepr-state") as state_pool:
-            state_pending = None
-            if saved is None:
-                saved, state_pending = _assign(staging, generation, run, state_pool, client=client,
-                                               progress=progress)
-            else:
-                log.warning("resuming: reusing the saved assignment of generation %d", generation)
-            saved.timings = {**saved.timings, "validate": run.validate_seconds}
-            return write_generation(
-                staging, saved, input_info=run.input_info, run_key=run.run_key, generation=generation,
-                halo=halo, client=client, progress=progress, timings=dict(saved.timings), node_table=run.table,
-                decoded_edges=run.decoded_edges, state_pending=state_pending,
-            )
+        return _write_run(staging, generation, run, client=client, progress=progress)
+
+
+def _write_run(staging: Staging, generation: int, run: _ValidatedRun, *, client,
+               progress: Progress | None) -> dict[str, Any]:
+    """Partition (or resume the saved assignment) and write and commit the generation."""
+    saved = _resumable_assignment(staging, generation, run)
+    # A new assignment's state is written on a thread beside the route and the edge
+    # stores (one core's work while theirs leave room); the commit waits for it. A
+    # run killed before it is finished finds no staged state and partitions again.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="asepr-state") as state_pool:
+        state_pending = None
+        if saved is None:
+            saved, state_pending = _assign(staging, generation, run, state_pool, client=client,
+                                           progress=progress)
+        else:
+            log.warning("resuming: reusing the saved assignment of generation %d", generation)
+        saved.timings = {**saved.timings, "validate": run.validate_seconds}
+        return write_generation(
+            staging, saved, input_info=run.input_info, run_key=run.run_key, generation=generation,
+            halo=run.halo, client=client, progress=progress, timings=dict(saved.timings), node_table=run.table,
+            decoded_edges=run.decoded_edges, state_pending=state_pending,
+        )
 
 
 @dataclass

@@ -46,6 +46,7 @@ use the compression ratios measured in :mod:`storage.partition_store`.
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -70,6 +71,7 @@ from pipeline.store.route import route_needs
 from pipeline.stream import stream_ways
 from storage.errors import AseprError, InputError, format_problem
 from storage.input import InputDir, open_input, open_parquet
+from storage.location import is_local_url
 from storage.schema import check_node_schema, feature_matrix
 
 __all__ = [
@@ -87,6 +89,9 @@ __all__ = [
 
 
 # --- process baselines (measured on the synthetic graphs: docs/results/plan) ----------------
+#: The stages whose kept bytes are the partition stores: with a remote output their
+#: tasks write them into the object store, so they take no local scratch.
+STORE_STAGES = frozenset({"finalize edges", "finalize nodes"})
 #: What a run adds to the planning process before its first O(|V|) array: the numba
 #: kernels it compiles or loads from the cache.
 KERNELS_BASE = 60 * MIB
@@ -269,8 +274,12 @@ class RunPlan:
         Everything staged under the output until the commit (its disk peak).
     committed_bytes
         What stays after the commit: the stores, ``state.zarr`` and the node map.
+    scratch_bytes
+        The local disk peak when the output is remote (:data:`STORE_STAGES` write
+        their stores into the object store, never to the local disk).
     free_memory, free_disk
-        Available memory and free disk of the output's filesystem (None until
+        Available memory and free disk of the output's filesystem, or of the local
+        scratch directory ``disk_at`` for a remote output (None until
         :meth:`with_resources`).
     """
 
@@ -285,7 +294,10 @@ class RunPlan:
     halo: int
     staging_bytes: int
     committed_bytes: int
+    scratch_bytes: int = 0
     out: str | None = None
+    remote_output: bool = False
+    disk_at: str | None = None
     free_memory: int | None = None
     free_disk: int | None = None
     notes: tuple[str, ...] = field(default=())
@@ -305,13 +317,17 @@ class RunPlan:
 
     @property
     def disk_bytes(self) -> int:
-        """Disk the run needs on the output's filesystem."""
-        return self.staging_bytes
+        """Local disk the run needs: under the output, or in the scratch of a remote output."""
+        return self.scratch_bytes if self.remote_output else self.staging_bytes
 
-    def with_resources(self, out: str | Path) -> RunPlan:
-        """This plan with the free memory and disk of this machine filled in."""
-        return replace(self, out=str(out), free_memory=free_memory_bytes(),
-                       free_disk=free_disk_bytes(out))
+    def with_resources(self, out: str | Path, *, remote_output: bool = False,
+                       scratch: str | Path | None = None) -> RunPlan:
+        """This plan with the free memory and local disk of this machine filled in: the
+        output's filesystem, or for a ``remote_output`` the local ``scratch`` directory
+        (default: the system's temporary directory), never the object store."""
+        disk_at = str(out) if not remote_output else str(scratch or tempfile.gettempdir())
+        return replace(self, out=str(out), remote_output=remote_output, disk_at=disk_at,
+                       free_memory=free_memory_bytes(), free_disk=free_disk_bytes(disk_at))
 
     def shortfalls(self) -> list[str]:
         """What does not fit: each need next to what is free (empty when it all fits)."""
@@ -320,8 +336,10 @@ class RunPlan:
             found.append(f"a peak memory of {human_bytes(self.peak_bytes)} (stage {self.peak.name}) "
                          f"with {human_bytes(self.free_memory)} available")
         if self.free_disk is not None and self.disk_bytes > self.free_disk:
-            found.append(f"{human_bytes(self.disk_bytes)} of disk (spills, stores, state, node map) "
-                         f"with {human_bytes(self.free_disk)} free at {self.out}")
+            what = "local scratch (spills, decoded input, state, node map)" if self.remote_output else \
+                "disk (spills, stores, state, node map)"
+            found.append(f"{human_bytes(self.disk_bytes)} of {what} "
+                         f"with {human_bytes(self.free_disk)} free at {self.disk_at}")
         return found
 
     def table(self) -> str:
@@ -348,12 +366,17 @@ def _table(plan: RunPlan) -> str:
                      f"{human_bytes(st.peak):>10s} {human_bytes(st.written):>10s}")
     lines.append(f"  {'total':24s} {'':>10s} {'':>10s} {human_bytes(plan.peak_bytes):>10s} "
                  f"{human_bytes(plan.written_bytes):>10s}")
-    lines.append(f"  peak memory {human_bytes(plan.peak_bytes)} (stage {plan.peak.name}); disk "
-                 f"{human_bytes(plan.staging_bytes)} staged under the output until the commit, "
-                 f"{human_bytes(plan.committed_bytes)} committed")
+    if plan.remote_output:
+        lines.append(f"  peak memory {human_bytes(plan.peak_bytes)} (stage {plan.peak.name}); local scratch "
+                     f"{human_bytes(plan.scratch_bytes)}; {human_bytes(plan.committed_bytes)} written to the store "
+                     f"{plan.out}")
+    else:
+        lines.append(f"  peak memory {human_bytes(plan.peak_bytes)} (stage {plan.peak.name}); disk "
+                     f"{human_bytes(plan.staging_bytes)} staged under the output until the commit, "
+                     f"{human_bytes(plan.committed_bytes)} committed")
     if plan.free_memory is not None:
         lines.append(f"  available memory {human_bytes(plan.free_memory)}; free disk "
-                     f"{human_bytes(plan.free_disk)} at {plan.out}")
+                     f"{human_bytes(plan.free_disk)} at {plan.disk_at}" + (" (scratch)" if plan.remote_output else ""))
         short = plan.shortfalls()
         lines.append("  does not fit: " + "; ".join(short) if short else "  fits this machine")
     lines += [f"  note: {n}" for n in plan.notes]
@@ -485,10 +508,12 @@ def plan_run(
     stages = _compose(needs, base=base, workers=workers, threads=threads, remote=remote)
     # Everything staged coexists until the commit, but for what a stage removes (after
     # its own writes): the peak over the stages.
-    staging = on_disk = 0.0
-    for _, need in needs:
+    staging = on_disk = scratch = stored = 0.0
+    for name, need in needs:
         on_disk += need.written
         staging = max(staging, on_disk)
+        stored += need.kept if name in STORE_STAGES else 0.0
+        scratch = max(scratch, on_disk - stored)
         on_disk -= need.removed
     committed = sum(need.kept for _, need in needs)
     notes = []
@@ -499,7 +524,7 @@ def plan_run(
     return RunPlan(
         sizes=sizes, config=run, stages=stages, replication_factor=rf, rf_source=rf_source,
         workers=0 if remote else workers, threads=threads, remote=remote, halo=int(halo),
-        staging_bytes=int(staging), committed_bytes=int(committed), notes=tuple(notes),
+        staging_bytes=int(staging), committed_bytes=int(committed), scratch_bytes=int(scratch), notes=tuple(notes),
     )
 
 
@@ -513,6 +538,7 @@ def plan_partition(
     remote: bool = False,
     replication_factor: float | None = None,
     storage_options: dict | None = None,
+    scratch: str | Path | None = None,
 ) -> RunPlan:
     """The plan of ``asepr partition SOURCE OUT`` on this machine, with its free resources.
 
@@ -523,7 +549,8 @@ def plan_partition(
     source
         The input directory (or an opened :class:`~storage.input.InputDir`).
     out
-        The output directory (it need not exist): its filesystem's free disk is checked.
+        The output directory (it need not exist): its filesystem's free disk is checked;
+        for an object-store URL, the free disk of the local ``scratch`` directory.
     config, halo, workers, remote, replication_factor
         As :func:`plan_run`; ``config`` is resolved against the input's ``meta.json``.
 
@@ -535,7 +562,7 @@ def plan_partition(
     sizes = input_sizes(source)
     plan = plan_run(sizes, config.resolved(source), halo=halo, workers=workers, remote=remote,
                     replication_factor=replication_factor, driver_base=process_baseline())
-    return plan.with_resources(out)
+    return plan.with_resources(out, remote_output=not is_local_url(out, storage_options), scratch=scratch)
 
 
 # --- the resources and the check ----------------------------------------------------------------

@@ -258,8 +258,10 @@ def write_bytes_atomic(
         Its new content.
     fs
         The filesystem of ``path``; None (or a local filesystem) writes locally through
-        :func:`atomic_file`. On another filesystem the bytes go to a unique temporary
-        name first (``fs.pipe``), which is then moved into place (``fs.mv``).
+        :func:`atomic_file`. On another filesystem (an object store) the bytes go out
+        in one PUT (``fs.pipe``): an object store replaces an object atomically, so a
+        reader gets the old bytes or the new ones, and there is no rename to make
+        (``mv`` is a copy and a delete there, two requests that a crash can split).
     durable
         Local only: fsync the file and its directory (see :func:`atomic_file`).
 
@@ -272,9 +274,7 @@ def write_bytes_atomic(
         with atomic_file(path, durable=durable) as fh:
             fh.write(data)
         return
-    tmp = _sibling(str(path), "partial")
-    fs.pipe(tmp, data)
-    fs.mv(tmp, str(path))
+    fs.pipe(str(path), data)
 
 
 def write_json_atomic(path: str | Path, obj: Any, *, fs: fsspec.AbstractFileSystem | None = None) -> None:

@@ -70,7 +70,8 @@ from storage.manifest import (
     write_manifest,
 )
 from storage.npy import load_npy
-from storage.partition_store import checksum_problems, open_store, store_bytes
+from storage.location import remove_tree, tree_bytes, tree_exists
+from storage.partition_store import checksum_problems, open_store
 from storage.state import STATE_NAME
 
 __all__ = [
@@ -198,6 +199,9 @@ class Staging:
         The staging directory is a symbolic link.
     """
 
+    #: Options of the filesystem the stores are written to (a remote output's).
+    storage_options: dict | None = None
+
     def __init__(self, out: Path):
         self.out = Path(out)
         self.root = self.out / STAGING_NAME
@@ -295,21 +299,21 @@ def finished_entry(staging: Staging, p: int, attrs: dict[str, Any]) -> dict[str,
     A store whose attributes differ from ``attrs`` (another run) or whose checksums
     fail is deleted, and None is returned: the partition is written again.
     """
-    path = staging.store(p)
-    if not path.exists():
+    path, options = staging.store(p), staging.storage_options
+    if not tree_exists(path, options):
         return None
     try:
-        store = open_store(path)
+        store = open_store(path, storage_options=options)
         same = all(store.attrs.get(k) == v for k, v in attrs.items()) and store.part_id == p
         problems = checksum_problems(store) if same else ["attributes of another run"]
     except AseprError as exc:
         problems = [str(exc)]
     if problems:
         log.warning("discarding the unfinished or damaged store %s: %s", path, "; ".join(problems))
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path, options)
         return None
     return {"part_id": p, "checksum": store.attrs["checksum"], "counts": store.attrs["counts"],
-            "bytes": store_bytes(path)}
+            "bytes": tree_bytes(path, options)}
 
 
 def finished_entries(staging: Staging, parts: Iterable[int], attrs: dict[str, Any]) -> dict[int, dict]:
@@ -350,7 +354,7 @@ def write_node_map(staging: Staging, parts: Iterable[int], master_part: np.ndarr
         A node is mastered by two partitions, or by none.
     """
     for p in parts:
-        store = open_store(staging.store(p))
+        store = open_store(staging.store(p), storage_options=staging.storage_options)
         global_nid = store.global_nid[...]
         is_master = store.is_master[...]
         mastered = global_nid[is_master]

@@ -40,10 +40,9 @@ from storage.partition_store import (
     CHUNK_BYTES,
     ArrayWriter,
     combine_digests,
-    create_store,
-    store_bytes,
     write_array,
 )
+from storage.location import create_group, open_group_rw, remove_tree, tree_bytes
 
 __all__ = ["finalize_edges", "finalize_edges_needs", "finalize_nodes", "finalize_nodes_from_table",
            "finalize_nodes_needs", "finish_store", "row_index", "sweep_groups", "write_structure"]
@@ -56,15 +55,16 @@ _SWEEP_BYTES = 16 << 20
 _ID_SLICE = 1 << 16
 
 
-def write_structure(store_path: Path, global_nid: np.ndarray, is_master: np.ndarray, indptr: np.ndarray,
-                    indices: np.ndarray, is_halo: np.ndarray | None) -> dict[str, str]:
+def write_structure(store_path: Path | str, global_nid: np.ndarray, is_master: np.ndarray, indptr: np.ndarray,
+                    indices: np.ndarray, is_halo: np.ndarray | None,
+                    storage_options: dict | None = None) -> dict[str, str]:
     """Create the partition's store afresh and write its node ids, master flags and CSR.
 
-    Any leftover of an earlier attempt at ``store_path`` is removed first; ``is_halo``
-    is written only for ``--halo 1``. Returns each array's digest.
+    Any leftover of an earlier attempt at ``store_path`` (a local path or a URL) is
+    removed first; ``is_halo`` is written only for ``--halo 1``. Returns each array's digest.
     """
-    shutil.rmtree(store_path, ignore_errors=True)
-    group = create_store(store_path)
+    remove_tree(store_path, storage_options)
+    group = create_group(store_path, storage_options)
     digests = {
         "nodes/global_nid": write_array(group, "nodes/global_nid", global_nid),
         "nodes/is_master": write_array(group, "nodes/is_master", is_master),
@@ -125,6 +125,7 @@ def finalize_edges(
     global_nid_path: str,
     halo: int,
     narrow: bool = False,
+    storage_options: dict | None = None,
 ) -> dict[str, Any]:
     """Write partition ``part_id``'s node ids, master flags and CSR into a new store.
 
@@ -135,7 +136,8 @@ def finalize_edges(
     master_path
         The ``int32 [N]`` master array (``.npy``).
     store_path
-        The store's temporary path (created afresh).
+        The store's temporary path (created afresh): a local path, or a URL of the
+        output's object store, opened with ``storage_options``.
     global_nid_path
         Where to save the sorted ``global_nid`` array for the node gather.
     narrow
@@ -183,7 +185,8 @@ def finalize_edges(
     del key
     is_master = np.asarray(master[global_nid]) == part_id
 
-    digests = write_structure(store_path, global_nid, is_master, indptr, indices, is_halo if halo else None)
+    digests = write_structure(store_path, global_nid, is_master, indptr, indices, is_halo if halo else None,
+                              storage_options)
     save_npy_atomic(global_nid_path, global_nid)
     counts = {
         "nodes": int(n),
@@ -238,6 +241,7 @@ def finalize_nodes(
     final_path: str,
     feat_dim: int,
     attrs: dict[str, Any],
+    storage_options: dict | None = None,
 ) -> dict[str, Any]:
     """Write partition ``part_id``'s node rows and attributes, then rename it into place.
 
@@ -263,7 +267,7 @@ def finalize_nodes(
     del filled
     order = np.argsort(local, kind="stable")
     del local
-    group = zarr.open_group(store_path, mode="r+")
+    group = open_group_rw(store_path, storage_options)
     digests = dict(edges_info["digests"])
     x_writer = ArrayWriter(group, "nodes/x", (n, feat_dim), np.float32)
     y = np.empty(n, dtype=np.int64)
@@ -286,7 +290,7 @@ def finalize_nodes(
     digests["nodes/x"] = x_writer.close()
     del order, files, records
     return finish_store(group, part_id, edges_info, digests, y, split, feat_dim=feat_dim, attrs=attrs,
-                        store_path=store_path, final_path=final_path)
+                        store_path=store_path, final_path=final_path, storage_options=storage_options)
 
 
 class _Column:
@@ -317,11 +321,11 @@ class _Swept:
     passes them, and its ``x``, ``y`` and ``split`` written a block at a time."""
 
     def __init__(self, part_id: int, edges_info: dict[str, Any], global_nid_path: str, store_path: str,
-                 table: NodeTable):
+                 table: NodeTable, storage_options: dict | None = None):
         self.part_id, self.edges_info = part_id, edges_info
         self.n = edges_info["counts"]["nodes"]
         self.ids = _IdReader(global_nid_path, part_id, self.n, table.num_nodes)
-        self.group = zarr.open_group(store_path, mode="r+")
+        self.group = open_group_rw(store_path, storage_options)
         self.columns = {"x": _Column(self.group, "nodes/x", (self.n, table.feat_dim), np.float32),
                         "y": _Column(self.group, "nodes/y", (self.n,), np.int64),
                         "split": _Column(self.group, "nodes/split", (self.n,), np.int8)}
@@ -434,6 +438,7 @@ def finalize_nodes_from_table(
     final_paths: list[str],
     attrs: dict[str, Any],
     ways: int = 1,
+    storage_options: dict | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`finalize_nodes` for several partitions, their rows taken from the
     validator's decoded node table (:mod:`storage.node_table`) in one sequential sweep.
@@ -447,7 +452,7 @@ def finalize_nodes_from_table(
     partition, one slice of each one's ids and two steps of the table, whatever |V|.
     Returns the manifest entries.
     """
-    swept = [_Swept(p, info, path, store, table)
+    swept = [_Swept(p, info, path, store, table, storage_options)
              for p, info, path, store in zip(part_ids, edges_infos, global_nid_paths, store_paths)]
     todo = [s for s in swept if s.n]
     groups = [[todo[i] for i in group] for group in sweep_groups({i: s.n for i, s in enumerate(todo)}, ways)]
@@ -459,7 +464,8 @@ def finalize_nodes_from_table(
     def finish(s: _Swept, final_path: str, store_path: str) -> dict[str, Any]:
         digests = {**s.edges_info["digests"], **s.digests()}
         return finish_store(s.group, s.part_id, s.edges_info, digests, None, None, feat_dim=table.feat_dim,
-                            attrs=attrs, store_path=store_path, final_path=final_path)
+                            attrs=attrs, store_path=store_path, final_path=final_path,
+                            storage_options=storage_options)
 
     with ThreadPoolExecutor(max_workers=max(1, len(groups)), thread_name_prefix="asepr-sweep") as pool:
         for start, stop, rows in _table_steps(table, _SWEEP_BYTES if todo else 0):
@@ -470,13 +476,15 @@ def finalize_nodes_from_table(
 
 def finish_store(group: zarr.Group, part_id: int, edges_info: dict[str, Any], digests: dict[str, str],
                  y: np.ndarray | None, split: np.ndarray | None, *, feat_dim: int, attrs: dict[str, Any],
-                 store_path: str, final_path: str) -> dict[str, Any]:
+                 store_path: str, final_path: str, storage_options: dict | None = None) -> dict[str, Any]:
     """Write a store's labels and splits (None: written already), then its attributes and
     checksum; rename it into place.
 
     ``digests`` holds the digests of every array written so far (structure and
     ``nodes/x``). The attributes are written last, so a store without them is
-    unfinished; the rename to ``final_path`` marks it finished.
+    unfinished; the rename to ``final_path`` marks it finished. A store in an object
+    store is written where it stays (``final_path == store_path``, no rename there):
+    its attributes, one PUT written last, are what marks it finished.
 
     Returns
     -------
@@ -502,10 +510,12 @@ def finish_store(group: zarr.Group, part_id: int, edges_info: dict[str, Any], di
             "checksum": checksum,
         }
     )
-    shutil.rmtree(final_path, ignore_errors=True)
-    os.rename(store_path, final_path)
+    if str(store_path) != str(final_path):
+        shutil.rmtree(final_path, ignore_errors=True)
+        os.rename(store_path, final_path)
     failpoints.failpoint("between-commits")
-    return {"part_id": int(part_id), "checksum": checksum, "counts": counts, "bytes": store_bytes(final_path)}
+    return {"part_id": int(part_id), "checksum": checksum, "counts": counts,
+            "bytes": tree_bytes(final_path, storage_options)}
 
 
 def finalize_edges_needs(s: RunShape) -> Need:

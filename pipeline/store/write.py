@@ -28,7 +28,6 @@ A rerun after a crash, with the same run key (same input bytes, config and halo)
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -44,6 +43,7 @@ from pipeline.store.commit import (
     recover_journal,
     write_node_map,
 )
+from pipeline.store.generations import RemoteStaging
 from pipeline.store.output_dir import writable_output
 from pipeline.store.finalize import finalize_edges, finalize_nodes, finalize_nodes_from_table, sweep_groups
 from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
@@ -63,6 +63,7 @@ from pipeline.store.tasks import Progress, run_tasks, task_slots, timed, worker_
 from storage.decoded import remove_decoded
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard
+from storage.location import remove_tree
 from storage.manifest import MANIFEST_FORMAT, MANIFEST_VERSION, NODE_MAP_NAME, part_name, read_manifest
 from storage.node_table import NodeTable
 from storage.resources import peak_rss_bytes
@@ -131,11 +132,12 @@ def _route_and_finalize_edges(staging: Staging, saved: SavedAssignment, todo: li
         remove_decoded(decoded_edges)
     with timed("finalize edges", timings, client) as info:
         for p in todo:
-            shutil.rmtree(staging.partial_store(p), ignore_errors=True)
+            remove_tree(staging.partial_store(p), staging.storage_options)
         calls = [
             ((p,), {"route_spills": route_spills, "master_path": saved.master_path,
                     "store_path": str(staging.partial_store(p)),
-                    "global_nid_path": str(staging.global_nid_path(p)), "halo": halo, "narrow": narrow})
+                    "global_nid_path": str(staging.global_nid_path(p)), "halo": halo, "narrow": narrow,
+                    "storage_options": staging.storage_options})
             for p in todo
         ]
         edge_infos = run_tasks("finalize edges", finalize_edges, calls, client, progress)
@@ -163,7 +165,7 @@ def _gather_and_finalize_nodes(staging: Staging, saved: SavedAssignment, todo: l
                  {"table": node_table, "global_nid_paths": [str(staging.global_nid_path(p)) for p in group],
                   "store_paths": [str(staging.partial_store(p)) for p in group],
                   "final_paths": [str(staging.store(p)) for p in group], "attrs": attrs,
-                  "ways": 1 if client else slots})
+                  "ways": 1 if client else slots, "storage_options": staging.storage_options})
                 for group in groups if group
             ]
             entries = [e for group in run_tasks("finalize nodes", finalize_nodes_from_table, calls, client, progress)
@@ -180,7 +182,8 @@ def _gather_and_finalize_nodes(staging: Staging, saved: SavedAssignment, todo: l
         gather_spills = [node_spill_paths(staging.gather, j) for j in range(len(saved.node_shards))]
         calls = [
             ((p, e), {"gather_spills": gather_spills, "store_path": str(staging.partial_store(p)),
-                      "final_path": str(staging.store(p)), "feat_dim": feat_dim, "attrs": attrs})
+                      "final_path": str(staging.store(p)), "feat_dim": feat_dim, "attrs": attrs,
+                      "storage_options": staging.storage_options})
             for p, e in zip(todo, edge_infos)
         ]
         entries = run_tasks("finalize nodes", finalize_nodes, calls, client, progress)
@@ -245,10 +248,13 @@ def write_generation(
     and the route reads ``decoded_edges`` when given (:func:`_route_and_finalize_edges`).
     ``state_pending`` is the state being written on a thread: the commit waits for it
     (and raises its error)."""
-    out = staging.out
+    remote = isinstance(staging, RemoteStaging)
+    out = staging.target.url if remote else staging.out
     k = saved.num_parts
     feat_dim = int(input_info["feat_dim"])
     attrs = {"num_parts": k, "generation": generation, "undirected": saved.undirected, "halo": halo}
+    if remote:
+        staging.bind_assignment(saved.digest)
     entries = finished_entries(staging, range(k), attrs)
     resumed = sorted(entries)
     todo = [p for p in range(k) if p not in entries]
@@ -278,6 +284,16 @@ def write_generation(
 
     if state_pending is not None:
         state_pending.result()
+    if remote:
+        with timed("commit", timings, client):
+            state = state_identity(staging.state_path)
+            manifest = _partition_manifest(
+                saved, input_info=input_info, run_key=run_key, generation=generation, halo=halo, entries=entries,
+                resumed=resumed, node_map_sha=node_map_sha, state=state if state and state[0] == generation else None,
+                timings=timings, client=client)
+            manifest = staging.publish(manifest, generation)
+        log.info("committed generation %d of %s: %d partitions", generation, out, k)
+        return manifest
     with timed("commit", timings, client):
         old = read_manifest(out, missing_ok=True)
         old_names = {e["path"] for e in old["partitions"]} if old else set()

@@ -88,6 +88,7 @@ from pipeline.verify.nodes import (
 )
 from pipeline.verify.state import ReplicaBits, load_state, state_masters_problems, state_partition_problems
 from pipeline.verify.stores import PartitionScan, owned_edge_keys, scan_partition
+from storage.confine import confined_join
 from storage.errors import AseprError, InputError, format_problem
 from storage.fs import discover_shards, fingerprint, join, resolve, url_of
 from storage.input import open_input
@@ -568,7 +569,14 @@ def _check_node_map(out, manifest, storage_options, master_part, master_local, p
     fs, base = resolve(out, storage_options)
     want = manifest.get("node_map", {}).get("sha256")
     path = None
-    for cand in (join(base, NODE_MAP_NAME), join(base, STAGING_NAME, OLD_DIR, NODE_MAP_NAME)):
+    named = manifest.get("node_map", {}).get("path", NODE_MAP_NAME)
+    try:
+        committed = confined_join(fs, base, named, what=f"manifest {url_of(fs, join(base, 'manifest.json'))} "
+                                                        "(node_map path)")
+    except AseprError as exc:
+        problems.add("node_map", str(exc))
+        return
+    for cand in (committed, join(base, STAGING_NAME, OLD_DIR, NODE_MAP_NAME)):
         if fs.exists(cand):
             h = hashlib.sha256()
             with fs.open(cand, "rb") as fh:
