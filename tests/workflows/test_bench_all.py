@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pyarrow.parquet as pq
+import pytest
 
 from workflows.bench_all import DEFAULT_STRATEGY
 from workflows.cli import main
 
 
+@pytest.mark.slow  # every phase end to end; the phases have their own default tests
 def test_bench_all_quick_writes_every_part(tmp_path, capsys, monkeypatch):
     # From another directory, with a relative --out: the trainers and bench phases
     # run as child processes and must get absolute paths.

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from workflows.cli import main
 
@@ -26,6 +27,7 @@ def _asepr(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedP
     )
 
 
+@pytest.mark.slow  # the README's install command runs `asepr demo` itself
 def test_demo_runs_from_any_directory(tmp_path):
     result = _asepr("demo", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
