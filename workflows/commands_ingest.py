@@ -24,7 +24,8 @@ def register(subparsers, add_common) -> None:
     p.add_argument("out", help="output directory of `asepr partition`")
     p.add_argument("new_edges", help="new edge shards: a directory, glob or file of Parquet with int64 columns "
                                       "src, dst in the output's node ids (new nodes from its next free id, "
-                                      "given with --nodes); text edge lists are refused with what to do")
+                                      "given with --nodes), or a CSV/TSV edge list in the input's original ids, "
+                                      "mapped through its id_map.parquet (new ids appended to it)")
     p.add_argument("--nodes", help="new node shards (ids from the output's next free id on)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_dask_arguments(p)

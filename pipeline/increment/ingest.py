@@ -32,6 +32,10 @@ to assign the new edges:
    (:mod:`pipeline.increment.generation`). A killed ingest leaves generation g intact and a
    rerun completes it.
 
+New edges may also come as a text edge list in the original ids of an imported input:
+they are mapped through its ``id_map.parquet`` first, and the ids it lacks become new
+nodes appended to it (:mod:`pipeline.increment.text_edges`).
+
 Memory: the state, O(N) (as the assignment stage of a full run), plus a batch of
 edges; never all edges. The 1-hop locality of the new generation counts the old edges'
 incidences as they were measured at their commit (replicas only grow, so this is a
@@ -52,6 +56,7 @@ from pipeline.assign import EdgePartSink, iter_assigned, stream_assign
 from pipeline.stages.attr_cluster import AttrModel
 from pipeline.stages.degrees import compute_degrees
 from pipeline.increment.generation import Plan, load_plan, save_plan, write_increment
+from pipeline.increment.text_edges import TextIngest, commit_id_map, refuse_node_shards, text_ingest
 from pipeline.stages.mapping import place_new_communities
 from pipeline.stages.masters import choose_new_masters, count_new_edges_per_replica, replica_offsets
 from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
@@ -63,6 +68,7 @@ from pipeline.store.tasks import Progress, bar_for
 from storage.atomic import dumps_json
 from storage.errors import InputError, StoreError, format_problem
 from storage.fs import Shard, discover_shards, fingerprint
+from storage.importers.edge_increment import text_edge_files
 from storage.lock import OutputLock
 from storage.manifest import read_manifest
 from storage.npy import save_npy
@@ -331,55 +337,6 @@ def _discover(url, what: str, storage_options) -> list[Shard]:
     return discover_shards(url, what=what, storage_options=storage_options)
 
 
-_PARQUET_MAGIC = b"PAR1"
-#: The original-id map ``asepr import edgelist`` writes into the input it imports.
-ID_MAP_NAME = "id_map.parquet"
-
-
-def _text_sample(shard: Shard) -> str | None:
-    """The first line of ``shard`` when it is a text file rather than Parquet, else None."""
-    with shard.open("rb") as fh:
-        head = fh.read(512)
-    if head.startswith(_PARQUET_MAGIC) or b"\0" in head:
-        return None
-    try:
-        text = head.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    first = text.splitlines()[0] if text.strip() else ""
-    return first if any(sep in first for sep in (",", "\t", " ", ";")) else None
-
-
-def _refuse_text_edges(edge_shards: list[Shard], manifest: dict[str, Any]) -> None:
-    """Ingest reads Parquet edge shards in the output's node ids; say so for a text edge list.
-
-    An edge list of ``asepr import edgelist`` names nodes by their original ids, which
-    the input's ``id_map.parquet`` maps to node ids; ingest does not map them.
-    """
-    n = int(manifest["num_nodes"])
-    input_url = str((manifest.get("input") or {}).get("url") or "")
-    id_map = Path(input_url) / ID_MAP_NAME if input_url and "://" not in input_url else None
-    for shard in edge_shards:
-        first = _text_sample(shard)
-        if first is None:
-            continue
-        if id_map is not None and id_map.exists():
-            fix = (f"map each original id through {id_map} (columns original_id -> global_nid); an id not in it "
-                   f"is a new node, numbered from {n} on, whose row goes in a node shard given with --nodes; then "
-                   "write the edges as Parquet with int64 columns src, dst and ingest that.")
-        else:
-            fix = ("write the edges as Parquet with int64 columns src, dst (e.g. pyarrow.csv.read_csv, then "
-                   "pyarrow.parquet.write_table) and ingest that; `asepr import edgelist` numbers the nodes "
-                   "of a new input from 0, so it cannot convert an increment.")
-        raise InputError(format_problem(
-            f"new edge shard {shard.url}",
-            f"a Parquet file with int64 columns src, dst in the output's node ids (0..{n - 1}, and {n}.. for "
-            "new nodes given with --nodes)",
-            f"a text edge list (CSV/TSV) whose first line is {first[:80]!r}",
-            fix,
-        ))
-
-
 def ingest(
     out: str | Path,
     new_edges: str | Path,
@@ -396,9 +353,12 @@ def ingest(
     out
         The output directory of ``asepr partition`` (local).
     new_edges
-        New edge shards: a directory, glob or file (columns ``src``, ``dst``).
+        New edge shards: a directory, glob or file of Parquet (columns ``src``, ``dst`` in
+        node ids), or a text edge list as ``asepr import edgelist`` reads it, in the
+        input's original ids (:mod:`pipeline.increment.text_edges`).
     nodes
-        New node shards (ids ``N .. N+n-1``, from the output's next free id ``N``).
+        New node shards (ids ``N .. N+n-1``, from the output's next free id ``N``); not
+        with a text edge list, whose new ids ingest numbers itself.
     client
         A ``distributed.Client`` for the Dask stages; None runs them on local threads.
     progress
@@ -419,62 +379,68 @@ def ingest(
         (generation g stays intact; rerun the same command).
     """
     out_path = local_output(out, storage_options)
-    edge_shards = _discover(new_edges, "new edge shards", storage_options)
+    text_files = text_edge_files(new_edges, storage_options)
+    if text_files is not None:
+        refuse_node_shards(nodes)
+    edge_shards = _discover(new_edges, "new edge shards", storage_options) if text_files is None else []
     node_shards = _discover(nodes, "new node shards", storage_options) if nodes is not None else []
-    # A clear error before taking the lock of something that is no output, or of input it cannot read.
-    _refuse_text_edges(edge_shards, read_manifest(out_path))
+    read_manifest(out_path)  # a clear error before taking the lock of something that is no output
     with OutputLock(out_path), disk_errors(out_path):
-        start = time.perf_counter()
-        with stage("fingerprints", log):
-            edges_fp = _fingerprinted(edge_shards)
-            nodes_fp = _fingerprinted(node_shards)
-        manifest = read_manifest(out_path)
-        known = _known_shards(read_state_attrs(out_path, manifest))
-        staging = Staging(out_path)
-        run_key = _run_key(manifest, _split_new(edges_fp, known)[0], _split_new(nodes_fp, known)[0])
-        committed = recover_journal(staging, run_key)
-        if committed is not None:
-            return committed
-        manifest = read_manifest(out_path)
-        known = _known_shards(read_state_attrs(out_path, manifest))
-        new_e, skipped_e = _split_new(edges_fp, known)
-        new_n, skipped_n = _split_new(nodes_fp, known)
-        _report_skips(skipped_e + skipped_n, known)
-        if not new_e and not new_n:
-            log.warning("nothing new to ingest into %s: it stays at generation %d", out_path,
-                        manifest["generation"])
-            return manifest
-        run_key = _run_key(manifest, new_e, new_n)
-        algo = manifest.get("algorithm")
-        if algo == "metis":
-            raise StoreError(
-                format_problem(
-                    f"output {out_path}", "an output of a streaming algorithm (asep, 2ps-l, 2ps-hdrf, hdrf, "
-                    "dbh, greedy, hash)", 'algorithm "metis" (an in-memory offline reference)',
-                    "repartition the grown input with `asepr partition ... --overwrite`.",
-                )
-            )
-        first_id = int(manifest["num_nodes"])
-        report = validate_increment(
-            [s for s, _ in new_e], [s for s, _ in new_n], num_nodes=first_id,
-            feat_dim=int(manifest.get("feat_dim", 0)), undirected=bool(manifest.get("undirected", False)),
-        )
-        timings = {"validate": time.perf_counter() - start}
-        generation = int(manifest["generation"]) + 1
-        staging.open_run(run_key, generation, "ingest")
-        plan = load_plan(staging, run_key, generation, command="ingest", edge_sha256=[sha for _, sha in new_e],
-                         node_sha256=[sha for _, sha in new_n])
-        if plan is None:
-            staging.reset_work()
-            plan = _plan_ingest(out_path, manifest, staging, run_key, generation, new_e, new_n, report,
-                                skipped_e + skipped_n, client, progress, timings)
-        else:
-            log.warning("resuming: reusing the saved ingest plan of generation %d", generation)
-            _given_urls(plan, new_e, new_n)
-            timings.update(plan.timings)
-        return write_increment(staging, plan, old_manifest=manifest, client=client, progress=progress,
-                               timings=timings, edge_shards=[s for s, _ in new_e],
-                               node_shards=[s for s, _ in new_n])
+        if text_files is None:
+            return _ingest_locked(out_path, edge_shards, node_shards, None, client, progress)
+        with text_ingest(out_path, text_files, nodes, read_manifest(out_path), storage_options) as text:
+            return _ingest_locked(out_path, text.edge_shards, text.node_shards, text, client, progress)
+
+
+def _ingest_locked(out_path: Path, edge_shards: list[Shard], node_shards: list[Shard], text: TextIngest | None,
+                   client, progress) -> dict[str, Any]:
+    """:func:`ingest` once the output is locked (``text``: the shards came from a text edge list)."""
+    start = time.perf_counter()
+    with stage("fingerprints", log):
+        edges_fp = _fingerprinted(edge_shards)
+        nodes_fp = _fingerprinted(node_shards)
+    manifest = read_manifest(out_path)
+    known = _known_shards(read_state_attrs(out_path, manifest))
+    staging = Staging(out_path)
+    run_key = _run_key(manifest, _split_new(edges_fp, known)[0], _split_new(nodes_fp, known)[0])
+    committed = recover_journal(staging, run_key)
+    if committed is not None:
+        return committed
+    manifest = read_manifest(out_path)
+    known = _known_shards(read_state_attrs(out_path, manifest))
+    new_e, skipped_e = _split_new(edges_fp, known)
+    new_n, skipped_n = _split_new(nodes_fp, known)
+    _report_skips(skipped_e + skipped_n, known)
+    if not new_e and not new_n:
+        log.warning("nothing new to ingest into %s: it stays at generation %d", out_path, manifest["generation"])
+        return manifest
+    run_key = _run_key(manifest, new_e, new_n)
+    if manifest.get("algorithm") == "metis":
+        raise StoreError(format_problem(
+            f"output {out_path}", "an output of a streaming algorithm (asep, 2ps-l, 2ps-hdrf, hdrf, dbh, greedy, "
+            "hash)", 'algorithm "metis" (an in-memory offline reference)',
+            "repartition the grown input with `asepr partition ... --overwrite`.",
+        ))
+    report = validate_increment(
+        [s for s, _ in new_e], [s for s, _ in new_n], num_nodes=int(manifest["num_nodes"]),
+        feat_dim=int(manifest.get("feat_dim", 0)), undirected=bool(manifest.get("undirected", False)),
+    )
+    timings = {"validate": time.perf_counter() - start}
+    generation = int(manifest["generation"]) + 1
+    staging.open_run(run_key, generation, "ingest")
+    plan = load_plan(staging, run_key, generation, command="ingest", edge_sha256=[sha for _, sha in new_e],
+                     node_sha256=[sha for _, sha in new_n])
+    if plan is None:
+        staging.reset_work()
+        plan = _plan_ingest(out_path, manifest, staging, run_key, generation, new_e, new_n, report,
+                            skipped_e + skipped_n, client, progress, timings, text)
+    else:
+        log.warning("resuming: reusing the saved ingest plan of generation %d", generation)
+        _given_urls(plan, new_e, new_n)
+        timings.update(plan.timings)
+    commit_id_map(text)
+    return write_increment(staging, plan, old_manifest=manifest, client=client, progress=progress,
+                           timings=timings, edge_shards=[s for s, _ in new_e], node_shards=[s for s, _ in new_n])
 
 
 def _given_urls(plan: Plan, new_e: list, new_n: list) -> None:
@@ -488,7 +454,7 @@ def _given_urls(plan: Plan, new_e: list, new_n: list) -> None:
 
 
 def _plan_ingest(out_path, manifest, staging, run_key, generation, new_e, new_n, report, skipped,
-                 client, progress, timings) -> Plan:
+                 client, progress, timings, text: TextIngest | None) -> Plan:
     with bar_for(progress, "assign", 1) as bar:
         t0 = time.perf_counter()
         state = read_state(out_path, manifest)
@@ -531,7 +497,9 @@ def _plan_ingest(out_path, manifest, staging, run_key, generation, new_e, new_n,
         "off_community_edges": info["off_community_edges"],
         "skipped": [s.url for s, _ in skipped],
     }
-    metrics["ingest"] = {k: v for k, v in record.items() if k not in ("edges", "nodes", "skipped", "generation")}
+    if text is not None:
+        record["edge_list"] = text.source()
+    metrics["ingest"] = {k: v for k, v in record.items() if k not in ("edges", "nodes", "skipped", "generation", "edge_list")}
     plan = Plan(
         kind="ingest", generation=generation, num_nodes=cont.num_nodes, num_old_nodes=int(manifest["num_nodes"]),
         num_edges=int(cont.num_edges), edge_shards=[s.url for s, _ in new_e], node_shards=[s.url for s, _ in new_n],

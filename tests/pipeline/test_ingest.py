@@ -354,45 +354,6 @@ def _unchanged(out: Path, before: bytes) -> None:
     assert verify_output(out).ok
 
 
-def test_new_edges_as_a_csv_file_are_refused_with_what_ingest_needs(gen1, tmp_path):
-    out = _copy(gen1, tmp_path / "out")
-    before = (out / "manifest.json").read_bytes()
-    csv = tmp_path / "new.csv"
-    csv.write_text("src,dst\n0,1\n2,3\n")
-    n = read_manifest(out)["num_nodes"]
-    with pytest.raises(InputError) as info:
-        ingest(out, csv)
-    message = str(info.value)
-    assert f"new edge shard {csv}" in message and "a text edge list (CSV/TSV) whose first line is 'src,dst'" in message
-    assert f"int64 columns src, dst in the output's node ids (0..{n - 1}" in message
-    assert "write the edges as Parquet" in message and "not Parquet" not in message
-    _unchanged(out, before)
-
-
-def test_new_edges_in_the_original_ids_of_an_imported_edge_list_name_the_id_map(tmp_path, capsys):
-    from storage.importers import import_dataset
-    from workflows.cli import main
-
-    rng = np.random.default_rng(0)
-    names = [f"user-{i}" for i in range(60)]
-    lines = [f"{names[i]}\t{names[(i + 1) % 60]}" for i in range(60)]
-    lines += [f"{names[a]}\t{names[b]}" for a, b in rng.integers(0, 60, (120, 2)) if a != b]
-    (tmp_path / "graph.tsv").write_text("\n".join(lines) + "\n")
-    import_dataset("edgelist", tmp_path / "graph.tsv", tmp_path / "in")
-    assert (tmp_path / "in" / "id_map.parquet").exists()
-    out = tmp_path / "out"
-    partition_to_store(tmp_path / "in", out, PartitionConfig(num_parts=2, algo="hdrf"))
-    before = (out / "manifest.json").read_bytes()
-    new = tmp_path / "new.tsv"
-    new.write_text("user-3\tuser-7\nuser-60\tuser-1\n")
-    assert main(["ingest", str(out), str(new), "--no-progress"]) == 1
-    err = capsys.readouterr().err
-    assert f"new edge shard {new}" in err and "Traceback" not in err
-    assert f"map each original id through {tmp_path / 'in' / 'id_map.parquet'}" in err
-    assert "numbered from 60 on" in err and "--nodes" in err
-    _unchanged(out, before)
-
-
 def test_an_edge_to_an_unknown_node_fails_and_writes_nothing(gen1, tmp_path):
     out = _copy(gen1, tmp_path / "out")
     before = (out / "manifest.json").read_bytes()

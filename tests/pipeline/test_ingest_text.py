@@ -1,0 +1,181 @@
+"""Ingest of text edge lists in the original ids of an imported input (mapped through its id map)."""
+
+from __future__ import annotations
+
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline import ingest
+from pipeline.config import PartitionConfig
+from pipeline.increment.text_edges import TEXT_WORK_NAME
+from pipeline.partition_run import partition_to_store
+from pipeline.verify import verify_output
+from storage.errors import InputError
+from storage.importers import import_dataset
+from storage.manifest import LOCK_NAME, STAGING_NAME, read_manifest
+from tests.pipeline.ingest_cases import edge_multiset
+
+NAMES = [f"user-{i:02d}" for i in range(60)]
+
+
+def _edge_list(path: Path, pairs, header: str = "src\tdst") -> Path:
+    path.write_text("\n".join([header, *(f"{a}\t{b}" for a, b in pairs)]) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory) -> dict:
+    """An edge list of string ids imported (with its id map) and partitioned (k=2, hdrf)."""
+    root = tmp_path_factory.mktemp("text")
+    rng = np.random.default_rng(0)
+    pairs = [(NAMES[i], NAMES[(i + 1) % 60]) for i in range(60)]
+    pairs += [(NAMES[a], NAMES[b]) for a, b in rng.integers(0, 60, (120, 2)) if a != b]
+    _edge_list(root / "graph.tsv", pairs)
+    import_dataset("edgelist", root / "graph.tsv", root / "in")
+    partition_to_store(root / "in", root / "out", PartitionConfig(num_parts=2, algo="hdrf"))
+    return {"root": root, "pairs": pairs}
+
+
+def _fresh(imported: dict, tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the input and of its output, the output's manifest pointing at the copy."""
+    src = imported["root"]
+    shutil.copytree(src / "in", tmp_path / "in")
+    shutil.copytree(src / "out", tmp_path / "out")
+    manifest = tmp_path / "out" / "manifest.json"
+    manifest.write_text(manifest.read_text().replace(str(src / "in"), str(tmp_path / "in")))
+    return tmp_path / "in", tmp_path / "out"
+
+
+def _id_map(input_dir: Path) -> dict:
+    table = pq.read_table(input_dir / "id_map.parquet")
+    return dict(zip(table.column("original_id").to_pylist(), table.column("global_nid").to_pylist()))
+
+
+def _clean(out: Path) -> None:
+    assert not (out / STAGING_NAME).exists() and not (out / LOCK_NAME).exists()
+    assert not (out / TEXT_WORK_NAME).exists()
+    report = verify_output(out)
+    assert report.ok, report.summary()
+
+
+def test_a_tsv_in_original_ids_is_mapped_and_its_new_ids_appended_to_the_id_map(imported, tmp_path):
+    input_dir, out = _fresh(imported, tmp_path)
+    before = _id_map(input_dir)
+    old_edges = edge_multiset(out)
+    new = [("user-03", "user-07"), ("user-zz", "user-01"), ("user-aa", "user-zz"), ("user-05", "user-aa")]
+    manifest = ingest(out, _edge_list(tmp_path / "new.tsv", new))
+    assert manifest["generation"] == 2 and manifest["num_nodes"] == 62
+    # The new ids are numbered from 60 in sorted order of their original ids, and appended.
+    grown = _id_map(input_dir)
+    assert grown == {**before, "user-aa": 60, "user-zz": 61}
+    expected = Counter(old_edges)
+    expected.update(tuple(sorted((grown[a], grown[b]))) if manifest.get("undirected") else (grown[a], grown[b])
+                    for a, b in new)
+    assert edge_multiset(out) == expected
+    record = manifest["increments"][-1]
+    assert record["edge_list"]["files"] == [str(tmp_path / "new.tsv")] and record["new_nodes"] == 2
+    assert record["edge_list"]["id_map"]["rows_below"] == 62
+    # The converted shards are kept in the input, where verify reads them again.
+    assert record["edges"][0]["url"].startswith(str(input_dir / "ingested" / "edges-"))
+    assert record["nodes"][0]["url"].startswith(str(input_dir / "ingested" / "nodes-"))
+    _clean(out)
+
+
+def test_the_same_edge_list_again_changes_nothing_and_a_second_one_numbers_on(imported, tmp_path, caplog):
+    input_dir, out = _fresh(imported, tmp_path)
+    first = _edge_list(tmp_path / "a.tsv", [("user-00", "new-b"), ("new-a", "user-02")])
+    ingest(out, first)
+    before = (out / "manifest.json").read_bytes(), (input_dir / "id_map.parquet").read_bytes()
+    assert ingest(out, first)["generation"] == 2
+    assert ((out / "manifest.json").read_bytes(), (input_dir / "id_map.parquet").read_bytes()) == before
+    assert "already ingested in generation 2" in caplog.text
+    manifest = ingest(out, _edge_list(tmp_path / "b.tsv", [("new-a", "new-c"), ("new-c", "user-09")]))
+    assert manifest["generation"] == 3 and manifest["num_nodes"] == 63
+    assert _id_map(input_dir)["new-c"] == 62 and _id_map(input_dir)["new-a"] == 60
+    _clean(out)
+
+
+def test_map_rows_of_an_ingest_that_did_not_commit_are_numbered_again(imported, tmp_path):
+    input_dir, out = _fresh(imported, tmp_path)
+    table = pq.read_table(input_dir / "id_map.parquet")
+    left = pa.table({"global_nid": pa.array([60, 61], pa.int64()), "original_id": ["gone-1", "gone-2"]})
+    pq.write_table(pa.concat_tables([table, left.cast(table.schema)]), input_dir / "id_map.parquet")
+    manifest = ingest(out, _edge_list(tmp_path / "new.tsv", [("user-01", "fresh")]))
+    grown = _id_map(input_dir)
+    assert grown["fresh"] == 60 and "gone-1" not in grown and manifest["num_nodes"] == 61
+    _clean(out)
+
+
+def test_a_map_grown_for_another_output_of_the_same_input_is_refused(imported, tmp_path):
+    input_dir, out = _fresh(imported, tmp_path)
+    other = tmp_path / "other"
+    shutil.copytree(out, other)
+    ingest(out, _edge_list(tmp_path / "a.tsv", [("user-01", "mine")]))
+    ingest(other, _edge_list(tmp_path / "b.tsv", [("user-01", "theirs")]))  # re-numbers 60 for itself
+    before = (out / "manifest.json").read_bytes()
+    with pytest.raises(InputError) as info:
+        ingest(out, _edge_list(tmp_path / "c.tsv", [("mine", "user-02")]))
+    message = str(info.value)
+    assert f"id map {input_dir / 'id_map.parquet'}" in message and "other rows" in message
+    assert "another output of the same input" in message
+    assert (out / "manifest.json").read_bytes() == before
+    _clean(out)
+
+
+def test_an_input_without_an_id_map_takes_node_ids_and_new_ones_without_gaps(tmp_path):
+    lines = [(i, (i + 1) % 40) for i in range(40)] + [(i, (i + 7) % 40) for i in range(40)]
+    _edge_list(tmp_path / "graph.csv", lines, header="src\tdst")
+    import_dataset("edgelist", tmp_path / "graph.csv", tmp_path / "in")
+    assert not (tmp_path / "in" / "id_map.parquet").exists()
+    out = tmp_path / "out"
+    partition_to_store(tmp_path / "in", out, PartitionConfig(num_parts=2, algo="hdrf"))
+    gap = tmp_path / "gap.csv"
+    gap.write_text("src,dst\n3,40\n5,42\n")
+    with pytest.raises(InputError) as info:
+        ingest(out, gap)
+    message = str(info.value)
+    assert f"new edges {gap}" in message and "new nodes 40..41 without gaps" in message and "id 42" in message
+    assert read_manifest(out)["generation"] == 1
+    ok = tmp_path / "ok.csv"
+    ok.write_text("src,dst\n3,40\n41,40\n0,1\n")
+    manifest = ingest(out, ok)
+    assert manifest["num_nodes"] == 42 and manifest["num_edges"] == 83
+    assert not (tmp_path / "in" / "id_map.parquet").exists()
+    _clean(out)
+
+
+def test_text_edges_with_node_shards_or_ids_of_the_wrong_kind_are_refused(imported, tmp_path):
+    input_dir, out = _fresh(imported, tmp_path)
+    before = (out / "manifest.json").read_bytes()
+    new = _edge_list(tmp_path / "new.tsv", [("user-01", "user-02")])
+    with pytest.raises(InputError, match="option --nodes"):
+        ingest(out, new, tmp_path / "nodes")
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("src\tdst\nuser-01\t\n")
+    with pytest.raises(InputError) as info:
+        ingest(out, empty)
+    assert f"edge list {empty}, column 'dst', data row 1" in str(info.value)
+    assert (out / "manifest.json").read_bytes() == before
+    _clean(out)
+
+
+def test_the_cli_ingests_an_edge_list_without_a_traceback(imported, tmp_path, capsys):
+    from workflows.cli import main
+
+    input_dir, out = _fresh(imported, tmp_path)
+    new = _edge_list(tmp_path / "new.tsv", [("user-04", "cli-new")])
+    assert main(["ingest", str(out), str(new), "--no-progress"]) == 0
+    assert read_manifest(out)["num_nodes"] == 61 and _id_map(input_dir)["cli-new"] == 60
+    gz = tmp_path / "mixed"
+    gz.mkdir()
+    shutil.copy(new, gz / "a.tsv")
+    pq.write_table(pa.table({"src": [0], "dst": [1]}), gz / "b.tsv")
+    assert main(["ingest", str(out), str(gz), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "either Parquet shards or text edge lists" in err and "Traceback" not in err
