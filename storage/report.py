@@ -1,6 +1,6 @@
 """What validating an input found: :class:`ValidationReport` and its :class:`ShardInfo` rows.
 
-:func:`storage.validate.validate_input` and :func:`storage.validate.validate_increment`
+:func:`storage.validate.validate_input` and :func:`storage.validate_increment.validate_increment`
 return it; ``asepr validate`` prints :meth:`ValidationReport.summary` (or the JSON of
 :meth:`ValidationReport.to_dict`), and importers store its counts in ``meta.json``.
 """
