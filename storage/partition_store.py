@@ -36,11 +36,14 @@ Checksums are over content, not files: ``array_checksums[name]`` is the sha256 o
 array's name, dtype, shape and C-order bytes; ``checksum`` is the sha256 of the sorted
 ``name:digest`` lines. The checksum does not depend on the codec or the chunking.
 
-Every read is checked (store format 2): each array's attrs hold ``chunk_crc32c``, the
-CRC-32C of each chunk's content, and the reader's arrays are
-:class:`storage.checked_array.CheckedArray` s, which refuse a missing, undecodable or
-altered chunk (the module says why CRC-32C per chunk, by measurement). The sha256 stays
-the store's identity (manifest, ``asepr verify``, resume).
+Every read is checked (store format 3): every array's codec chain ends with zarr's
+``crc32c`` codec, so zarr checks each chunk against the CRC-32C stored with it as it
+decodes it, and the reader opens the store through
+:class:`storage.chunk_stores.RequireChunks`, so a missing chunk is an error, never the
+fill value. The reader's arrays are :class:`storage.checked_array.CheckedArray` s,
+which name the partition, the array and the chunk of any failure. The sha256 stays the
+store's identity (manifest, ``asepr verify``, resume). Format 2 kept a CRC-32C of each
+chunk's content in the arrays' attrs instead; such stores are refused (partition again).
 
 Codecs and chunks
 -----------------
@@ -53,8 +56,9 @@ label-like arrays (``y``, ``split``, ``is_master``, ``is_halo``), where it compr
 several times better. Dense features compress little and write slower through blosc,
 so an array is stored raw when blosc does not shrink its first chunk by
 at least :data:`MIN_SAVING` (:class:`ArrayWriter`); readers see either through zarr's
-metadata, and the content digests do not depend on it. Raw arrays' chunk files are
-written with ``O_DIRECT`` where the filesystem allows (:mod:`storage.direct_chunks`).
+metadata, and the content digests do not depend on it. A store created at a local
+path by :func:`create_store` writes its chunk files with ``O_DIRECT`` where the
+filesystem allows (:class:`storage.chunk_stores.DirectLocalStore`).
 """
 
 from __future__ import annotations
@@ -69,10 +73,11 @@ from typing import Any
 import numcodecs
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec, BloscShuffle
+from zarr.codecs import BloscCodec, BloscShuffle, Crc32cCodec
+from zarr.storage import FsspecStore, LocalStore
 
-from storage.checked_array import CHUNK_DIGESTS, DAMAGED_STORE_FIX, CheckedArray, ChunkCrcs, StoredKeys
-from storage.direct_chunks import DirectChunkWriter, direct_chunks
+from storage.checked_array import DAMAGED_STORE_FIX, CheckedArray, has_crc32c
+from storage.chunk_stores import RequireChunks, local_store
 from storage.errors import StoreError, format_problem
 from storage.fs import join, resolve
 
@@ -99,8 +104,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 STORE_FORMAT = "asepr-partition"
-#: 2: every array records the CRC-32C of each chunk's content (``attrs["chunk_crc32c"]``).
-STORE_VERSION = 2
+#: 3: every array's codec chain ends with zarr's ``crc32c`` codec (2 kept a CRC-32C of
+#: each chunk's content in the array's attrs).
+STORE_VERSION = 3
 #: Target uncompressed bytes per chunk (see the module docstring for the measurement).
 CHUNK_BYTES = 4 << 20
 
@@ -189,7 +195,8 @@ def checksum_problems(store: PartitionStore) -> list[str]:
     """Recompute every array's content digest; describe each mismatch (empty: all match).
 
     A damaged array of a checked store is described chunk by chunk
-    (:meth:`CheckedArray.chunk_problems`): which chunk is missing, undecodable or altered.
+    (:meth:`CheckedArray.chunk_problems`): which chunk is missing, or does not decode or
+    match its crc32c.
     """
     recorded = dict(store.attrs.get("array_checksums") or {})
     problems = []
@@ -214,8 +221,10 @@ def checksum_problems(store: PartitionStore) -> list[str]:
 
 
 def create_store(path: str | Path) -> zarr.Group:
-    """Create an empty partition store (``nodes/`` and ``edges/`` groups) at a local path."""
-    group = zarr.open_group(str(path), mode="w")
+    """Create an empty partition store (``nodes/`` and ``edges/`` groups) at a local path,
+    on :func:`storage.chunk_stores.local_store` (chunk files past the page cache where the
+    filesystem allows)."""
+    group = zarr.open_group(store=local_store(path), mode="w")
     group.create_group("nodes")
     group.create_group("edges")
     return group
@@ -257,16 +266,17 @@ class ArrayWriter:
         self.block_rows = chunk_rows * max(1, block_bytes // max(1, chunk_rows * row_bytes))
         self._hash = hashlib.sha256(_digest_header(name, self.dtype, self.shape))
         self._next = 0
-        self._crcs = ChunkCrcs(chunk_rows)
-        self._direct: DirectChunkWriter | None = None
 
     def _create(self, sample: np.ndarray | None) -> zarr.Array:
+        compress = sample is None or _compressible(self.name, sample)
         return self._group.create_array(
             self.name,
             shape=self.shape,
             dtype=self.dtype,
             chunks=self._chunks,
-            compressors=_codec(self.name) if sample is None or _compressible(self.name, sample) else None,
+            # zarr's crc32c last: every stored chunk carries the CRC-32C that zarr checks on
+            # every decode (the module docstring).
+            compressors=[_codec(self.name), Crc32cCodec()] if compress else [Crc32cCodec()],
             fill_value=0,
             # Every chunk is written, so a lost chunk file is an error rather than zeros.
             config={"write_empty_chunks": True},
@@ -282,27 +292,16 @@ class ArrayWriter:
         if len(block):
             if self.array is None:
                 self.array = self._create(block[: self._chunks[0]])
-                self._direct = direct_chunks(self.array)  # raw chunks past the page cache
-            chunk_rows = self._chunks[0]
-            whole = self._next % chunk_rows == 0 and (
-                len(block) % chunk_rows == 0 or self._next + len(block) == self.shape[0])
-            if self._direct is not None and whole:
-                self._direct.write(self._next, block)
-            else:
-                _write_block(self.array, self._next, block)
+            _write_block(self.array, self._next, block)
             self._hash.update(block.view(np.uint8).reshape(-1))
-            self._crcs.add(block)
             self._next += len(block)
 
     def close(self) -> str:
-        """Check every row was written, record the chunk digests; return the content digest."""
-        if self._direct is not None:
-            self._direct.close()  # its chunk files are all written
+        """Check every row was written; return the content digest."""
         if self._next != self.shape[0]:
             raise StoreError(f"partition array {self.name}: {self._next} of {self.shape[0]} rows written.")
         if self.array is None:  # no rows
             self.array = self._create(None)
-        self.array.attrs[CHUNK_DIGESTS] = self._crcs.close()
         return self._hash.hexdigest()
 
 
@@ -419,21 +418,29 @@ class PartitionStore:
         return entry.get("checksum") != self.attrs.get("checksum")
 
 
-def open_group_readonly(url: str, storage_options: dict | None = None) -> zarr.Group:
-    """Open a Zarr group for reading: a plain path locally, else through fsspec."""
+def open_group_readonly(url: str, storage_options: dict | None = None, *,
+                        require_chunks: bool = False) -> zarr.Group:
+    """Open a Zarr group for reading: zarr's ``LocalStore`` locally, else its
+    ``FsspecStore``; with ``require_chunks``, through
+    :class:`storage.chunk_stores.RequireChunks` (a missing chunk is an error)."""
     fs, path = resolve(url, storage_options)
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
     if protocol in ("file", "local"):
-        return zarr.open_group(path, mode="r")
-    return zarr.open_group(url, mode="r", storage_options=storage_options)
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"no directory {path}")
+        store = LocalStore(path, read_only=True)
+    else:
+        store = FsspecStore.from_url(str(url), storage_options=storage_options, read_only=True)
+    return zarr.open_group(store=RequireChunks(store) if require_chunks else store, mode="r")
 
 
 def open_finished_group(url: str, storage_options: dict | None, *, what: str, fmt: str, noun: str,
-                        written_by: str, fix_unreadable: str, fix_unfinished: str) -> zarr.Group:
+                        written_by: str, fix_unreadable: str, fix_unfinished: str,
+                        require_chunks: bool = False) -> zarr.Group:
     """Open a group that a writer finished: readable, attrs ``format == fmt`` and a
     checksum (set last). StoreError naming ``what`` and ``url`` otherwise."""
     try:
-        group = open_group_readonly(url, storage_options)
+        group = open_group_readonly(url, storage_options, require_chunks=require_chunks)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError, ValueError, OSError) as exc:
         raise StoreError(
             format_problem(f"{what} {url}", written_by, f"nothing readable ({type(exc).__name__}: {exc})",
@@ -455,15 +462,16 @@ def open_store(path: str | Path, *, storage_options: dict | None = None,
     Parameters
     ----------
     verify
-        True (the default): the arrays are :class:`CheckedArray` s, every read checks
-        the chunks it loads. False: plain ``zarr.Array`` s, read unchecked; only for
-        ``asepr verify``, to describe a store it has already reported damaged.
+        True (the default): every read of a damaged chunk raises. False: a damaged
+        chunk's rows read as the fill value (:attr:`CheckedArray.fill_damaged`); only
+        for ``asepr verify``, to describe a store it has already reported damaged.
 
     Raises
     ------
     StoreError
-        The directory is not a finished partition store of this format version, or
-        its checksums or chunk digests are absent or null.
+        The directory is not a finished partition store of this format version (an
+        older one names the fix: partition again), its checksums are absent or null,
+        or an array's codecs do not end with zarr's crc32c codec.
     """
     url = str(path)
     group = open_finished_group(
@@ -471,17 +479,19 @@ def open_store(path: str | Path, *, storage_options: dict | None = None,
         written_by="a Zarr group written by `asepr partition`",
         fix_unreadable="rerun `asepr partition ... --overwrite` to rewrite the output.",
         fix_unfinished="the store is unfinished or foreign; rerun `asepr partition`.",
+        require_chunks=True,
     )
     attrs = dict(group.attrs)
     if attrs.get("format_version") != STORE_VERSION:
         raise StoreError(format_problem(
-            f"partition store {url}, attrs format_version", f"{STORE_VERSION} (stores with chunk digests)",
-            repr(attrs.get("format_version")),
-            "rerun `asepr partition ... --overwrite` with this version of asepr to rewrite the output."))
+            f"partition store {url}, attrs format_version",
+            f"{STORE_VERSION} (chunks checked by zarr's crc32c codec)", repr(attrs.get("format_version")),
+            "this store was written by another version of asepr (format 2 kept its chunk digests in "
+            "attrs); partition the input again with this version: `asepr partition INPUT OUT ... "
+            "--overwrite`."))
     names = [*NODE_ARRAYS, *EDGE_ARRAYS] + (["edges/is_halo"] if attrs.get("halo") else [])
     _require_checksums(url, attrs, names)
     where = f"partition {attrs.get('part_id')} ({url})"
-    stored = StoredKeys(group.store_path.store)
     arrays = {}
     for name in names:
         try:
@@ -490,7 +500,11 @@ def open_store(path: str | Path, *, storage_options: dict | None = None,
             found = "no such array" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
             raise StoreError(format_problem(f"partition store {url}", f"an array {name}", found,
                                             DAMAGED_STORE_FIX)) from exc
-        arrays[name] = CheckedArray(name, array, where, stored) if verify else array
+        if not has_crc32c(array):
+            raise StoreError(format_problem(
+                f"{where}, array {name}, zarr.json codecs", "a chain that ends with zarr's crc32c codec",
+                repr([type(c).__name__ for c in array.compressors]), DAMAGED_STORE_FIX))
+        arrays[name] = CheckedArray(name, array, where, fill_damaged=not verify)
     return PartitionStore(
         part_id=int(attrs["part_id"]),
         num_parts=int(attrs["num_parts"]),

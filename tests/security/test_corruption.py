@@ -26,9 +26,9 @@ from pipeline.verify import verify_output
 from pipeline.partition_run import partition_to_store
 from storage.errors import StoreError
 from storage.manifest import read_manifest
-from storage.checked_array import CHUNK_DIGESTS, CheckedArray
+from storage.checked_array import CheckedArray
 from storage.output_stores import open_partition
-from storage.partition_store import create_store, write_array
+from storage.partition_store import create_store, open_group_readonly, write_array
 from tests.storage.helpers import edge_table
 from training.data import load_local_graph
 from workflows.cli import main
@@ -67,13 +67,16 @@ def new_edges(synth_input, tmp_path) -> Path:
 
 
 def _relabel_one(chunk: Path) -> None:
-    """Decode a label chunk, lower one label by one (5 → 4 in the issue), encode it again:
-    the file still decodes, only its content changed."""
-    raw = np.frombuffer(numcodecs.Blosc().decode(chunk.read_bytes()), dtype=np.int64).copy()
+    """Decode a label chunk, lower one label by one (5 → 4 in the issue), encode it again
+    and keep the CRC-32C that zarr's crc32c codec stored after it: the blosc frame still
+    decodes, only its content changed."""
+    data = chunk.read_bytes()
+    raw = np.frombuffer(numcodecs.Blosc().decode(data[:-4]), dtype=np.int64).copy()
     i = int(np.flatnonzero(raw > 0)[0])
     raw[i] -= 1
     codec = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=numcodecs.Blosc.BITSHUFFLE)
-    chunk.write_bytes(codec.encode(raw))
+    numcodecs.Blosc().decode(codec.encode(raw))  # a valid frame
+    chunk.write_bytes(codec.encode(raw) + data[-4:])
 
 
 def _break(chunk: Path) -> None:
@@ -81,7 +84,7 @@ def _break(chunk: Path) -> None:
     data = bytearray(chunk.read_bytes())
     data[16] ^= 0xFF  # the first block's offset in the Blosc header
     with pytest.raises(RuntimeError):
-        numcodecs.Blosc().decode(bytes(data))
+        numcodecs.Blosc().decode(bytes(data[:-4]))  # the frame, without zarr's CRC-32C
     chunk.write_bytes(bytes(data))
 
 
@@ -111,9 +114,9 @@ def test_a_deleted_chunk_is_refused_not_read_as_zeros(out):
 def test_a_missing_chunk_of_fill_values_is_still_an_error(tmp_path):
     """zarr would return the fill value for it, which here equals the content: the
     chunk file itself is required."""
-    group = create_store(tmp_path / "s.zarr")
-    write_array(group, "nodes/y", np.zeros(10, dtype=np.int64))
+    write_array(create_store(tmp_path / "s.zarr"), "nodes/y", np.zeros(10, dtype=np.int64))
     (tmp_path / "s.zarr" / "nodes" / "y" / "c" / "0").unlink()
+    group = open_group_readonly(str(tmp_path / "s.zarr"), require_chunks=True)
     array = CheckedArray("nodes/y", group["nodes/y"], "a test store")
     with pytest.raises(StoreError, match=r"a test store, array nodes/y, chunk c/0: .*no file nodes/y/c/0"):
         array[...]
@@ -121,12 +124,14 @@ def test_a_missing_chunk_of_fill_values_is_still_an_error(tmp_path):
 
 def test_a_changed_label_that_still_decodes_is_refused(out):
     _relabel_one(out / "part-00001.zarr" / "nodes" / "y" / "c" / "0")
-    with pytest.raises(StoreError, match=r"partition 1 .*array nodes/y, chunk c/0: expected content with CRC-32C"):
+    expected = r"partition 1 .*array nodes/y, chunk c/0: expected a chunk that decodes and matches its crc32c"
+    with pytest.raises(StoreError, match=expected):
         open_partition(out, 1).to_numpy()
     with pytest.raises(StoreError, match="nodes/y, chunk c/0"):
         load_local_graph(out, [1])
     report = verify_output(out)
-    assert "partition 1: checksum mismatch: array nodes/y, chunk c/0: expected content" in report.summary()
+    assert ("partition 1: checksum mismatch: array nodes/y, chunk c/0: expected a chunk that decodes and "
+            "matches its crc32c") in report.summary()
 
 
 def test_ingest_refuses_a_damaged_store_and_commits_nothing(out, new_edges):
@@ -154,8 +159,8 @@ def test_ingest_refuses_a_store_swapped_for_another_partition(out, new_edges):
 
 
 def test_an_undecodable_chunk_is_a_failed_check_not_a_traceback(out, capsys):
-    # nodes/y is blosc-compressed (labels compress; random features are stored raw, where
-    # a broken chunk is an altered one, caught by its CRC-32C).
+    # nodes/y is blosc-compressed (labels compress; random features are stored raw). zarr's
+    # crc32c codec checks the stored bytes before blosc sees them.
     assert zarr.open_array(str(out / "part-00002.zarr" / "nodes" / "y")).compressors
     _break(out / "part-00002.zarr" / "nodes" / "y" / "c" / "0")
     with pytest.raises(StoreError, match=r"partition 2 .*array nodes/y, chunk c/0: expected a chunk that decodes"):
@@ -181,8 +186,13 @@ def _null_array_checksum(out: Path) -> None:
     group.attrs["array_checksums"] = {**group.attrs["array_checksums"], "nodes/x": None}
 
 
-def _null_chunk_digests(out: Path) -> None:
-    zarr.open_array(str(out / "part-00001.zarr" / "nodes" / "x"), mode="r+").attrs[CHUNK_DIGESTS] = None
+def _drop_crc32c_codec(out: Path) -> None:
+    """Rewrite nodes/x's metadata without the crc32c codec (its chunks would then read
+    unchecked, their checksums taken for data)."""
+    meta = out / "part-00001.zarr" / "nodes" / "x" / "zarr.json"
+    doc = json.loads(meta.read_text())
+    doc["codecs"] = [c for c in doc["codecs"] if c["name"] != "crc32c"]
+    meta.write_text(json.dumps(doc))
 
 
 def _null_manifest_checksum(out: Path) -> None:
@@ -194,7 +204,8 @@ def _null_manifest_checksum(out: Path) -> None:
 @pytest.mark.parametrize(("damage", "message"), [
     (_null_store_checksum, r"part-00001.zarr, attrs checksum: expected the sha256 that combines"),
     (_null_array_checksum, r"part-00001.zarr, attrs array_checksums: expected a sha256 for each"),
-    (_null_chunk_digests, r"partition 1 .*array nodes/x, attrs chunk_crc32c: expected a list of \d+ CRC-32C"),
+    (_drop_crc32c_codec, r"partition 1 .*array nodes/x, zarr.json codecs: expected a chain that ends with "
+                         r"zarr's crc32c codec"),
     (_null_manifest_checksum, r"manifest.json, the entry of partition 1: expected a checksum"),
 ])
 def test_a_null_checksum_is_an_error_not_a_skip(out, damage, message):

@@ -88,11 +88,12 @@ def test_store_uses_the_measured_codecs_and_chunks(outputs, tmp_path):
     group = zarr.open_group(str(outputs[0] / "part-00000.zarr"), mode="r")
     x = group["nodes/x"]
     # Random dense features: blosc would save well under MIN_SAVING, so they are raw;
-    # sorted ids and labels compress.
-    assert x.compressors == ()
+    # sorted ids and labels compress. Every chain ends with zarr's crc32c codec.
+    assert x.compressors == (zarr.codecs.Crc32cCodec(),)
     for name in ("nodes/global_nid", "nodes/y"):
-        (codec,) = group[name].compressors
+        codec, crc = group[name].compressors
         assert isinstance(codec, zarr.codecs.BloscCodec) and codec.cname.value == "lz4"
+        assert isinstance(crc, zarr.codecs.Crc32cCodec)
     assert x.chunks[1] == x.shape[1]  # whole rows
     assert "docs/results/implementation-choices" in ps.__doc__  # the measurements behind the choice
     # Sparse (bag-of-words-like) features compress: blosc; the digests do not depend on it.
@@ -103,7 +104,8 @@ def test_store_uses_the_measured_codecs_and_chunks(outputs, tmp_path):
     digests = {}
     for name, data in (("sparse", sparse), ("dense", dense)):
         digests[name] = ps.write_array(new.require_group(name), "nodes/x", data)
-    assert len(new["sparse/nodes/x"].compressors) == 1 and new["dense/nodes/x"].compressors == ()
+    assert len(new["sparse/nodes/x"].compressors) == 2
+    assert new["dense/nodes/x"].compressors == (zarr.codecs.Crc32cCodec(),)
     for name, data in (("sparse", sparse), ("dense", dense)):
         np.testing.assert_array_equal(new[f"{name}/nodes/x"][:], data)
         assert ps.zarr_array_digest("nodes/x", new[f"{name}/nodes/x"]) == digests[name]
@@ -151,8 +153,12 @@ def test_checked_reads_select_like_numpy(outputs, tmp_path, monkeypatch):
 def test_stores_of_an_older_format_are_refused(outputs, tmp_path):
     out = tmp_path / "out"
     shutil.copytree(outputs[0], out)
-    zarr.open_group(str(out / "part-00000.zarr"), mode="r+").attrs["format_version"] = 1
-    with pytest.raises(StoreError, match=r"attrs format_version: expected 2 \(stores with chunk digests\), found 1"):
+    # Format 2 kept each chunk's CRC-32C in the arrays' attrs; its stores are refused
+    # with the fix (partition again), not read unchecked.
+    zarr.open_group(str(out / "part-00000.zarr"), mode="r+").attrs["format_version"] = 2
+    expected = (r"part-00000.zarr, attrs format_version: expected 3 \(chunks checked by zarr's crc32c codec\), "
+                r"found 2.*partition the input again")
+    with pytest.raises(StoreError, match=expected):
         open_partition(out, 0)
 
 
@@ -312,31 +318,45 @@ def test_lock_detects_a_reused_pid(tmp_path):
 
 
 def test_direct_chunk_files_are_the_ones_zarr_writes(tmp_path):
-    # Raw arrays' chunks bypass the page cache (storage.direct_chunks) where the
-    # filesystem allows it; their files are byte for byte what Zarr writes (the edge
-    # chunk padded with the fill value) and read back through Zarr and the digests.
-    import os
-
-    from storage.direct_chunks import direct_chunks
+    # A local store's chunk files bypass the page cache (storage.chunk_stores) where the
+    # filesystem allows it; they are byte for byte what zarr's LocalStore writes (the
+    # crc32c codec's checksum included) and read back through zarr and the digests.
+    from storage.chunk_stores import DirectLocalStore, takes_direct_io
 
     x = np.random.default_rng(1).standard_normal((70_001, 32)).astype(np.float32)  # 3 chunks, the last partial
+    y = np.arange(1000, dtype=np.int64) % 7
     group = ps.create_store(tmp_path / "direct.zarr")
-    writer = ps.ArrayWriter(group, "nodes/x", x.shape, np.float32)
-    for start in range(0, len(x), writer.block_rows):
-        writer.write(x[start:start + writer.block_rows])
-    digest = writer.close()
-    reference = zarr.open_group(str(tmp_path / "zarr.zarr"), mode="w").create_array(
-        "nodes/x", shape=x.shape, dtype=np.float32, chunks=writer.array.chunks, compressors=None, fill_value=0)
-    reference[:] = x
-    if hasattr(os, "O_DIRECT"):
-        assert direct_chunks(writer.array) is not None  # this filesystem takes O_DIRECT
-    for i in range(3):
-        ours = (tmp_path / "direct.zarr" / "nodes" / "x" / "c" / str(i) / "0").read_bytes()
-        assert ours == (tmp_path / "zarr.zarr" / "nodes" / "x" / "c" / str(i) / "0").read_bytes()
-    np.testing.assert_array_equal(writer.array[:], x)
-    assert ps.zarr_array_digest("nodes/x", writer.array) == digest
-    # Compressed arrays and chunks that are not ALIGN-sized stay with Zarr.
-    labels = ps.ArrayWriter(group, "nodes/y", (1000,), np.int64)
-    labels.write(np.zeros(1000, np.int64))
-    labels.close()
-    assert direct_chunks(labels.array) is None
+    assert isinstance(group.store, DirectLocalStore) == takes_direct_io(tmp_path)
+    digests = {name: ps.write_array(group, name, data) for name, data in (("nodes/x", x), ("nodes/y", y))}
+    reference = zarr.open_group(str(tmp_path / "zarr.zarr"), mode="w")
+    for name, data in (("nodes/x", x), ("nodes/y", y)):
+        array = group[name]
+        reference.create_array(name, shape=data.shape, dtype=data.dtype, chunks=array.chunks,
+                               compressors=array.compressors, fill_value=0)[:] = data
+    ours = sorted(p.relative_to(tmp_path / "direct.zarr") for p in (tmp_path / "direct.zarr").rglob("c/**/*")
+                  if p.is_file())
+    assert len(ours) == 4  # three chunks of x, one of y
+    for key in ours:
+        assert (tmp_path / "direct.zarr" / key).read_bytes() == (tmp_path / "zarr.zarr" / key).read_bytes(), key
+    for name, data in (("nodes/x", x), ("nodes/y", y)):
+        np.testing.assert_array_equal(group[name][:], data)
+        assert ps.zarr_array_digest(name, group[name]) == digests[name]
+
+
+def test_direct_writes_use_o_direct_where_the_filesystem_takes_it(tmp_path, monkeypatch):
+    import storage.chunk_stores as cs
+
+    if not cs.takes_direct_io(tmp_path):
+        pytest.skip("this filesystem refuses O_DIRECT")
+    opened = []
+    real = cs.open_direct
+
+    def recording(path, flags, mode=0o600):
+        fd, direct = real(path, flags, mode)
+        opened.append((Path(path).name, direct))
+        return fd, direct
+
+    group = ps.create_store(tmp_path / "s.zarr")
+    monkeypatch.setattr(cs, "open_direct", recording)
+    ps.write_array(group, "nodes/x", np.ones((4096, 8), np.float32))
+    assert opened == [("0", True)]  # the chunk file, not zarr.json
