@@ -89,7 +89,9 @@ def confined_join(fs: fsspec.AbstractFileSystem, base: str, relative: object, *,
         confined_path(base, relative, what=what)
     else:
         normal = posixpath.normpath(relative) if isinstance(relative, str) and relative else ""
-        if not normal or normal == "." or normal.startswith(("/", "../")) or normal == ".." or "\x00" in normal:
+        # A URL (``s3://another-bucket/...``) names another store or bucket, not a path below ``base``.
+        if not normal or normal == "." or normal.startswith(("/", "../")) or normal == ".." or "\x00" in normal \
+                or "://" in relative or ":" in normal.split("/", 1)[0]:
             raise StoreError(
                 format_problem(what, f"a path inside {base}", f"the entry {relative!r}",
                                "the file was damaged or crafted: remove it (or restore it from a trusted copy).")

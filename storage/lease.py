@@ -130,8 +130,9 @@ class Lease:
         return record
 
     def _free(self, record: dict[str, Any] | None) -> bool:
-        """Whether ``record`` may be taken: none, expired, or a dead process of this host."""
-        if record is None:
+        """Whether ``record`` may be taken: none, this writer's own (a void claim of its,
+        made again), expired, or a dead process of this host."""
+        if record is None or record.get("token") == self.token:
             return True
         try:
             expires = float(record["renewed_at"]) + float(record["ttl"])
