@@ -16,6 +16,7 @@ from pathlib import Path
 import zarr
 from zarr.storage import FsspecStore
 
+from storage.chunk_stores import local_store
 from storage.fs import resolve
 
 __all__ = ["create_group", "is_local", "is_local_url", "open_group_rw", "remove_tree", "tree_bytes",
@@ -36,8 +37,8 @@ def is_local_url(url: str | Path, storage_options: dict | None = None) -> bool:
 def open_group_rw(url: str | Path, storage_options: dict | None = None, *, mode: str = "r+") -> zarr.Group:
     """Open (``"r+"``) or create afresh (``"w"``) the Zarr group at ``url`` for writing."""
     fs, path = resolve(url, storage_options)
-    if is_local(fs):
-        return zarr.open_group(path, mode=mode)
+    if is_local(fs):  # chunk files past the page cache where the filesystem allows
+        return zarr.open_group(store=local_store(path), mode=mode)
     store = FsspecStore.from_url(str(url), storage_options=storage_options, read_only=False)
     return zarr.open_group(store=store, mode=mode)
 

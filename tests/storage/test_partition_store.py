@@ -360,3 +360,12 @@ def test_direct_writes_use_o_direct_where_the_filesystem_takes_it(tmp_path, monk
     monkeypatch.setattr(cs, "open_direct", recording)
     ps.write_array(group, "nodes/x", np.ones((4096, 8), np.float32))
     assert opened == [("0", True)]  # the chunk file, not zarr.json
+
+
+def test_the_pipeline_writes_local_stores_through_the_direct_store(tmp_path):
+    from storage.chunk_stores import DirectLocalStore, takes_direct_io
+    from storage.location import create_group, open_group_rw
+
+    create_group(tmp_path / "p.zarr")
+    group = open_group_rw(tmp_path / "p.zarr")
+    assert isinstance(group.store, DirectLocalStore) == takes_direct_io(tmp_path)
