@@ -55,12 +55,14 @@ from storage.manifest import read_manifest
 from training.centralized import centralized_config
 from training.checkpoint import RunDir
 from training.config import TrainConfig, removed_conflicts
+from training.ogb_eval import ogb_columns
 from workflows.bench import machine_info, markdown_table, pyplot, save_figure
 from workflows.datasets import resolve_dataset
 from workflows.bench_protocol import protocol_columns, protocol_section
 from workflows.launch import launch_trainers
 from workflows.train_report import (HEADLINE_COLUMNS, LATENCY_S, NETWORK_COLUMNS, NETWORK_GBITS, PARTITIONER_COLUMNS,
-                                    STRATEGY_COLUMNS, headline, seed_table, summarise_run, table_rows)
+                                    STRATEGY_COLUMNS, headline, ogb_section, seed_table, summarise_run,
+                                    table_rows)
 
 __all__ = ["PARTITIONERS", "TRAIN_STRATEGIES", "bench_train", "plot_curves"]
 
@@ -136,7 +138,7 @@ def _result(base: dict[str, Any], k: int, strategy: str, partitioner: str | None
             "wall_s": _wall(run_dir), "replication_factor": rf,
             "label_entropy_mean": metrics.get("label_entropy_mean"),
             **{key: info.get(key) for key in PLACEMENT_KEYS}, **summarise_run(rows, target),
-            **protocol_columns(rows, None if target is None else target / TARGET_FRACTION)}
+            **protocol_columns(rows, None if target is None else target / TARGET_FRACTION), **ogb_columns(run_dir)}
 
 
 def _runs(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -399,6 +401,7 @@ def _write(bench: _Bench) -> None:
         "",
         *_seed_section(bench),
         *protocol_section(bench.results),
+        *ogb_section(bench.results),
         "## Bytes and modelled network time",
         "",
         ("Bytes: training traffic sent per rank, as counted by `training.comm` (ring cost model for all_reduce / "

@@ -9,9 +9,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HEADLINE_COLUMNS", "LATENCY_S", "NETWORK_COLUMNS", "NETWORK_GBITS", "PARTITIONER_COLUMNS", "SEED_FIELDS",
-           "STRATEGY_COLUMNS", "headline", "modelled_seconds", "over_seeds", "seed_table", "spread", "summarise_run",
-           "table_rows"]
+from workflows.bench import markdown_table
+
+__all__ = ["HEADLINE_COLUMNS", "LATENCY_S", "NETWORK_COLUMNS", "NETWORK_GBITS", "OGB_TABLE_COLUMNS",
+           "PARTITIONER_COLUMNS", "SEED_FIELDS", "STRATEGY_COLUMNS", "headline", "modelled_seconds", "ogb_rows",
+           "ogb_section", "over_seeds", "seed_table", "spread", "summarise_run", "table_rows"]
 
 #: The network model: link bandwidths (Gbit/s) and the latency of one message (s).
 NETWORK_GBITS = (1, 10, 100)
@@ -254,3 +256,45 @@ NETWORK_COLUMNS = ["dataset", "k", "strategy", "MiB/rank/epoch", "max MiB/rank/e
 PARTITIONER_COLUMNS = ["dataset", "k", "partitioner", "replication_factor", "label_entropy_mean", "final_test",
                        "test_at_best_val", "epochs to 95%", "s to 95%", "modelled s to 95% @10G",
                        "placement MiB/rank", "max placement MiB/rank", "MiB/rank/epoch"]
+
+
+OGB_TABLE_COLUMNS = ["dataset", "k", "strategy", "partitioner", "seed", "OGB metric", "OGB valid", "OGB test",
+                     "round"]
+
+
+def ogb_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of ``train.md``'s OGB table: each run scored by its dataset's OGB evaluator
+    (:func:`training.ogb_eval.ogb_columns`), or why it was not; none for other inputs."""
+    rows = []
+    for r in results:
+        if r.get("ogb_metric") is None and not r.get("ogb_error"):
+            continue
+        scored = r.get("ogb_metric") is not None
+        rows.append({
+            "dataset": r.get("ogb_dataset") or r["dataset"], "k": r["k"], "strategy": r["strategy"],
+            "partitioner": r["partitioner"], "seed": r.get("seed"),
+            "OGB metric": r["ogb_metric"] if scored else "not scored: " + str(r["ogb_error"]).replace("|", "/"),
+            "OGB valid": f"{r['ogb_valid']:.4f}" if scored else "-",
+            "OGB test": f"{r['ogb_test']:.4f}" if scored else "-",
+            "round": r.get("ogb_round", "-"),
+        })
+    return rows
+
+
+def ogb_section(results: list[dict[str, Any]]) -> list[str]:
+    """``train.md``'s OGB section (nothing when no run trained on an `asepr import ogb` input)."""
+    rows = ogb_rows(results)
+    if not rows:
+        return []
+    return [
+        "## OGB's evaluator",
+        "",
+        ("Each run's last global model scored as the `ogb` package's `Evaluator` scores it, with the dataset's own "
+         "metric (`acc` for ogbn node datasets, `hits@K` or `mrr` for ogbl link datasets, from OGB's catalogue), "
+         "on OGB's published valid and test sets (for a link dataset its held-out edges and negatives, every "
+         "training edge passing messages); comparable with OGB's leaderboards, which report the test figure at "
+         "the best valid one over 10 seeds. `round`: the round of the model scored (the run's last)."),
+        "",
+        markdown_table(rows, OGB_TABLE_COLUMNS),
+        "",
+    ]
