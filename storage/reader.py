@@ -17,9 +17,10 @@ from typing import TypeVar
 import numpy as np
 
 from storage.errors import StoreError, format_problem
-from storage.fs import Shard, join, resolve
+from storage.fs import Shard, join, resolve, url_of
 from storage.input import open_parquet
 from storage.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
+from storage.remote import remote_error_problem, remote_errors_as_problems
 
 __all__ = ["read_committed", "read_node_column"]
 
@@ -72,18 +73,31 @@ def read_committed(out: str | Path, read: Callable[[], T], *, storage_options: d
     directory), the read starts again on the generation committed then, up to
     :data:`READ_ATTEMPTS` times. A failure with no commit around it is raised as it is.
 
+    On an object store, a request that failed after the client's retries (the store
+    does not answer, a timeout) ends the read with a :class:`RemoteStoreError` naming
+    the output and the object (:func:`storage.remote.remote_errors_as_problems`).
+
     Raises
     ------
     StoreError
         The read's own error, or, after the last attempt, one that says a commit was
         under way the whole time.
+    RemoteStoreError
+        The store did not answer.
     """
+    with remote_errors_as_problems(url_of(*resolve(out, storage_options))):
+        return _read_committed(out, read, storage_options)
+
+
+def _read_committed(out: str | Path, read: Callable[[], T], storage_options: dict | None) -> T:
     wait = RETRY_WAIT_S
     for attempt in range(READ_ATTEMPTS):
         before = _commit_state(out, storage_options)
         try:
             return read()
         except (StoreError, OSError) as exc:
+            if remote_error_problem(exc, str(out)) is not None:
+                raise  # the store did not answer: no commit to wait for
             after = _commit_state(out, storage_options)
             if after == before and not after[1]:
                 raise

@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from storage.remote import add_storage_options_flag
+
 __all__ = ["register"]
 
 DEFAULT_DATASETS = ["amazon-computers", "coauthor-physics", "tolokers", "facebook-pagepage"]
@@ -65,7 +67,8 @@ def _bench_train(args: argparse.Namespace) -> int:
 def _bench_read(args: argparse.Namespace) -> int:
     from workflows.bench_read import bench_read, report
 
-    rows = bench_read(args.output, args.parts, repeat=args.repeat, cold=not args.warm_only)
+    rows = bench_read(args.output, args.parts, repeat=args.repeat, cold=not args.warm_only,
+                      storage_options=args.storage_options)
     text = report(args.output, rows, args.repeat)
     print(text)
     if args.out:
@@ -121,11 +124,13 @@ def register(sub, add_common) -> None:
 
     q = bench_sub.add_parser("read", help="load partitions of an output into numpy: MB/s, cold and warm")
     add_common(q)
-    q.add_argument("output", help="an output directory of `asepr partition`")
+    q.add_argument("output", nargs="+",
+                   help="an output of `asepr partition` (path or fsspec URL); several: read side by side")
     q.add_argument("--parts", nargs="+", type=int, help="partition ids (default: all)")
     q.add_argument("--repeat", type=int, default=3, help="best of N reads per partition and mode")
     q.add_argument("--warm-only", action="store_true", help="skip the cold (page cache dropped) reads")
     q.add_argument("--out", help="also write OUT/read.md")
+    add_storage_options_flag(q)
     q.set_defaults(handler=_bench_read, command="bench")
 
     q = bench_sub.add_parser("ingest", help="ingest of new edges against a full repartition: time, RSS, RF")

@@ -24,6 +24,7 @@ from typing import Any
 
 from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
 from storage.errors import AseprError, InputError, format_problem
+from storage.remote import add_storage_options_flag, remote_errors_as_problems
 from workflows.dask_client import add_dask_arguments, client_from_args, default_workers
 from workflows.extras import require_extra
 
@@ -112,8 +113,9 @@ def register(subparsers, add_common) -> None:
 
     p = subparsers.add_parser("inspect", help="print an output's manifest, metrics and partitions")
     add_common(p)
-    p.add_argument("out", help="the output directory of `asepr partition`")
+    p.add_argument("out", help="the output directory of `asepr partition` (a path or an fsspec URL)")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    add_storage_options_flag(p)
     p.set_defaults(handler=_cmd_inspect)
 
     p = subparsers.add_parser("verify", help="check every invariant of an output; exit 1 on a violation")
@@ -327,10 +329,10 @@ def drift_text(out: str | Path, manifest: dict[str, Any]) -> str | None:
     return "\n".join(lines)
 
 
-def inspect_text(out: str | Path, manifest: dict[str, Any]) -> str:
-    """Everything ``asepr inspect`` prints."""
+def inspect_text(out: str | Path, manifest: dict[str, Any], storage_options: dict | None = None) -> str:
+    """Everything ``asepr inspect`` prints (``storage_options``: of a remote ``out``)."""
+    from storage.location import tree_bytes
     from storage.output_stores import resolve_store_url
-    from storage.partition_store import store_bytes
 
     inp = manifest.get("input", {})
     kind = "undirected" if manifest.get("undirected") else "directed"
@@ -379,8 +381,8 @@ def inspect_text(out: str | Path, manifest: dict[str, Any]) -> str:
     sizes = {}
     for entry in manifest["partitions"]:
         try:
-            url = resolve_store_url(out, manifest, entry)
-            sizes[entry["part_id"]] = store_bytes(url)
+            url = resolve_store_url(out, manifest, entry, storage_options)
+            sizes[entry["part_id"]] = tree_bytes(url, storage_options)
         except AseprError:
             pass
     lines.append(partition_table(manifest, sizes))
@@ -390,11 +392,12 @@ def inspect_text(out: str | Path, manifest: dict[str, Any]) -> str:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from storage.manifest import read_manifest
 
-    manifest = read_manifest(args.out)
-    if args.json:
-        print(json.dumps(manifest, indent=2, sort_keys=True))
-    else:
-        print(inspect_text(args.out, manifest))
+    with remote_errors_as_problems(args.out):
+        manifest = read_manifest(args.out, storage_options=args.storage_options)
+        if args.json:
+            print(json.dumps(manifest, indent=2, sort_keys=True))
+        else:
+            print(inspect_text(args.out, manifest, args.storage_options))
     return 0
 
 

@@ -38,3 +38,32 @@ def own_s3_server(tmp_path):
     server = RcloneS3(tmp_path / "served").start()
     yield server
     server.stop()  # SIGKILL ends a paused server too
+
+
+@pytest.fixture(scope="session")
+def cora_local_out(tmp_path_factory):
+    """The bundled Cora partitioned by ASEP into 2 stores on the local disk (once per run)."""
+    from pipeline.config import PartitionConfig
+    from pipeline.partition_run import partition_to_store
+    from storage.importers import import_dataset
+    from workflows.demo import bundled_cora
+
+    base = tmp_path_factory.mktemp("cora-s3")
+    import_dataset("gnn-npz", bundled_cora(), base / "in", shard_rows=1_000, overwrite=True)
+    partition_to_store(base / "in", base / "out", PartitionConfig(num_parts=2, algo="asep"), halo=0)
+    return base / "out"
+
+
+def put_tree(location: S3Location, local, prefix: str) -> str:
+    """Copy the local directory ``local`` to ``URL/prefix`` on the server; return that URL."""
+    import s3fs
+
+    url = f"{location.url}/{prefix}"
+    s3fs.S3FileSystem(**location.storage_options).put(f"{local}/", url, recursive=True)
+    return url
+
+
+@pytest.fixture
+def cora_on_s3(s3_bucket, cora_local_out) -> S3Location:
+    """The committed 2-partition Cora output copied to ``s3://BUCKET/out`` (url, storage_options)."""
+    return S3Location(put_tree(s3_bucket, cora_local_out, "out"), s3_bucket.storage_options)

@@ -1,8 +1,20 @@
-"""A committed output on a real S3-compatible server: read by the library, the CLI and a trainer."""
+"""A committed output on a real S3-compatible server, read by the library, the CLI and a trainer."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
+import pytest
 import s3fs
+
+from storage.errors import StoreError
+from storage.manifest import read_manifest
+from storage.output_stores import open_partition
+from storage.remote import RemoteStoreError, parse_storage_options
+from tests.remote.conftest import put_tree
+from workflows.bench_read import bench_read
+from workflows.cli import main
 
 
 def test_server_is_an_s3_store(s3_bucket, s3_server):
@@ -11,3 +23,95 @@ def test_server_is_an_s3_store(s3_bucket, s3_server):
     fs.pipe(f"{url}/a/b.bin", b"abc")
     assert fs.cat(f"{url}/a/b.bin") == b"abc"
     assert (s3_server.root / url.removeprefix("s3://") / "a" / "b.bin").read_bytes() == b"abc"
+
+
+def test_a_partition_reads_from_the_store_as_from_the_disk(cora_on_s3, cora_local_out):
+    url, options = cora_on_s3
+    assert read_manifest(url, storage_options=options) == read_manifest(cora_local_out)
+    for part_id in (0, 1):
+        remote = open_partition(url, part_id, storage_options=options).to_numpy()
+        local = open_partition(cora_local_out, part_id).to_numpy()
+        assert sorted(remote) == sorted(local)
+        for name in local:
+            np.testing.assert_array_equal(remote[name], local[name])
+
+
+def test_a_trainer_reads_only_its_own_partition(cora_on_s3):
+    from training.data import load_local_graph
+
+    url, options = cora_on_s3
+    fs = s3fs.S3FileSystem(**options)
+    fs.rm(f"{url}/part-00000.zarr", recursive=True)  # another rank's store, and the node map,
+    fs.rm(f"{url}/node_map.parquet")                 # are never read by rank 1
+    graph = load_local_graph(url, [1], storage_options=options)
+    assert graph.part_ids == (1,) and graph.num_nodes == read_manifest(url, storage_options=options)[
+        "partitions"][1]["counts"]["nodes"]
+    with pytest.raises(StoreError, match="part-00000.zarr"):
+        load_local_graph(url, [0], storage_options=options)
+
+
+def test_inspect_and_bench_read_take_storage_options(cora_on_s3, cora_local_out, capsys):
+    url, options = cora_on_s3
+    assert main(["inspect", url, "--storage-options", json.dumps(options)]) == 0
+    printed = capsys.readouterr().out
+    assert f"output       {url}" in printed and "partitions" in printed and " 0 B" not in printed
+    rows = bench_read([str(cora_local_out), url], [1], repeat=1, storage_options=options)
+    assert [(r["output"], r["cache"]) for r in rows] == [(str(cora_local_out), "cold"), (str(cora_local_out), "warm"),
+                                                         (url, "remote")]
+    assert len({r["raw_mib"] for r in rows}) == 1 and rows[-1]["stored_mib"] > 0
+
+
+def test_storage_options_must_be_a_json_object(cora_on_s3, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["inspect", cora_on_s3.url, "--storage-options", "{key: 1}"])
+    assert stopped.value.code == 2 and "--storage-options: expected a JSON object" in capsys.readouterr().err
+    assert parse_storage_options(" ") == {}
+    with pytest.raises(StoreError, match="found a JSON list"):
+        parse_storage_options("[1]")
+
+
+@pytest.mark.parametrize("path", ["../other/part-00001.zarr", "s3://elsewhere/part-00001.zarr",
+                                  "part-00001.zarr/../../x"])
+def test_a_manifest_naming_a_store_outside_the_output_is_refused(cora_on_s3, s3_server, path):
+    url, options = cora_on_s3
+    other = s3_server.bucket()
+    put_tree(other, f"{s3_server.root}/{url.removeprefix('s3://')}", "out")  # a store the path could reach
+    fs = s3fs.S3FileSystem(**options)
+    manifest = json.loads(fs.cat(f"{url}/manifest.json"))
+    manifest["partitions"][1]["path"] = path
+    fs.pipe(f"{url}/manifest.json", json.dumps(manifest).encode())
+    with pytest.raises(StoreError, match="a path inside"):
+        open_partition(url, 1, storage_options=options)
+
+
+def _bounded(server, timeout: float = 1.0) -> dict:
+    """Options that give up soon: one attempt per request (botocore; s3fs still retries a few
+    times), short timeouts."""
+    return server.storage_options(config_kwargs={"retries": {"max_attempts": 1}, "connect_timeout": timeout,
+                                                 "read_timeout": timeout})
+
+
+def test_a_store_that_stops_answering_mid_read_is_a_clear_error(own_s3_server, cora_local_out):
+    from training.data import load_local_graph
+
+    location = own_s3_server.bucket()
+    url = put_tree(location, cora_local_out, "out")
+    options = _bounded(own_s3_server)
+    store = open_partition(url, 1, storage_options=options)  # the manifest and the store's metadata
+    own_s3_server.stop()  # then the server dies before the chunks are read
+    with pytest.raises(StoreError):
+        store.to_numpy()
+    with pytest.raises(RemoteStoreError) as raised:
+        load_local_graph(url, [1], storage_options=options)
+    message = str(raised.value)
+    assert message.startswith(f"{url} (reading)") and "127.0.0.1" in message and "Fix:" in message
+
+
+def test_a_store_that_hangs_is_a_clear_error_after_bounded_retries(own_s3_server, cora_local_out):
+    from training.data import load_local_graph
+
+    url = put_tree(own_s3_server.bucket(), cora_local_out, "out")
+    own_s3_server.pause()  # accepts connections, answers nothing: every request times out
+    with pytest.raises(RemoteStoreError, match="timeout|Timeout") as raised:
+        load_local_graph(url, [0], storage_options=_bounded(own_s3_server, timeout=0.2))
+    assert str(raised.value).startswith(f"{url} (reading)")
