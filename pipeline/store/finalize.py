@@ -533,13 +533,14 @@ def finalize_nodes_needs(s: RunShape) -> Need:
     """Memory and disk of :func:`finalize_nodes_from_table`: ``sweeps`` tasks (one per
     worker; a process's threads share one), each sweeping the decoded node table for
     ``k / sweeps`` partitions: per partition a one-chunk buffer of each of ``x``, ``y``
-    and ``split`` (and two more of ``x``, :mod:`storage.direct_chunks`) and a slice of
+    and ``split`` (and two more of ``x``: zarr's encoded chunk and the aligned copy that
+    :class:`storage.chunk_stores.DirectLocalStore` writes from) and a slice of
     its ids; two steps of the table (16 MiB of features with their labels and splits:
     the one served and the one read ahead) and the ids taken from one."""
     sweeps = max(1, min(s.k, s.sweeps))
     per_sweep = math.ceil(s.k / sweeps)
     step_rows = min(s.n, _SWEEP_BYTES // (4 * max(1, s.d)))  # a step reads at most the table
-    # x: the block being filled and the two that storage.direct_chunks writes from.
+    # x: the block being filled, zarr's encoded chunk and DirectLocalStore's aligned copy.
     buffers = (3 * min(s.n_p * 4 * s.d, CHUNK_BYTES) + min(s.n_p * 8, CHUNK_BYTES) + min(s.n_p, CHUNK_BYTES)
                + 8 * 65_536)
     task = per_sweep * buffers + 2 * step_rows * (4 * s.d + 9) + 8 * min(s.n_p, step_rows)

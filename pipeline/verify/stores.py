@@ -1,13 +1,13 @@
 """``asepr verify``, checks 1 to 3 for one partition store, from one read of each array.
 
 :func:`scan_partition` opens a store, checks its attributes against the manifest,
-reads each array once through the checked reader (every chunk against its CRC-32C),
+reads each array once through the checked reader (zarr checks every chunk's crc32c),
 hashes what it read against the store's ``array_checksums`` and checks the CSR
 layout, and returns what the checks across partitions need (:class:`PartitionScan`).
 A store whose chunks are missing, undecodable or altered is described chunk by chunk
 by :func:`storage.partition_store.checksum_problems` (which reads it again), then
-scanned unchecked as far as it decodes, so that the problems it causes elsewhere
-(masters, edges, node rows) are reported too.
+scanned again with its damaged chunks read as the fill value, so that the problems it
+causes elsewhere (masters, edges, node rows) are reported too.
 """
 
 from __future__ import annotations
@@ -142,8 +142,9 @@ def _read_checked(scan: PartitionScan) -> dict[str, np.ndarray] | None:
 
 
 def _read_unchecked(scan: PartitionScan, url, storage_options, halo: int) -> dict[str, np.ndarray] | None:
-    """A damaged store's arrays as far as they decode: None when the CSR does not (recorded);
-    node rows that do not decode are left out (``scan.node_error`` says why)."""
+    """A damaged store's arrays, its damaged chunks read as the fill value: None when the
+    CSR still does not read (recorded); node rows that do not are left out
+    (``scan.node_error`` says why)."""
     scan.store = open_store(url, storage_options=storage_options, verify=False)
     try:
         data = read_arrays(scan.store, list(CSR_ARRAYS) + (["edges/is_halo"] if halo else []))

@@ -28,7 +28,7 @@ from storage.errors import StoreError
 from storage.manifest import read_manifest
 from storage.checked_array import CheckedArray
 from storage.output_stores import open_partition
-from storage.partition_store import create_store, open_group_readonly, write_array
+from storage.partition_store import create_store, open_group_readonly, open_store, write_array
 from tests.storage.helpers import edge_table
 from training.data import load_local_graph
 from workflows.cli import main
@@ -172,6 +172,25 @@ def test_an_undecodable_chunk_is_a_failed_check_not_a_traceback(out, capsys):
     assert main(["verify", str(out), "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
     assert not report["ok"] and any("nodes/y, chunk c/0" in p for p in report["problems"])
+
+
+def test_verify_scans_past_damage_with_damaged_chunks_as_the_fill_value(out, committed):
+    """``open_store(verify=False)``, for verify's second scan of a store it has reported
+    damaged: a missing chunk and an altered one read as zeros, every other row as stored."""
+    intact = open_store(committed / "part-00000.zarr").x[...]
+    x_dir = out / "part-00000.zarr" / "nodes" / "x"
+    (x_dir / "c" / "1" / "0").unlink()
+    chunk = x_dir / "c" / "0" / "0"
+    data = bytearray(chunk.read_bytes())
+    data[100] ^= 0x01
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match="array nodes/x, chunk c/0/0"):
+        open_store(out / "part-00000.zarr").x[...]
+    x = open_store(out / "part-00000.zarr", verify=False).x
+    rows = x.chunks[0]
+    got = x[...]
+    assert not got[: 2 * rows].any()
+    np.testing.assert_array_equal(got[2 * rows:], intact[2 * rows:])
 
 
 # --- null or absent checksums ---------------------------------------------------------------------
