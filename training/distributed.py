@@ -66,8 +66,8 @@ from training.local import batch_stream, steps_per_round, sync_segments, train_l
 from training.models import build_model, flatten, num_parameters, unflatten_into
 from training.reconcile import Reconciler
 from training.protocol import ComputeClock, patience_spent
-from training.rounds import (all_ranks_ready, commit_round, configure_cpu, evaluates, metrics_row, placement_columns,
-                             rank_peak_rss_bytes, start_run)
+from training.rounds import (all_ranks_ready, batch_columns, commit_round, configure_cpu, evaluates, metrics_row,
+                             placement_columns, rank_peak_rss_bytes, start_run)
 from training.tasks import make_task, round_seed
 
 __all__ = ["TrainerError", "exit_with_parent", "global_weights", "init_process_group", "run_trainer", "train_rounds"]
@@ -324,7 +324,8 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
     loop = _prepare(graph, config, comm, (info or {}).get("out", "the input"))
     info = {**(info or {}), "world_size": comm.world_size, "config": config.to_dict(), "task": config.task,
             "num_parameters": num_parameters(loop.model), "steps_per_round": loop.steps_per_round,
-            "threads": torch.get_num_threads(), **placement}
+            "threads": torch.get_num_threads(), **placement,
+            **batch_columns(loop.task.num_train, loop.task.batch_size, comm)}
     if resume:
         all_ranks_ready(comm, "load its checkpoint", lambda: _restore(loop, runs, config, comm, graph.generation))
     else:

@@ -1,7 +1,8 @@
 """Local training: E epochs, or N optimiser steps, on the rank's own graph, task loss + μ·L_con.
 
-Full-batch by default; with ``batch_size > 0`` the task yields sampled mini-batches
-(:mod:`training.sampler`). With ``con``, the global model of this round and the rank's
+Full-batch with ``batch_size`` 0; otherwise the task yields sampled mini-batches of the
+rank's batch (``task.batch_size``, :func:`training.config.resolve_batch_size`;
+:mod:`training.sampler`). With ``con``, the global model of this round and the rank's
 previous local model run on the same batch (frozen, without dropout) and the
 cross-layer contrastive loss pulls the local layers towards the global ones.
 
@@ -44,14 +45,15 @@ def steps_per_round(task, config, comm) -> int:
 
     The ranks' partitions differ in size, so their epochs differ in steps; synchronising
     needs the same steps on every rank. A round is ``local_epochs`` epochs of the whole
-    training set: ``ceil(local_epochs · Σ_r n_r / (W · batch_size))`` steps per rank (each
-    rank cycling through its own data), and ``local_epochs`` full-batch steps.
+    training set: ``ceil(local_epochs · Σ_r n_r / Σ_r b_r)`` steps per rank, ``b_r`` being
+    rank r's batch (``task.batch_size``; ``W · batch_size`` when every rank has the same),
+    each rank cycling through its own data; and ``local_epochs`` full-batch steps.
     """
     if not config.batch_size:
         return int(config.local_epochs)
-    total = torch.tensor([float(task.num_train)], dtype=torch.float64)
+    total = torch.tensor([float(task.num_train), float(task.batch_size)], dtype=torch.float64)
     comm.all_reduce(total, "control")
-    return max(1, math.ceil(config.local_epochs * float(total[0]) / (comm.world_size * config.batch_size)))
+    return max(1, math.ceil(config.local_epochs * float(total[0]) / float(total[1])))
 
 
 def sync_segments(total: int, sync_every: int) -> list[int]:

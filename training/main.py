@@ -28,7 +28,7 @@ from typing import Any
 
 from storage.errors import AseprError, format_problem, os_errors_as_problems
 from training.config import (DEVICES, EVAL_MODES, FDS_PARTITIONERS, MODELS, SERVER_OPTIMIZERS, TASKS, TrainConfig,
-                             load_config)
+                             load_config, parse_batch_size)
 
 __all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main"]
 
@@ -39,6 +39,14 @@ _RENAMES = {"layers": "num_layers", "eval_negatives": "link_eval_negatives", "ti
             "eval": "eval_mode"}
 #: ``--strategy``: ASEPR's local graphs with reconciliation, or the fully-decentralized baseline.
 STRATEGY_CHOICES = ("asepr", "fds")
+
+
+def _batch_size_arg(text: str) -> int | str:
+    """``--batch-size auto|N`` (argparse's type: a bad value is its one-line usage error)."""
+    try:
+        return parse_batch_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,8 +82,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=None, help="default 0.01 (node), 0.001 (link)")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay,
                    help=f"Adam's weight decay on the local model (default {d.weight_decay:g})")
-    p.add_argument("--batch-size", type=int, default=d.batch_size,
-                   help=f"seeds per local step (default {d.batch_size}); 0: full-batch")
+    p.add_argument("--batch-size", type=_batch_size_arg, default=d.batch_size,
+                   help=f"seeds per local step, auto or N (default {d.batch_size}: each rank min(256, max(16, "
+                        "ceil(its training seeds / 4))), at least 4 steps per epoch; fds: 256); 0: full-batch")
     p.add_argument("--fanouts", type=lambda s: tuple(int(x) for x in s.split(",")), default=d.fanouts,
                    help="neighbours per layer in mini-batch mode and for corr, e.g. 10,10")
     p.add_argument("--sync-every", type=int, default=None,

@@ -9,6 +9,7 @@
 * :func:`metrics_row`: one evaluation's metrics row, the same columns for every
   trainer; :func:`bytes_columns`: its bytes columns, over all ranks;
 * :func:`placement_columns`: the one-time data placement (the rows each rank loads);
+  :func:`batch_columns`: each rank's training seeds and resolved batch size;
 * :func:`start_run` and :func:`commit_round`: the run directory at the start and at the
   end of every round (:class:`training.checkpoint.RunDir`).
 
@@ -82,9 +83,9 @@ from training.checkpoint import RunDir, TrainerError
 from training.comm import Comm
 from training.config import TrainConfig
 
-__all__ = ["EVAL", "all_ranks_ready", "bytes_columns", "commit_round", "evaluates", "evaluates_epoch", "metrics_row",
-           "available_cores", "idle_cores", "local_ranks", "peak_columns", "placement_columns", "rank_peak_rss_bytes",
-           "start_run", "threads"]
+__all__ = ["EVAL", "all_ranks_ready", "batch_columns", "bytes_columns", "commit_round", "evaluates", "evaluates_epoch",
+           "metrics_row", "available_cores", "idle_cores", "local_ranks", "peak_columns", "placement_columns",
+           "rank_peak_rss_bytes", "start_run", "threads"]
 
 log = logging.getLogger(__name__)
 
@@ -374,6 +375,14 @@ def placement_columns(rows: int, row_bytes: int, comm: Comm) -> dict[str, float]
     every = comm.gather_uncounted(torch.tensor([float(rows), float(rows) * row_bytes], dtype=torch.float64))
     return {"placement_rows_mean": float(every[:, 0].mean()), "placement_rows_max": float(every[:, 0].max()),
             "placement_bytes_mean": float(every[:, 1].mean()), "placement_bytes_max": float(every[:, 1].max())}
+
+
+def batch_columns(num_train: int, batch_size: int, comm: Comm) -> dict[str, list[int]]:
+    """Every rank's training seeds and the batch size it resolved them to
+    (:func:`training.config.resolve_batch_size`), in rank order (an uncounted all_gather):
+    ``train_seeds`` and ``batch_sizes``, for the run's record (``run.json``)."""
+    every = comm.gather_uncounted(torch.tensor([float(num_train), float(batch_size)], dtype=torch.float64))
+    return {"train_seeds": [int(v) for v in every[:, 0]], "batch_sizes": [int(v) for v in every[:, 1]]}
 
 
 def start_run(runs: RunDir, comm: Comm, info: dict[str, Any]) -> None:

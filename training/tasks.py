@@ -31,6 +31,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from training.comm import Comm
+from training.config import resolve_batch_size
 from training.data import LocalGraph
 from training.models import graph_operator
 from torch_geometric.sampler import NodeSamplerInput
@@ -128,6 +129,11 @@ class NodeTask:
     def num_train(self) -> int:
         return len(self.train_idx)
 
+    @property
+    def batch_size(self) -> int:
+        """Seeds per step on this rank (``config.batch_size`` resolved on its training set)."""
+        return resolve_batch_size(self.config.batch_size, self.num_train)
+
     def _sampler_(self) -> NeighborSampler:
         if self._sampler is None:
             self._sampler = NeighborSampler(self.edge_index, self.graph.num_nodes, self.config.fanouts)
@@ -137,12 +143,12 @@ class NodeTask:
         y = self.graph.y
         if not len(self.train_idx):
             return
-        if not self.config.batch_size:
+        if not self.batch_size:
             idx = self.train_idx
             yield Batch(None, self.mp, lambda out: F.cross_entropy(out[idx], y[idx]), self.master_idx)
             return
         order = self.train_idx[torch.randperm(len(self.train_idx), generator=generator)]
-        for seeds in torch.split(order, self.config.batch_size):
+        for seeds in torch.split(order, self.batch_size):
             out = self._sampler_().sample_from_nodes(NodeSamplerInput(None, seeds), generator=generator)
             n_id, ei = out.node, torch.stack([out.row, out.col])
             k = len(seeds)
@@ -247,6 +253,11 @@ class LinkTask:
     def num_train(self) -> int:
         return int(self.train_pos.shape[1])
 
+    @property
+    def batch_size(self) -> int:
+        """Training edges per step on this rank (``config.batch_size`` resolved on its own)."""
+        return resolve_batch_size(self.config.batch_size, self.num_train)
+
     @staticmethod
     def _scores(z: torch.Tensor, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return (z[u] * z[v]).sum(-1)
@@ -265,7 +276,7 @@ class LinkTask:
         pos = self.train_pos
         if not pos.shape[1]:
             return
-        if not self.config.batch_size:
+        if not self.batch_size:
             neg_u = pos[0]
             neg_v = self.negatives(pos.shape[1], generator)
             anchors = torch.arange(self.num_nodes)
@@ -275,7 +286,7 @@ class LinkTask:
         if self._sampler is None:
             self._sampler = NeighborSampler(self.edge_index, self.num_nodes, self.config.fanouts)
         order = torch.randperm(pos.shape[1], generator=generator)
-        for chunk in torch.split(order, self.config.batch_size):
+        for chunk in torch.split(order, self.batch_size):
             u, v = pos[0, chunk], pos[1, chunk]
             w = self.negatives(len(chunk), generator)
             seeds, inverse = torch.unique(torch.cat([u, v, w]), return_inverse=True)

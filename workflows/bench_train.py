@@ -137,6 +137,8 @@ def _result(base: dict[str, Any], k: int, strategy: str, partitioner: str | None
     return {**base, "k": k, "strategy": strategy, "partitioner": partitioner or info.get("partition"),
             "wall_s": _wall(run_dir), "replication_factor": rf,
             "label_entropy_mean": metrics.get("label_entropy_mean"),
+            # each rank's resolved batch (--batch-size auto), in rank order; fds: its one batch
+            "batch_sizes": info.get("batch_sizes") or [info.get("config", {}).get("batch_size")],
             **{key: info.get(key) for key in PLACEMENT_KEYS}, **summarise_run(rows, target),
             **protocol_columns(rows, None if target is None else target / TARGET_FRACTION), **ogb_columns(run_dir)}
 

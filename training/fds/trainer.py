@@ -89,19 +89,23 @@ log = logging.getLogger(__name__)
 
 #: Seeds per rank and step when the config says full-batch (FDS is always mini-batch).
 FDS_DEFAULT_BATCH = 1024
+#: Seeds per rank and step for ``batch_size="auto"``: FDS steps every rank together on
+#: one all_reduced gradient, so it keeps the batch it always had rather than the ASEPR
+#: ranks' rule (:func:`training.config.resolve_batch_size`).
+FDS_AUTO_BATCH = 256
 #: The byte categories of an FDS run, in the order of the metrics columns.
 CATEGORIES = ("features", "feature_requests", "sampling", "gradients", "model", "eval", "control")
 
 
 def fds_config(config: TrainConfig) -> TrainConfig:
-    """``config`` as FDS runs it: mini-batch (``batch_size`` 0 → 1024), no reconciliation,
-    exact evaluation (its only one)."""
+    """``config`` as FDS runs it: mini-batch (``batch_size`` 0 → 1024, ``"auto"`` → 256), no
+    reconciliation, exact evaluation (its only one)."""
     if config.task != "node":
         raise TrainerError(format_problem("--strategy fds", "--task node (FDS trains node classification)",
                                           f"--task {config.task}",
                                           "use --task node, or the asepr strategy for link prediction."))
-    return dataclasses.replace(config, reconcile="avg", batch_size=config.batch_size or FDS_DEFAULT_BATCH,
-                               eval_mode="exact")
+    batch = FDS_AUTO_BATCH if config.batch_size == "auto" else config.batch_size or FDS_DEFAULT_BATCH
+    return dataclasses.replace(config, reconcile="avg", batch_size=batch, eval_mode="exact")
 
 
 def run_fds(input_url: str | Path, run_dir: str | Path, config: TrainConfig, *, partition: str = "auto",
