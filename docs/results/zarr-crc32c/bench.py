@@ -19,10 +19,10 @@ warm (read again at once):
     ``storage.chunk_stores.RequireChunks`` (a missing chunk is an error);
   * ``unchecked``: plain zarr over the format-2 store, no check at all (the floor).
 
-Run from the project root with the format-2 modules present (``storage/checked_array.py``
-with ``ChunkCrcs``, ``storage/direct_chunks.py``)::
-
-    nice -n 10 python docs/results/zarr-crc32c/bench.py OUT/part-00000.zarr --rounds 5
+It needs the format-2 modules (``storage/checked_array.py`` with ``ChunkCrcs`` and
+``StoredKeys``, ``storage/direct_chunks.py``), which store format 3 removed, next to
+today's ``storage/chunk_stores.py``, and a format-2 store to take the arrays from; the
+README of this directory gives the commands.
 """
 
 from __future__ import annotations
