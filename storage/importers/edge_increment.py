@@ -358,6 +358,29 @@ def _node_rows(path: Path, first_id: int, count: int, feat_dim: int, constant: b
     sink.close()
 
 
+def _sniff(fs, path: str, known: _Lookup | None, id_type: pa.DataType):
+    """:func:`storage.importers._edge_text.sniff`, with one more clue for the header guess.
+
+    The importer takes a first line of two non-integer fields for a header. Here the map
+    tells more: a first line whose two fields are not endpoint names (``src``/``dst``,
+    ``source``/``target``) but are both ids the map holds is an edge, not a header.
+    """
+    plan = sniff(fs, path, None, None)
+    if plan.empty or not plan.header or known is None or plan.extras:
+        return plan
+    names = (plan.src.strip(), plan.dst.strip())
+    if {n.lower() for n in names} & {"src", "dst", "source", "target"}:
+        return plan
+    try:
+        values = pa.array(names).cast(id_type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return plan
+    if known(values)[1].all():
+        log.info("%s: the first line names two known ids, so it is read as an edge, not a header", plan.url)
+        return sniff(fs, path, False, plan.delimiter)
+    return plan
+
+
 def constant_features(input_url: str, storage_options: dict | None = None) -> bool:
     """Whether the input was imported without node features (every node ``[1.0]``)."""
     fs, base = resolve(input_url, storage_options)
@@ -402,14 +425,14 @@ def map_edge_list(
         A file that is not an edge list, an empty field, ids of the wrong kind.
     """
     fs = files[0][0]
-    plans = [p for p in (sniff(f, path, None, None) for f, path in files) if not p.empty]
     result = EdgeListIncrement(id_map=id_map)
-    if not plans:
-        raise InputError(format_problem(f"new edges {url_of(fs, files[0][1])}", "at least one edge row",
-                                        "no rows", "check the files are the right ones and not empty."))
     id_type = id_map.id_type if id_map is not None else pa.int64()
     lookup_old = (_Lookup(id_map.table.column("original_id").combine_chunks(),
                           id_map.table.column("global_nid").to_numpy()) if id_map is not None else None)
+    plans = [p for p in (_sniff(f, path, lookup_old, id_type) for f, path in files) if not p.empty]
+    if not plans:
+        raise InputError(format_problem(f"new edges {url_of(fs, files[0][1])}", "at least one edge row",
+                                        "no rows", "check the files are the right ones and not empty."))
     new = _unknown_ids(fs, plans, id_type, id_map, lookup_old, first_id)
     if id_map is None:
         _check_plain_ids(new, first_id, plans[0].url)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -19,6 +20,7 @@ from pipeline.verify import verify_output
 from storage.errors import InputError
 from storage.importers import import_dataset
 from storage.manifest import LOCK_NAME, STAGING_NAME, read_manifest
+from tests.pipeline.crash import Crash, crash_at
 from tests.pipeline.ingest_cases import edge_multiset
 
 NAMES = [f"user-{i:02d}" for i in range(60)]
@@ -179,3 +181,32 @@ def test_the_cli_ingests_an_edge_list_without_a_traceback(imported, tmp_path, ca
     assert main(["ingest", str(out), str(gz), "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "either Parquet shards or text edge lists" in err and "Traceback" not in err
+
+
+def test_a_headerless_gzip_edge_list_keeps_its_first_line_as_an_edge(imported, tmp_path):
+    input_dir, out = _fresh(imported, tmp_path)
+    new = tmp_path / "new.tsv.gz"
+    with gzip.open(new, "wt") as fh:  # no header: the first line names two known ids
+        fh.write("user-03\tuser-08\nuser-08\tgz-new\n")
+    before = read_manifest(out)["num_edges"]
+    manifest = ingest(out, new)
+    assert manifest["num_edges"] == before + 2 and manifest["num_nodes"] == 61
+    assert _id_map(input_dir)["gz-new"] == 60
+    _clean(out)
+
+
+@pytest.mark.parametrize("stage", ["route", "swap", "manifest"])
+def test_a_killed_text_ingest_is_completed_by_the_same_command(imported, tmp_path, monkeypatch, stage):
+    input_dir, out = _fresh(imported, tmp_path)
+    reference_in, reference = _fresh(imported, tmp_path / "reference")
+    new = [("user-10", "k-2"), ("k-1", "user-11"), ("k-2", "k-1")]
+    expected = ingest(reference, _edge_list(tmp_path / "reference" / "new.tsv", new))
+    crash_at(monkeypatch, stage)
+    with pytest.raises(Crash):
+        ingest(out, _edge_list(tmp_path / "new.tsv", new))
+    monkeypatch.undo()
+    assert read_manifest(out)["generation"] == 1 and verify_output(out).ok
+    manifest = ingest(out, tmp_path / "new.tsv")
+    assert manifest["num_nodes"] == 62 and _id_map(input_dir) == _id_map(reference_in)
+    assert [e["checksum"] for e in manifest["partitions"]] == [e["checksum"] for e in expected["partitions"]]
+    _clean(out)
