@@ -1,0 +1,154 @@
+"""Partition outputs written to a real S3-compatible server (``rclone serve s3``) through s3fs:
+commit and verify, a killed writer, racing writers, crafted manifests."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+import s3fs
+
+from pipeline.config import PartitionConfig
+from pipeline.partition_run import partition_to_store
+from pipeline.verify import verify_output
+from storage.errors import StoreError
+from storage.manifest import read_manifest
+from storage.output_stores import open_partition
+from tests.pipeline.test_write import make_input
+from tests.remote.s3server import S3Location
+from tests.remote.writers import BARRIER_TIMEOUT_S, racing_partitioner
+
+CONFIG = PartitionConfig(num_parts=2, algo="hash", seed=0)
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    root = tmp_path_factory.mktemp("s3-in") / "in"
+    make_input(root, edge_shards=2, num_nodes=300, num_edges=1500)
+    return root
+
+
+def _fs(options) -> s3fs.S3FileSystem:
+    return s3fs.S3FileSystem(skip_instance_cache=True, **options)
+
+
+@pytest.fixture
+def s3_bucket(s3_server) -> S3Location:
+    """A fresh bucket made through the S3 API (CreateBucket), so the server knows it at once."""
+    options = s3_server.storage_options()
+    name = f"w{uuid.uuid4().hex[:12]}"
+    _fs(options).mkdir(name)
+    return S3Location(f"s3://{name}", options)
+
+
+def _names(url: str, options) -> list[str]:
+    return sorted(p.rpartition("/")[2] for p in _fs(options).ls(url, detail=False, refresh=True))
+
+
+def test_partition_and_verify_on_the_server(graph, s3_bucket, s3_server, tmp_path):
+    url, options = s3_bucket
+    out = f"{url}/graph/out"
+    scratch = tmp_path / "scratch"
+    manifest = partition_to_store(graph, out, CONFIG, storage_options=options, scratch=scratch)
+    prefix = manifest["generation_prefix"]
+    assert _names(out, options) == sorted(["manifest.json", prefix])
+    # The stores are objects of the bucket (files of the served directory), not local files.
+    served = s3_server.root / url.removeprefix("s3://") / "graph" / "out" / prefix
+    assert (served / "part-00001.zarr" / "zarr.json").is_file()
+    assert not any(p.name.endswith(".zarr") for p in scratch.rglob("*"))
+    report = verify_output(out, input_url=graph, storage_options=options)
+    assert report.ok, report.summary()
+    store = open_partition(out, 0, storage_options=options)
+    assert store.path.startswith("s3://") and store.num_edges == manifest["partitions"][0]["counts"]["edges"]
+
+
+_KILLED = textwrap.dedent("""
+    import json, sys
+    from pipeline.config import PartitionConfig
+    from pipeline.partition_run import partition_to_store
+    partition_to_store(sys.argv[1], sys.argv[2], PartitionConfig(num_parts=2, algo="hash", seed=0),
+                       overwrite=True, storage_options=json.loads(sys.argv[3]))
+""")
+
+
+@pytest.mark.parametrize("point", [pytest.param("between-commits", marks=pytest.mark.slow), "manifest"])
+def test_a_killed_writer_leaves_the_previous_generation_and_the_rerun_completes(graph, s3_bucket, point):
+    url, options = s3_bucket
+    out = f"{url}/out"
+    first = partition_to_store(graph, out, CONFIG, storage_options=options)
+    env = dict(os.environ, ASEPR_FAILPOINTS=f"{point}=kill")
+    killed = subprocess.run([sys.executable, "-c", _KILLED, str(graph), out, json.dumps(options)], env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert read_manifest(out, storage_options=options) == first
+    assert verify_output(out, input_url=graph, storage_options=options).ok
+    assert len([n for n in _names(out, options) if n.startswith("gen-00002-")]) == 1
+    # The killed writer's lease names a dead process of this host: the rerun takes it over.
+    again = partition_to_store(graph, out, CONFIG, overwrite=True, storage_options=options)
+    assert again["generation"] == 2 and again["run"]["resumed_partitions"]
+    assert _names(out, options) == sorted(["manifest.json", again["generation_prefix"]])
+    assert verify_output(out, input_url=graph, storage_options=options).ok
+
+
+def _race(graph, out, options, rounds: int) -> None:
+    """Two writer processes start each round together: exactly one commits."""
+    ctx = multiprocessing.get_context("spawn")
+    start, done = ctx.Barrier(2), ctx.Barrier(3)
+    results = ctx.Queue()
+    workers = [ctx.Process(target=racing_partitioner, args=(str(graph), out, options, rounds, start, done, results))
+               for _ in range(2)]
+    for w in workers:
+        w.start()
+    try:
+        generation = 0
+        for r in range(rounds):
+            got = [results.get(timeout=BARRIER_TIMEOUT_S) for _ in range(2)]
+            assert all(g[0] == r for g in got)
+            committed = [g for g in got if g[1] is not None]
+            refused = [g for g in got if g[1] is None]
+            assert len(committed) == 1 and len(refused) == 1, got
+            assert "held by pid" in refused[0][2], refused[0][2]
+            assert committed[0][1] == generation + 1
+            generation += 1
+            assert read_manifest(out, storage_options=options)["generation"] == generation
+            done.wait(BARRIER_TIMEOUT_S)
+    finally:
+        for w in workers:
+            w.join(timeout=60)
+            if w.is_alive():
+                w.kill()
+    assert verify_output(out, storage_options=options).ok
+
+
+def test_two_racing_writers_exactly_one_commits(graph, s3_bucket):
+    url, options = s3_bucket
+    _race(graph, f"{url}/out", options, rounds=1)
+
+
+@pytest.mark.slow
+def test_two_racing_writers_exactly_one_commits_20_times(graph, s3_bucket):
+    url, options = s3_bucket
+    _race(graph, f"{url}/out", options, rounds=20)
+
+
+def test_a_manifest_naming_another_bucket_or_climbing_out_is_refused(graph, s3_bucket):
+    url, options = s3_bucket
+    out = f"{url}/out"
+    manifest = partition_to_store(graph, out, CONFIG, storage_options=options)
+    # The other bucket exists and holds a store of the same name: it is still not followed.
+    other = f"w{uuid.uuid4().hex[:12]}"
+    _fs(options).mkdir(other)
+    _fs(options).copy(f"{out}/{manifest['partitions'][0]['path']}", f"{other}/part-00000.zarr", recursive=True)
+    for path in ("../../other/out/part-00000.zarr", f"s3://{other}/part-00000.zarr"):
+        crafted = {**manifest, "partitions": [{**manifest["partitions"][0], "path": path},
+                                              manifest["partitions"][1]]}
+        _fs(options).pipe(f"{out}/manifest.json", json.dumps(crafted).encode())
+        with pytest.raises(StoreError) as info:
+            open_partition(out, 0, storage_options=options)
+        assert "manifest.json" in str(info.value) and repr(path) in str(info.value)
