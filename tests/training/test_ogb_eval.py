@@ -125,3 +125,18 @@ def test_the_report_names_runs_that_were_not_scored():
     (row,) = ogb_rows([none, failed])
     assert row["OGB metric"] == "not scored: input x: expected --task node / found --task link"
     assert row["OGB test"] == "-"
+
+
+def test_a_run_on_partitions_is_scored_on_the_input_they_came_from(tmp_path):
+    from pipeline.config import PartitionConfig
+    from pipeline.partition_run import partition_to_store
+    from training.distributed import run_trainer
+
+    ogbn_arxiv_like(tmp_path / "ogb")
+    import_dataset("ogb", tmp_path / "ogb" / "ogbn_arxiv", tmp_path / "in")
+    partition_to_store(tmp_path / "in", tmp_path / "parts", PartitionConfig(num_parts=2, algo="hdrf"))
+    config = TrainConfig(hidden=16, rounds=2, local_epochs=1, threads=1, feature_norm="none", eval_mode="exact")
+    rows = run_trainer(tmp_path / "parts", tmp_path / "run", config)  # one rank holding both partitions
+    result = evaluate_run(tmp_path / "run")
+    assert result["ogb_metric"] == "acc" and result["ogb_round"] == 2
+    assert result["ogb_test"] == pytest.approx(rows[-1]["test"]) and result["ogb_valid"] == pytest.approx(rows[-1]["val"])
