@@ -250,19 +250,29 @@ def _unknown_ids(fs, plans, id_type, id_map: IdMap | None, known: _Lookup | None
     return unique.take(pc.sort_indices(unique))
 
 
-def _check_plain_ids(new: pa.Array, first_id: int, url: str) -> None:
-    """Without a map the new ids must be ``first_id ..`` without gaps."""
+def _check_plain_ids(fs, plans, new: pa.Array, first_id: int) -> None:
+    """Without a map the new ids must be ``first_id ..`` without gaps; the error names the
+    first row (file, column, row) that holds the first id out of place."""
     ids = new.to_numpy()
     expected = np.arange(first_id, first_id + len(ids))
-    if len(ids) and not np.array_equal(ids, expected):
-        bad = ids[first_bad(ids != expected)]
-        raise InputError(format_problem(
-            f"new edges {url}",
-            f"node ids: existing nodes 0..{first_id - 1}, new nodes {first_id}..{first_id + len(ids) - 1} "
-            "without gaps (the input has no id map, so its edge list's ids are node ids)",
-            f"id {int(bad)}",
-            "number the new nodes from the output's next free id on, or import the grown edge list again.",
-        ))
+    if not len(ids) or np.array_equal(ids, expected):
+        return
+    bad = int(ids[first_bad(ids != expected)])
+    where = f"new edges {plans[0].url}"
+    for plan, row0, src, dst, _ in _batches(fs, plans, pa.int64(), None):
+        hits = [(int(np.flatnonzero(col.to_numpy() == bad)[0]), name)
+                for col, name in ((src, plan.src), (dst, plan.dst)) if (col.to_numpy() == bad).any()]
+        if hits:
+            row, column = min(hits)
+            where = plan.at_row(row0 + row, column)
+            break
+    raise InputError(format_problem(
+        where,
+        f"node ids: existing nodes 0..{first_id - 1}, new nodes {first_id}..{first_id + len(ids) - 1} "
+        "without gaps (the input has no id map, so its edge list's ids are node ids)",
+        f"id {bad}",
+        "number the new nodes from the output's next free id on, or import the grown edge list again.",
+    ))
 
 
 class _ShardFile:
@@ -435,7 +445,7 @@ def map_edge_list(
                                         "no rows", "check the files are the right ones and not empty."))
     new = _unknown_ids(fs, plans, id_type, id_map, lookup_old, first_id)
     if id_map is None:
-        _check_plain_ids(new, first_id, plans[0].url)
+        _check_plain_ids(fs, plans, new, first_id)
     new_nid = np.arange(first_id, first_id + len(new), dtype=np.int64)
     lookup_new = _Lookup(new, new_nid) if id_map is not None and len(new) else None
     result.edge_files = _write_edges(fs, plans, id_type, id_map, lookup_old, lookup_new, work)

@@ -142,7 +142,8 @@ def test_an_input_without_an_id_map_takes_node_ids_and_new_ones_without_gaps(tmp
     with pytest.raises(InputError) as info:
         ingest(out, gap)
     message = str(info.value)
-    assert f"new edges {gap}" in message and "new nodes 40..41 without gaps" in message and "id 42" in message
+    assert f"edge list {gap}, column 'dst', data row 2" in message
+    assert "new nodes 40..41 without gaps" in message and "found id 42" in message
     assert read_manifest(out)["generation"] == 1
     ok = tmp_path / "ok.csv"
     ok.write_text("src,dst\n3,40\n41,40\n0,1\n")
