@@ -49,6 +49,9 @@ What a partial holds, and how masters combine them:
   takes the maximum ``M`` over all partials and its self-loop, rescales each partial by
   ``exp(m - M)``, adds them, and divides ``u`` by ``z``.
 
+The per-convolution algebra (which settings split this way, the widths, the narrower
+message, GAT's combine) is :mod:`training.exact_convs`.
+
 Stored self-loops, repeated edges, isolated vertices, and vertices whose master holds
 none of their edges are all exact (PyG's semantics: SAGE averages over every stored
 in-edge; GCN and GAT drop stored self-loops and add one per vertex).
@@ -98,6 +101,7 @@ from storage.errors import StoreError, format_problem
 from training.comm import Comm
 from training.config import EVAL_MODES
 from training.data import LocalGraph
+from training.exact_convs import check_conv, conv_message, conv_widths, gat_combine
 
 __all__ = ["BUDGET_BYTES", "ExactInference", "Evaluator", "evaluate_exact", "exact_forward"]
 
@@ -290,11 +294,11 @@ class ExactInference:
         model.eval()
         convs = list(model.convs)
         for conv in convs:
-            _check(conv)
+            check_conv(conv)
         field = self.prepare(len(convs))
         x = self.graph.x if x is None else x
-        state = _Rows(*_message(convs[0], x), source=x)
-        ranges = self._ranges(max(max(_widths(conv)) for conv in convs))
+        state = _Rows(*conv_message(convs[0], x), source=x)
+        ranges = self._ranges(max(max(conv_widths(conv)) for conv in convs))
         for i, conv in enumerate(convs):
             following = (convs[i + 1], field[i + 1]) if i + 1 < len(convs) else None
             state = self._layer(conv, state, field[i], following, ranges)
@@ -314,7 +318,7 @@ class ExactInference:
         if isinstance(conv, GATConv) and not state.transformed:
             state = _Rows(conv.lin(state.rows), True, source=state.source)
         nxt = None if following is None else following[0]
-        width = _widths(conv)[1] if nxt is None else min(_widths(nxt))
+        width = conv_widths(conv)[1] if nxt is None else min(conv_widths(nxt))
         result = state.rows.new_zeros((self.graph.num_nodes, width))
         transformed, roots = True, []
         is_master = self.graph.is_master
@@ -326,7 +330,7 @@ class ExactInference:
             out = self._combine(conv, state, masters, self._partial(conv, state, masters), pos, torch.cat(got))
             if nxt is not None:
                 h = F.relu(out)
-                out, transformed = _message(nxt, h)
+                out, transformed = conv_message(nxt, h)
                 if isinstance(nxt, SAGEConv) and nxt.root_weight:
                     keep = following[1].need[masters]
                     roots.append((masters[keep], nxt.lin_r(h[keep])))
@@ -372,7 +376,7 @@ class ExactInference:
         replicas (``pos``: the master each belongs to)."""
         pos = pos.to(own.device)
         if isinstance(conv, GATConv):
-            return _gat_combine(conv, state.rows[masters], own, pos, got)
+            return gat_combine(conv, state.rows[masters], own, pos, got)
         total = own.index_add_(0, pos, got)
         if isinstance(conv, GCNConv):
             degree = self.gcn_degree[masters].to(own.device).unsqueeze(1)
@@ -403,69 +407,10 @@ class _Rows:
     source: torch.Tensor | None = None
 
 
-def _gat_combine(conv: GATConv, xw: torch.Tensor, own: torch.Tensor, pos: torch.Tensor,
-                 got: torch.Tensor) -> torch.Tensor:
-    """GAT's master rows: every partial rescaled to the largest logit, the self-loop added."""
-    heads, c = conv.heads, conv.out_channels
-    n = len(xw)
-    xw = xw.view(n, heads, c)
-    m, z, u = own[:, :heads], own[:, heads: 2 * heads], own[:, 2 * heads:].reshape(n, heads, c)
-    got_m, got_z, got_u = got[:, :heads], got[:, heads: 2 * heads], got[:, 2 * heads:].reshape(-1, heads, c)
-    e_self = F.leaky_relu((xw * conv.att_src).sum(-1) + (xw * conv.att_dst).sum(-1), conv.negative_slope)
-    top = torch.maximum(m, e_self).scatter_reduce_(0, pos.unsqueeze(1).expand(-1, heads), got_m, "amax")
-    scale, scale_self, scale_got = torch.exp(m - top), torch.exp(e_self - top), torch.exp(got_m - top[pos])
-    z = (z * scale + scale_self).index_add_(0, pos, got_z * scale_got)
-    u = u * scale.unsqueeze(-1) + scale_self.unsqueeze(-1) * xw
-    u = u.index_add_(0, pos, got_u * scale_got.unsqueeze(-1))
-    out = (u / z.unsqueeze(-1)).reshape(n, heads * c)
-    return out if conv.bias is None else out + conv.bias
-
-
-def _weight(conv) -> torch.Tensor:
-    return conv.lin_l.weight if isinstance(conv, SAGEConv) else conv.lin.weight
-
-
-def _widths(conv) -> tuple[int, int]:
-    """``(d_in, d_out)`` of a convolution."""
-    out, inp = _weight(conv).shape
-    return int(inp), int(out)
-
-
-def _message(conv, h: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """The rows ``conv`` aggregates from ``h``: ``W h`` when narrower than ``h`` (then
-    True), else ``h`` itself."""
-    d_in, d_out = _widths(conv)
-    if d_out >= d_in:
-        return h, False
-    return (F.linear(h, _weight(conv)) if isinstance(conv, SAGEConv) else conv.lin(h)), True
-
-
 def _within(rows: torch.Tensor, a: int, b: int) -> torch.Tensor:
     """The sorted ``rows`` in ``[a, b)``."""
     lo, hi = torch.searchsorted(rows, torch.tensor([a, b], dtype=rows.dtype)).tolist()
     return rows[lo:hi]
-
-
-def _check(conv) -> None:
-    """Refuse a convolution (or settings) whose whole-graph output this module cannot split."""
-    if isinstance(conv, SAGEConv):
-        _require(conv, str(conv.aggr) == "mean" and not conv.normalize and not conv.project,
-                 'aggr="mean", normalize=False, project=False')
-    elif isinstance(conv, GCNConv):
-        _require(conv, conv.normalize and conv.add_self_loops and not conv.improved,
-                 "normalize=True, add_self_loops=True, improved=False")
-    elif isinstance(conv, GATConv):
-        _require(conv, conv.lin is not None and conv.add_self_loops and conv.edge_dim is None and conv.concat
-                 and getattr(conv, "res", None) is None,
-                 "one input width, add_self_loops=True, edge_dim=None, concat=True, residual=False")
-    else:
-        raise ValueError(f'Unsupported convolution "{type(conv).__name__}". Valid choices are "SAGEConv", '
-                         '"GCNConv", "GATConv".')
-
-
-def _require(conv, ok: bool, settings: str) -> None:
-    if not ok:
-        raise ValueError(f"exact inference supports {type(conv).__name__} with {settings} only; found {conv!r}")
 
 
 @numba.njit(cache=True)
