@@ -151,8 +151,30 @@ def read_id_map(input_url: str, first_id: int, storage_options: dict | None = No
         pa.schema([("global_nid", pa.int64()), table.schema.field("original_id")]))
     gnid = table.column("global_nid").to_numpy()
     keep = gnid < first_id
-    table = table.filter(pa.array(keep)).take(pa.array(np.argsort(gnid[keep], kind="stable")))
-    return IdMap(fs, path, url, table.combine_chunks(), int(len(gnid) - keep.sum()))
+    table = table.filter(pa.array(keep)).take(pa.array(np.argsort(gnid[keep], kind="stable"))).combine_chunks()
+    _check_unique(table, url)
+    return IdMap(fs, path, url, table, int(len(gnid) - keep.sum()))
+
+
+def _check_unique(table: pa.Table, url: str) -> None:
+    """A map names each node once and each original id once, with node ids >= 0."""
+    gnid = table.column("global_nid").to_numpy()
+    problem = None
+    if len(gnid) and gnid[0] < 0:
+        problem = ("global_nid", f"node id {int(gnid[0])}")
+    elif len(gnid) > 1 and (gnid[1:] == gnid[:-1]).any():
+        problem = ("global_nid", f"node id {int(gnid[1:][gnid[1:] == gnid[:-1]][0])} twice")
+    else:
+        original = table.column("original_id")
+        counts = pc.value_counts(original)
+        twice = counts.filter(pc.greater(counts.field("counts"), 1))
+        if len(twice):
+            problem = ("original_id", f"id {twice[0]['values'].as_py()!r} twice")
+    if problem is not None:
+        raise SchemaError(format_problem(
+            f"id map {url}, column '{problem[0]}'", "each node id (>= 0) and each original id once",
+            problem[1], "restore the map from the input's import (`asepr import edgelist`); it was edited.",
+        ))
 
 
 def id_map_digest(table: pa.Table) -> str:

@@ -17,7 +17,7 @@ from pipeline.config import PartitionConfig
 from pipeline.increment.text_edges import TEXT_WORK_NAME
 from pipeline.partition_run import partition_to_store
 from pipeline.verify import verify_output
-from storage.errors import InputError
+from storage.errors import InputError, SchemaError
 from storage.importers import import_dataset
 from storage.manifest import LOCK_NAME, STAGING_NAME, read_manifest
 from tests.pipeline.crash import Crash, crash_at
@@ -211,3 +211,21 @@ def test_a_killed_text_ingest_is_completed_by_the_same_command(imported, tmp_pat
     assert manifest["num_nodes"] == 62 and _id_map(input_dir) == _id_map(reference_in)
     assert [e["checksum"] for e in manifest["partitions"]] == [e["checksum"] for e in expected["partitions"]]
     _clean(out)
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda g, o: (np.r_[g, [5]], o + ["user-new"]), "column 'global_nid'"),
+    (lambda g, o: (np.r_[g, [59]], o + ["user-zz"]), "column 'global_nid'"),
+    (lambda g, o: (g, o[:-1] + ["user-00"]), "column 'original_id'"),
+])
+def test_a_crafted_id_map_is_refused_naming_its_column(imported, tmp_path, edit, needle):
+    input_dir, out = _fresh(imported, tmp_path)
+    table = pq.read_table(input_dir / "id_map.parquet")
+    gnid, original = edit(table.column("global_nid").to_numpy(), table.column("original_id").to_pylist())
+    pq.write_table(pa.table({"global_nid": pa.array(gnid, pa.int64()), "original_id": original}),
+                   input_dir / "id_map.parquet")
+    before = (out / "manifest.json").read_bytes()
+    with pytest.raises(SchemaError) as info:
+        ingest(out, _edge_list(tmp_path / "new.tsv", [("user-01", "user-02")]))
+    assert f"id map {input_dir / 'id_map.parquet'}, {needle}" in str(info.value) and "twice" in str(info.value)
+    assert (out / "manifest.json").read_bytes() == before
