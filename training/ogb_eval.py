@@ -19,6 +19,9 @@ examples evaluate), and scores them with the dataset's metric:
 * ``mrr`` (ogbl-citation2): the mean reciprocal rank of each positive among its own
   negatives, a tie counted half way (the mean of the optimistic and pessimistic ranks).
 
+A link run is trained by :class:`training.tasks.LinkTask`, which still holds out its own
+share of OGB's training edges (``link_val_fraction``, ``link_test_fraction``) for the
+metrics rows it writes; OGB's figure is of a model that did not train on those edges.
 Edges are scored as the link task scores them (:class:`training.tasks.LinkTask`: the
 dot product of the two embeddings). The metric functions follow the installed ``ogb``
 package's code line for line; the tests check them against it.

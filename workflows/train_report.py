@@ -293,7 +293,9 @@ def ogb_section(results: list[dict[str, Any]]) -> list[str]:
          "metric (`acc` for ogbn node datasets, `hits@K` or `mrr` for ogbl link datasets, from OGB's catalogue), "
          "on OGB's published valid and test sets (for a link dataset its held-out edges and negatives, every "
          "training edge passing messages); comparable with OGB's leaderboards, which report the test figure at "
-         "the best valid one over 10 seeds. `round`: the round of the model scored (the run's last)."),
+         "the best valid one over 10 seeds. `round`: the round of the model scored (the run's last). A link run "
+         "still holds out its own share of OGB's training edges for its metrics rows, so it trained on fewer "
+         "edges than OGB's protocol allows."),
         "",
         markdown_table(rows, OGB_TABLE_COLUMNS),
         "",
