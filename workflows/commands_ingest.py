@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from storage.remote import add_storage_options_flag
 from workflows.commands_partition import progress_factory, metrics_table, partition_table
 from workflows.dask_client import add_dask_arguments, client_from_args
 
@@ -28,6 +29,7 @@ def register(subparsers, add_common) -> None:
                                       "mapped through its id_map.parquet (new ids appended to it)")
     p.add_argument("--nodes", help="new node shards (ids from the output's next free id on)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_storage_options_flag(p)
     add_dask_arguments(p)
     p.set_defaults(handler=_cmd_ingest)
 
@@ -35,6 +37,7 @@ def register(subparsers, add_common) -> None:
     add_common(p)
     p.add_argument("out", help="output directory of `asepr partition`")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_storage_options_flag(p)
     add_dask_arguments(p)
     p.set_defaults(handler=_cmd_rebalance)
 
@@ -51,7 +54,7 @@ def _commit_generation(args: argparse.Namespace, step, nothing: str) -> dict | N
     when it committed a new generation and output is wanted, else None (after saying why)."""
     from storage.manifest import read_manifest
 
-    before = read_manifest(args.out)
+    before = read_manifest(args.out, storage_options=args.storage_options or None)
     with client_from_args(args) as client:
         manifest = step(client)
     if args.quiet:
@@ -67,7 +70,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
     manifest = _commit_generation(
         args, lambda client: ingest(args.out, args.new_edges, args.nodes, client=client,
-                                    progress=progress_factory(args)),
+                                    progress=progress_factory(args), storage_options=args.storage_options or None),
         "nothing new to ingest: every shard was ingested before")
     if manifest is None:
         return 0
@@ -88,7 +91,8 @@ def _cmd_rebalance(args: argparse.Namespace) -> int:
     from pipeline.increment.rebalance import rebalance
 
     manifest = _commit_generation(
-        args, lambda client: rebalance(args.out, client=client, progress=progress_factory(args)),
+        args, lambda client: rebalance(args.out, client=client, progress=progress_factory(args),
+                                       storage_options=args.storage_options or None),
         "nothing to rebalance: no community can move under the caps")
     if manifest is None:
         return 0

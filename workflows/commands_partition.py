@@ -69,7 +69,8 @@ def register(subparsers, add_common) -> None:
     p = subparsers.add_parser("partition", help="partition an input into K Zarr stores (+ manifest.json)")
     add_common(p)
     p.add_argument("input", help="input directory (edges/, nodes/, meta.json)")
-    p.add_argument("out", help="output directory (local)")
+    p.add_argument("out", help="output: a local directory, or an object-store URL (s3://bucket/prefix, gs://..., "
+                               "az://...; one writer at a time, by a lease)")
     p.add_argument("-k", "--num-parts", type=int, help="number of partitions K")
     p.add_argument("--algo", choices=ALGORITHMS, help="algorithm (default asep)")
     p.add_argument("--config", help="TOML file with PartitionConfig fields (and halo); flags override it")
@@ -108,6 +109,10 @@ def register(subparsers, add_common) -> None:
     p.add_argument("--plan-rf", type=float, default=None,
                    help="plan with this replication factor (e.g. an earlier run's) instead of the "
                         "upper bound of random hashing")
+    p.add_argument("--scratch", default=None, metavar="DIR",
+                   help="with an object-store output: the local directory for spill files and the decoded input "
+                        "(default: a new directory under the system's temporary directory, removed after the run)")
+    add_storage_options_flag(p)
     add_dask_arguments(p)
     p.set_defaults(handler=_cmd_partition)
 
@@ -131,6 +136,7 @@ def register(subparsers, add_common) -> None:
     p.add_argument("--exact-edges", action="store_true",
                    help="compare the edge multiset bucket by bucket exactly instead of by random fingerprints "
                         "(which miss a difference with probability < 2^-60)")
+    add_storage_options_flag(p)
     p.set_defaults(handler=_cmd_verify)
 
 
@@ -203,7 +209,8 @@ def _plan(args: argparse.Namespace, config: PartitionConfig, halo: int):
     remote = bool(args.scheduler_address or args.scheduler_file or os.environ.get("DASK_SCHEDULER_ADDRESS"))
     workers = default_workers() if args.workers is None else max(0, args.workers)
     return plan_partition(args.input, args.out, config, halo=halo, workers=workers, remote=remote,
-                          replication_factor=args.plan_rf)
+                          replication_factor=args.plan_rf, storage_options=args.storage_options or None,
+                          scratch=args.scratch)
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
@@ -216,9 +223,9 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     # The plan comes first: nothing is written (no output or staging directory, no
     # cluster started) before it is printed and checked.
     plan = _plan(args, config, halo)
-    log.info("plan: peak memory %s (stage %s), disk %s; available memory %s, free disk %s",
+    log.info("plan: peak memory %s (stage %s), local disk %s; available memory %s, free disk %s at %s",
              human_bytes(plan.peak_bytes), plan.peak.name, human_bytes(plan.disk_bytes),
-             human_bytes(plan.free_memory), human_bytes(plan.free_disk))
+             human_bytes(plan.free_memory), human_bytes(plan.free_disk), plan.disk_at)
     if args.dry_run or not args.quiet:
         print(plan.table(), flush=True)
     if args.dry_run:
@@ -229,6 +236,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         manifest = partition_to_store(
             args.input, args.out, config, halo=halo, client=client,
             overwrite=args.overwrite, progress=progress_factory(args),
+            storage_options=args.storage_options or None, scratch=args.scratch,
         )
     if not args.quiet:
         print(
@@ -410,6 +418,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
                                         f"--memory-budget {args.memory_budget}, --threads {args.threads}"))
     budget = None if args.memory_budget is None else int(args.memory_budget * 2**30)
     report = verify_output(args.out, input_url=args.input, memory_budget=budget,
+                           storage_options=args.storage_options or None,
                            workers=args.threads, edge_check="exact" if args.exact_edges else "fingerprint")
     if report.generation is None and not args.json:
         # No committed generation could be read (a missing output, or one never committed):

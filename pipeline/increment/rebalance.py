@@ -196,7 +196,7 @@ def rebalance(
         No state, a halo output, an algorithm without communities, a lock held by
         another writer, or a disk error (generation g stays intact; rerun).
     """
-    out_path = local_output(out, storage_options)
+    out_path = local_output(out, storage_options, "rebalance")
     read_manifest(out_path)
     with OutputLock(out_path), disk_errors(out_path):
         start = time.perf_counter()

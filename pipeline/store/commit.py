@@ -105,8 +105,9 @@ NODE_MAP_BYTES = 5.0
 # --- the output directory ------------------------------------------------------------------
 
 
-def local_output(out: str | Path, storage_options: dict | None) -> Path:
-    """The output directory as a local path; a remote URL is refused (commits rename).
+def local_output(out: str | Path, storage_options: dict | None, command: str = "ingest") -> Path:
+    """The output directory as a local path, for the commands that write only local
+    outputs (``ingest``, ``rebalance``); a remote URL is refused.
 
     Raises
     ------
@@ -119,9 +120,10 @@ def local_output(out: str | Path, storage_options: dict | None) -> Path:
         raise StoreError(
             format_problem(
                 f"output {url_of(fs, path)}",
-                "a local (or mounted shared) directory: partitions are committed by renames",
+                f"a local (or mounted shared) directory: `asepr {command}` does not write to an object store yet",
                 f"a {protocol}:// URL",
-                "write to a local directory, then copy the committed output.",
+                "partition the grown input into the object store with `asepr partition ... --overwrite`, or "
+                f"run `asepr {command}` on a local copy of the output.",
             )
         )
     return Path(path)

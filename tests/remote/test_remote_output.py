@@ -258,3 +258,35 @@ def test_racing_writers_exactly_one_takes_the_lease_each_round(out):
         assert len(won) == 1 and len(lost) == 1, (won, lost)
         assert "held by pid" in lost[0]
         won[0].release()
+
+
+# --- the command line ----------------------------------------------------------------------
+
+
+def test_cli_partition_verify_inspect_on_an_object_store_url(graph, out, tmp_path, capsys):
+    from workflows.cli import main
+
+    scratch = tmp_path / "scratch"
+    assert main(["partition", str(graph), out, "-k", "2", "--algo", "hash", "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert "local scratch" in plan and "written to the store" in plan and f"free disk" in plan
+    assert f"at {out}" not in plan.replace(f"store {out}", "")
+    assert main(["partition", str(graph), out, "-k", "2", "--algo", "hash", "--scratch", str(scratch),
+                 "--storage-options", "{}"]) == 0
+    assert "committed generation 1" in capsys.readouterr().out
+    assert scratch.is_dir() and not any(p.name.endswith(".zarr") for p in scratch.rglob("*"))
+    assert main(["verify", out, "--input", str(graph), "--storage-options", "{}"]) == 0
+    assert "verified: all invariants hold" in capsys.readouterr().out
+    assert main(["inspect", out]) == 0
+    assert "gen-00001-" not in capsys.readouterr().err
+
+
+def test_cli_ingest_and_rebalance_on_an_object_store_are_refused_with_the_fix(graph, out, capsys):
+    from workflows.cli import main
+
+    partition_to_store(graph, out, CONFIG)
+    assert main(["ingest", out, str(graph / "edges")]) != 0
+    err = capsys.readouterr().err
+    assert "does not write to an object store yet" in err and "asepr partition" in err
+    assert main(["rebalance", out]) != 0
+    assert "`asepr rebalance` does not write to an object store yet" in capsys.readouterr().err
