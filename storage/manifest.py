@@ -3,8 +3,10 @@
 An output directory is trusted only through its manifest: a reader opens the stores
 the manifest lists and nothing else, and a store whose ``generation`` attribute
 differs from the manifest's is not part of that generation. The manifest is replaced
-in one rename (:func:`write_manifest`), so a reader sees the previous generation or
-the next one, never a mix.
+in one rename locally, in one PUT on an object store (:func:`write_manifest`), so a
+reader sees the previous generation or the next one, never a mix. On an object store
+its paths name the generation's prefix (``gen-00003-1f2e3d4c/part-00000.zarr``,
+:mod:`pipeline.store.generations`).
 
 Document shape (``format_version`` 1)::
 
