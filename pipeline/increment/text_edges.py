@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from storage.errors import InputError, format_problem
+from storage.schema import META_NAME
 from storage.fs import Shard, fingerprint, join, resolve, url_of
 from storage.importers.edge_increment import (
     EdgeListIncrement,
@@ -79,12 +80,20 @@ class TextIngest:
         return {"files": self.text_files, "id_map": self.record()}
 
 
-def _input_url(manifest: dict[str, Any], out_path: Path) -> str:
+def _input_url(manifest: dict[str, Any], out_path: Path, storage_options: dict | None) -> str:
+    """The input the output was partitioned from, whose id map names the original ids."""
     url = str((manifest.get("input") or {}).get("url") or "")
     if not url:
         raise InputError(format_problem(
             f"output {out_path}, manifest.json", "the url of the input it was partitioned from",
             "none", "give the new edges as Parquet with int64 columns src, dst in the output's node ids.",
+        ))
+    fs, path = resolve(url, storage_options)
+    if not fs.exists(join(path, META_NAME)):
+        raise InputError(format_problem(
+            f"input {url} (named by {out_path}/manifest.json)", "the input directory the output was partitioned "
+            "from: an edge list's ids are read through its id_map.parquet", "no input there",
+            "put the input back where it was, or give the new edges as Parquet in the output's node ids.",
         ))
     return url
 
@@ -144,7 +153,7 @@ def text_ingest(out_path: Path, files: list[tuple[Any, str]], nodes, manifest: d
     """
     refuse_node_shards(nodes)
     first_id = int(manifest["num_nodes"])
-    input_url = _input_url(manifest, out_path)
+    input_url = _input_url(manifest, out_path, storage_options)
     id_map = read_id_map(input_url, first_id, storage_options)
     if id_map is not None:
         check_id_map(id_map, manifest, out_path)

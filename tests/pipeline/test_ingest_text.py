@@ -229,3 +229,13 @@ def test_a_crafted_id_map_is_refused_naming_its_column(imported, tmp_path, edit,
         ingest(out, _edge_list(tmp_path / "new.tsv", [("user-01", "user-02")]))
     assert f"id map {input_dir / 'id_map.parquet'}, {needle}" in str(info.value) and "twice" in str(info.value)
     assert (out / "manifest.json").read_bytes() == before
+
+
+def test_an_edge_list_for_an_output_whose_input_moved_names_the_input(imported, tmp_path):
+    input_dir, out = _fresh(imported, tmp_path)
+    input_dir.rename(tmp_path / "moved")
+    with pytest.raises(InputError) as info:
+        ingest(out, _edge_list(tmp_path / "new.tsv", [("user-01", "user-02")]))
+    message = str(info.value)
+    assert f"input {input_dir} (named by {out}/manifest.json)" in message and "put the input back" in message
+    assert read_manifest(out)["generation"] == 1
