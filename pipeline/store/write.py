@@ -43,7 +43,7 @@ from pipeline.store.commit import (
     recover_journal,
     write_node_map,
 )
-from pipeline.store.generations import RemoteStaging
+from pipeline.store.generations import RemoteStaging, begin_remote_run, remote_output
 from pipeline.store.output_dir import writable_output
 from pipeline.store.finalize import finalize_edges, finalize_nodes, finalize_nodes_from_table, sweep_groups
 from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
@@ -63,7 +63,7 @@ from pipeline.store.tasks import Progress, run_tasks, task_slots, timed, worker_
 from storage.decoded import remove_decoded
 from storage.errors import StoreError, format_problem
 from storage.fs import Shard
-from storage.location import remove_tree
+from storage.location import is_local_url, remove_tree
 from storage.manifest import MANIFEST_FORMAT, MANIFEST_VERSION, NODE_MAP_NAME, part_name, read_manifest
 from storage.node_table import NodeTable
 from storage.resources import peak_rss_bytes
@@ -327,11 +327,15 @@ def write_partitions(
     overwrite: bool = False,
     progress: Progress | None = None,
     input_url: str | Path | None = None,
+    storage_options: dict | None = None,
+    scratch: str | Path | None = None,
 ) -> dict[str, Any]:
     """Write the stores of an existing :class:`~pipeline.Assignment` and commit them.
 
     Like :func:`partition_to_store` without the partitioning; a rerun resumes only
-    when the assignment is bit-identical to the interrupted run's.
+    when the assignment is bit-identical to the interrupted run's. ``out`` may be an
+    object-store URL (``storage_options``, and ``scratch`` for the spill files, as for
+    :func:`~pipeline.partition_run.partition_to_store`).
 
     Returns
     -------
@@ -339,27 +343,40 @@ def write_partitions(
         The committed manifest.
     """
     halo = check_halo(halo)
-    with writable_output(out, None) as out_path:
+    if not is_local_url(out, storage_options):
+        with remote_output(out, storage_options, scratch) as staging:
+            input_info = input_info_from_shards(input_url, assignment.edge_shards, assignment.node_shards)
+            run_key = run_key_of(assignment.config.to_dict(), halo, input_info)
+            generation, _ = begin_remote_run(staging, run_key, overwrite)
+            return _write_assignment(staging, generation, assignment, run_key, input_info, halo=halo,
+                                     client=client, progress=progress)
+    with writable_output(out, storage_options) as out_path:
         input_info = input_info_from_shards(input_url, assignment.edge_shards, assignment.node_shards)
         run_key = run_key_of(assignment.config.to_dict(), halo, input_info)
         staging, generation, committed = begin_run(out_path, run_key, overwrite)
         if committed is not None:
             return committed
-        parts = parts_files(assignment.workdir, len(assignment.edge_shards))
-        digest = assignment_digest(assignment.master, parts)
-        saved = load_assignment(staging.work, run_key, assignment.edge_shards, assignment.node_shards)
-        if saved is not None and saved.digest != digest:
-            log.warning("discarding an interrupted run in %s (another assignment); starting clean", out_path)
-            staging.restart(run_key, generation, "partition")
-            saved = None
-        if saved is not None and not staged_state_ok(staging, generation):
-            saved = None
-        if saved is None:
-            staging.reset_work()
-            stage_state(staging, assignment, generation, input_info)
-            saved = save_assignment(assignment, staging.work, run_key, halo)
-        return write_generation(
-            staging, saved, input_info=input_info, run_key=run_key, generation=generation,
-            halo=halo, client=client, progress=progress, timings=dict(saved.timings),
-        )
+        return _write_assignment(staging, generation, assignment, run_key, input_info, halo=halo, client=client,
+                                 progress=progress)
 
+
+def _write_assignment(staging: Staging, generation: int, assignment, run_key: str, input_info: dict[str, Any], *,
+                      halo: int, client, progress: Progress | None) -> dict[str, Any]:
+    """Save the assignment (or reuse the identical one staged) and write its generation."""
+    parts = parts_files(assignment.workdir, len(assignment.edge_shards))
+    digest = assignment_digest(assignment.master, parts)
+    saved = load_assignment(staging.work, run_key, assignment.edge_shards, assignment.node_shards)
+    if saved is not None and saved.digest != digest:
+        log.warning("discarding an interrupted run in %s (another assignment); starting clean", staging.out)
+        staging.restart(run_key, generation, "partition")
+        saved = None
+    if saved is not None and not staged_state_ok(staging, generation):
+        saved = None
+    if saved is None:
+        staging.reset_work()
+        stage_state(staging, assignment, generation, input_info)
+        saved = save_assignment(assignment, staging.work, run_key, halo)
+    return write_generation(
+        staging, saved, input_info=input_info, run_key=run_key, generation=generation,
+        halo=halo, client=client, progress=progress, timings=dict(saved.timings),
+    )

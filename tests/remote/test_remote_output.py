@@ -119,6 +119,22 @@ def test_an_abandoned_prefix_of_another_run_is_deleted(graph, out, monkeypatch):
     assert stale[0] not in _names(out) and _names(out) == sorted(["manifest.json", again["generation_prefix"]])
 
 
+def test_an_assignment_written_to_an_object_store_equals_the_local_write(graph, out, tmp_path):
+    """write_partitions (node rows gathered through spill files, the stores read back for
+    the node map) writes the same stores to an object store as to a local directory."""
+    from pipeline.partition import partition
+    from pipeline.store.write import write_partitions
+
+    with partition(graph, config=CONFIG) as assignment:
+        remote = write_partitions(assignment, out, input_url=graph)
+        local = write_partitions(assignment, tmp_path / "local", input_url=graph)
+    assert "gather nodes" in remote["timings"]
+    assert [p["checksum"] for p in remote["partitions"]] == [p["checksum"] for p in local["partitions"]]
+    assert remote["node_map"]["sha256"] == local["node_map"]["sha256"]
+    assert all(p["path"].startswith(remote["generation_prefix"] + "/") for p in remote["partitions"])
+    assert verify_output(out, input_url=graph).ok
+
+
 def test_the_plan_reports_scratch_and_store_bytes_never_the_outputs_free_disk(graph, out):
     plan = plan_partition(graph, out, CONFIG)
     table = plan.table()

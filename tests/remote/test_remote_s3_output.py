@@ -68,6 +68,22 @@ def test_partition_and_verify_on_the_server(graph, s3_bucket, s3_server, tmp_pat
     assert store.path.startswith("s3://") and store.num_edges == manifest["partitions"][0]["counts"]["edges"]
 
 
+@pytest.mark.slow
+def test_dask_workers_write_the_stores_into_the_bucket(graph, s3_bucket, tmp_path):
+    """With a cluster, each store is written by the worker process that builds it, straight
+    into the bucket (the URL and the storage options travel with the task)."""
+    distributed = pytest.importorskip("distributed")
+    url, options = s3_bucket
+    out = f"{url}/out"
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        manifest = partition_to_store(graph, out, CONFIG, client=client, storage_options=options,
+                                      scratch=tmp_path / "scratch")
+    local = partition_to_store(graph, tmp_path / "local", CONFIG)
+    assert [p["checksum"] for p in manifest["partitions"]] == [p["checksum"] for p in local["partitions"]]
+    assert verify_output(out, input_url=graph, storage_options=options).ok
+
+
 _KILLED = textwrap.dedent("""
     import json, sys
     from pipeline.config import PartitionConfig
