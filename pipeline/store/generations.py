@@ -55,6 +55,7 @@ from storage.fs import join, resolve, url_of
 from storage.lease import LEASE_NAME, Lease
 from storage.location import is_local, remove_tree
 from storage.manifest import MANIFEST_NAME, part_name, read_manifest, write_manifest
+from storage.remote import remote_errors_as_problems
 
 __all__ = ["GENERATION_PATTERN", "RemoteOutput", "RemoteStaging", "begin_remote_run", "generation_dir",
            "named_prefixes", "remote_output"]
@@ -284,7 +285,7 @@ def remote_output(out: str | Path, storage_options: dict | None, scratch: str | 
     scratch_dir = Path(tempfile.mkdtemp(prefix="asepr-scratch-")) if own else Path(scratch)
     try:
         scratch_dir.mkdir(parents=True, exist_ok=True)
-        with _store_errors(target.url):
+        with _store_errors(target.url), remote_errors_as_problems(target.url, doing="writing"):
             _check_prefix(target)
             lease = Lease(fs, join(target.path, LEASE_NAME), target.url_of(LEASE_NAME), command=command)
             with lease:

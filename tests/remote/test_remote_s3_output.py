@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
 
 import pytest
@@ -168,3 +169,39 @@ def test_a_manifest_naming_another_bucket_or_climbing_out_is_refused(graph, s3_b
         with pytest.raises(StoreError) as info:
             open_partition(out, 0, storage_options=options)
         assert "manifest.json" in str(info.value) and repr(path) in str(info.value)
+
+
+@pytest.mark.slow
+def test_the_server_killed_mid_partition_then_back_the_rerun_completes(graph, own_s3_server, monkeypatch):
+    """The server dies after the first store of generation 2: the writer fails with a
+    clear error after the client's bounded retries, generation 1 stays readable once the
+    server is back, and the same command resumes the finished store."""
+    import storage.lease
+    from storage import failpoints
+    from storage.remote import RemoteStoreError
+
+    monkeypatch.setattr(storage.lease, "DEFAULT_TTL_S", 4.5)
+    bounded = {"config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1}}
+    server = own_s3_server
+    name = f"w{uuid.uuid4().hex[:12]}"
+    _fs(server.storage_options()).mkdir(name)
+    out = f"s3://{name}/out"
+    first = partition_to_store(graph, out, CONFIG, storage_options=server.storage_options(**bounded))
+
+    def kill_server(point):
+        if point == "between-commits":
+            server.stop()
+
+    monkeypatch.setattr(failpoints, "failpoint", kill_server)
+    with pytest.raises(RemoteStoreError) as info:
+        partition_to_store(graph, out, CONFIG, overwrite=True, storage_options=server.storage_options(**bounded))
+    assert out in str(info.value) and "rerun the same command" in str(info.value)
+    monkeypatch.undo()
+    server.start()  # the same bucket directory, a new port
+    options = server.storage_options(**bounded)
+    assert read_manifest(out, storage_options=options) == first
+    assert verify_output(out, input_url=graph, storage_options=options).ok
+    time.sleep(5)  # the failed writer's lease (this process, still alive) expires
+    again = partition_to_store(graph, out, CONFIG, overwrite=True, storage_options=options)
+    assert again["generation"] == 2 and again["run"]["resumed_partitions"] == [0]
+    assert verify_output(out, input_url=graph, storage_options=options).ok
