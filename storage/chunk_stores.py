@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from zarr.storage import LocalStore, WrapperStore
 
 from storage.direct_io import ALIGN, aligned_empty, open_direct, write_at
-from storage.errors import StoreError
+from storage.errors import StoreError, format_problem
 
 if TYPE_CHECKING:
     from zarr.abc.buffer import Buffer, BufferPrototype
@@ -129,7 +129,9 @@ class MissingChunkError(StoreError):
 
     def __init__(self, key: str, store: str):
         self.key, self.store = key, store
-        super().__init__(f"{store}: no chunk {key}")
+        super().__init__(format_problem(
+            f"store {store}, chunk {key}", "a chunk file (every chunk of a partition store is written)",
+            "none", "the store is damaged; rerun `asepr partition ... --overwrite` (or restore it from a copy)."))
 
 
 class RequireChunks(WrapperStore):

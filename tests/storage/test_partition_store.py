@@ -369,3 +369,16 @@ def test_the_pipeline_writes_local_stores_through_the_direct_store(tmp_path):
     create_group(tmp_path / "p.zarr")
     group = open_group_rw(tmp_path / "p.zarr")
     assert isinstance(group.store, DirectLocalStore) == takes_direct_io(tmp_path)
+
+
+def test_require_chunks_makes_a_missing_chunk_an_error_for_any_zarr_read(tmp_path):
+    from storage.chunk_stores import MissingChunkError
+
+    ps.write_array(ps.create_store(tmp_path / "s.zarr"), "nodes/y", np.arange(1000, dtype=np.int64) + 1)
+    (tmp_path / "s.zarr" / "nodes" / "y" / "c" / "0").unlink()
+    plain = ps.open_group_readonly(str(tmp_path / "s.zarr"))["nodes/y"]
+    assert not plain[:].any()  # zarr alone reads a missing chunk as the fill value
+    required = ps.open_group_readonly(str(tmp_path / "s.zarr"), require_chunks=True)["nodes/y"]
+    with pytest.raises(MissingChunkError, match=r"chunk nodes/y/c/0: expected a chunk file") as info:
+        required[:]
+    assert isinstance(info.value, StoreError) and info.value.key == "nodes/y/c/0"
