@@ -24,7 +24,7 @@ from training.main import add_train_arguments, config_from_args
 from training.rounds import batch_columns
 from training.tasks import make_task
 
-from .conftest import fork_ranks
+from tests.training.conftest import fork_ranks
 
 SMALL = TrainConfig(hidden=16, rounds=1, local_epochs=1, threads=1, seed=5, feature_norm="none", reconcile="avg",
                     eval_mode="local", fanouts=(3, 3))
@@ -67,7 +67,7 @@ def test_the_flag_takes_auto_or_a_count_and_refuses_anything_else(capsys):
     for bad in ("-1", "big", "6.5"):
         with pytest.raises(SystemExit):
             _parse("--batch-size", bad)
-        assert 'argument --batch-size: Unsupported batch size' in capsys.readouterr().err
+        assert "argument --batch-size: Unsupported batch size" in capsys.readouterr().err
     assert parse_batch_size(" auto ") == "auto"
 
 
