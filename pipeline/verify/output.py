@@ -51,7 +51,6 @@ nothing grows with the number of edges. Disk: only for the buckets that differ.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -90,7 +89,7 @@ from pipeline.verify.state import ReplicaBits, load_state, state_masters_problem
 from pipeline.verify.stores import PartitionScan, owned_edge_keys, scan_partition
 from storage.confine import confined_join
 from storage.errors import AseprError, InputError, format_problem
-from storage.fs import discover_shards, fingerprint, join, resolve, url_of
+from storage.fs import Shard, discover_shards, fingerprint, join, resolve, url_of
 from storage.input import open_input
 from storage.manifest import NODE_MAP_NAME, OLD_DIR, STAGING_NAME, read_manifest
 from storage.resources import stage
@@ -568,23 +567,14 @@ def _check_fingerprints(manifest, edge_shards, node_shards, edge_hashes, node_ha
 def _check_node_map(out, manifest, storage_options, master_part, master_local, problems) -> None:
     fs, base = resolve(out, storage_options)
     want = manifest.get("node_map", {}).get("sha256")
-    path = None
-    named = manifest.get("node_map", {}).get("path", NODE_MAP_NAME)
     try:
-        committed = confined_join(fs, base, named, what=f"manifest {url_of(fs, join(base, 'manifest.json'))} "
-                                                        "(node_map path)")
+        named = confined_join(fs, base, manifest.get("node_map", {}).get("path", NODE_MAP_NAME),
+                              what=f"manifest {url_of(fs, join(base, 'manifest.json'))} (node_map path)")
     except AseprError as exc:
         problems.add("node_map", str(exc))
         return
-    for cand in (committed, join(base, STAGING_NAME, OLD_DIR, NODE_MAP_NAME)):
-        if fs.exists(cand):
-            h = hashlib.sha256()
-            with fs.open(cand, "rb") as fh:
-                while block := fh.read(8 << 20):
-                    h.update(block)
-            if want is None or h.hexdigest() == want:
-                path = cand
-                break
+    path = next((c for c in (named, join(base, STAGING_NAME, OLD_DIR, NODE_MAP_NAME))
+                 if fs.exists(c) and want in (None, fingerprint(Shard(fs=fs, path=c, url=c, size=0)))), None)
     if path is None:
         problems.add("node_map", f"no {NODE_MAP_NAME} with the manifest's sha256 in {url_of(fs, base)}")
         return
