@@ -19,15 +19,20 @@ Layout (``RUN``)::
 A round's checkpoint is complete once ``latest.json`` names it, and only then: a rank
 killed mid-write, or a full disk, leaves the previous round as the latest (the disk error
 is raised as :class:`storage.errors.FileSystemError`, naming the file and that round). The two newest complete
-rounds are kept. Files are written by :func:`storage.atomic.write_bytes_atomic` (a
-private temporary file renamed into place), and checkpoints read with
+rounds are kept. A resume follows the pointer: the directory ``latest.json`` names must
+lie inside ``checkpoints/`` (:func:`storage.confine.confined_join`). Files are written
+through :class:`training.run_files.RunFiles`: locally by
+:func:`storage.atomic.write_bytes_atomic` (a private temporary file renamed into place);
+on an object store (``--run-dir s3://bucket/runs/x``) each file is one PUT, atomic by
+the store, each round under its own prefix and the pointer last. Checkpoints are read with
 ``torch.load(weights_only=True)``: tensors, numbers, strings, lists and dicts only, never
 arbitrary pickles. A checkpoint whose tensors do not fit the model is refused with an
 error naming the file (:func:`expect_keys`, :func:`expect_tensor`,
 :func:`load_optimizer_state`).
 
 One run at a time uses a run directory: :meth:`RunDir.lock` is the output's lock
-(:class:`storage.lock.OutputLock`) on ``RUN``. The launcher takes it and passes its token
+(:class:`storage.lock.OutputLock`) on a local ``RUN``, the lease object
+``RUN/.asepr.lease`` (:class:`storage.lease.Lease`) on an object store. The launcher takes it and passes its token
 to the trainers in :data:`LOCK_TOKEN_VARIABLE`; a trainer started without it (plain
 ``torchrun``, SLURM) takes the lock itself on rank 0 (:meth:`RunDir.claim`).
 """
@@ -39,24 +44,28 @@ import csv
 import io
 import json
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from storage.atomic import refuse_symlink, write_bytes_atomic, write_json_atomic
-from storage.errors import StoreError, format_problem, os_error_problem
+from storage.atomic import dumps_json
+from storage.errors import AseprError, StoreError, format_problem, os_error_problem
+from storage.fs import join, url_of
+from storage.lease import LEASE_NAME, Lease
 from storage.lock import OutputLock
 from storage.manifest import LOCK_NAME
 from training.config import TrainConfig
+from training.run_files import RunFiles
 
 __all__ = ["CONFIG", "LOCK_TOKEN_VARIABLE", "RunDir", "TrainerError", "expect_keys", "expect_tensor",
            "load_optimizer_state"]
 
 LATEST = "latest.json"
 CONFIG = "config.json"
+CHECKPOINTS = "checkpoints"
+METRICS = "metrics.csv"
 KEEP_ROUNDS = 2
 #: The environment variable in which a launcher holding the run directory's lock passes
 #: the lock's token to the trainers it starts.
@@ -120,15 +129,25 @@ def load_optimizer_state(path: Path, optimizer: torch.optim.Optimizer, state: An
 
 
 class RunDir:
-    """One training run's directory (see the module docstring)."""
+    """One training run's directory (see the module docstring), a path or an fsspec URL.
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.checkpoints = self.path / "checkpoints"
+    ``storage_options`` are fsspec's for a run directory on an object store.
+    """
+
+    def __init__(self, path: str | Path, storage_options: dict | None = None):
+        self.files = RunFiles(path, storage_options)
+        #: A Path for a local run directory, the URL for one on an object store.
+        self.path = self.files.path
+        self.checkpoints = self.files.where(CHECKPOINTS)
+        self._pointer: tuple[int, str] | None = None
 
     # -- the lock --------------------------------------------------------------------
-    def lock(self) -> OutputLock:
-        """The run directory's lock (created with the directory; acquire it with ``with``)."""
+    def lock(self) -> OutputLock | Lease:
+        """The run directory's lock (acquire it with ``with``): an OS lock on a local
+        directory (created here), a lease object on an object store."""
+        if not self.files.local:
+            fs, base = self.files.fs, self.files.base
+            return Lease(fs, join(base, LEASE_NAME), url_of(fs, join(base, LEASE_NAME)))
         self.path.mkdir(parents=True, exist_ok=True)
         return OutputLock(self.path, what="run directory")
 
@@ -136,7 +155,7 @@ class RunDir:
     def claim(self) -> Iterator[None]:
         """Hold the lock for the block, unless the launcher holds it for this process.
 
-        The launcher's token in :data:`LOCK_TOKEN_VARIABLE` equal to the lock file's means
+        The launcher's token in :data:`LOCK_TOKEN_VARIABLE` equal to the lock's means
         the lock is already ours; otherwise the lock is taken (and a second run refused).
         """
         token = os.environ.get(LOCK_TOKEN_VARIABLE)
@@ -148,56 +167,62 @@ class RunDir:
 
     def _lock_token(self) -> str | None:
         try:
-            record = json.loads((self.path / LOCK_NAME).read_text())
+            record = json.loads(self.files.read(LOCK_NAME if self.files.local else LEASE_NAME))
         except (OSError, ValueError):
             return None
         return record.get("token") if isinstance(record, dict) else None
 
-    # -- config.json -----------------------------------------------------------------
-    def write_config(self, config: TrainConfig) -> Path:
+    # -- config.json and run.json -------------------------------------------------------
+    def write_config(self, config: TrainConfig) -> Path | str:
         """Write ``config`` as ``RUN/config.json`` (atomically); return its path."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path / CONFIG, config.to_dict())
-        return self.path / CONFIG
+        self.files.write(CONFIG, dumps_json(config.to_dict()))
+        return self.files.where(CONFIG)
 
-    # -- run.json --------------------------------------------------------------------
     def write_run_info(self, info: dict[str, Any]) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.path / "run.json", info)
+        self.files.write("run.json", dumps_json(info))
 
     def read_run_info(self) -> dict[str, Any] | None:
         try:
-            return json.loads((self.path / "run.json").read_text())
+            return json.loads(self.files.read("run.json"))
         except FileNotFoundError:
             return None
 
     # -- checkpoints -----------------------------------------------------------------
-    def round_dir(self, round_index: int) -> Path:
-        return self.checkpoints / f"round-{round_index:05d}"
+    def _round_name(self, round_index: int) -> str:
+        """Round ``round_index``'s directory below the run directory: the one the pointer
+        names for the latest round (read by :meth:`latest_round`), else ``round-NNNNN``."""
+        if self._pointer is not None and self._pointer[0] == round_index:
+            return self._pointer[1]
+        return f"{CHECKPOINTS}/round-{round_index:05d}"
 
-    def global_path(self, round_index: int) -> Path:
+    def round_dir(self, round_index: int) -> Path | str:
+        return self.files.where(self._round_name(round_index))
+
+    def global_path(self, round_index: int) -> Path | str:
         """Round ``round_index``'s ``global.pt``."""
-        return self.round_dir(round_index) / "global.pt"
+        return self.files.where(f"{self._round_name(round_index)}/global.pt")
 
-    def rank_path(self, round_index: int, rank: int) -> Path:
+    def rank_path(self, round_index: int, rank: int) -> Path | str:
         """Round ``round_index``'s ``rank-NNNNN.pt`` of ``rank``."""
-        return self.round_dir(round_index) / f"rank-{rank:05d}.pt"
+        return self.files.where(f"{self._round_name(round_index)}/rank-{rank:05d}.pt")
 
-    @staticmethod
-    def _save(obj: dict[str, Any], path: Path) -> None:
+    def _save(self, obj: dict[str, Any], relative: str, round_index: int) -> None:
         buf = io.BytesIO()
         torch.save(obj, buf)
-        write_bytes_atomic(path, buf.getvalue())
+        links = (CHECKPOINTS, f"{CHECKPOINTS}/round-{round_index:05d}")
+        self.files.write(relative, buf.getvalue(), refuse_links=links)
 
-    @staticmethod
-    def _load(path: Path) -> dict[str, Any]:
+    def _load(self, relative: str) -> dict[str, Any]:
+        path = self.files.where(relative)
         try:
-            return torch.load(path, weights_only=True, map_location="cpu")
+            return torch.load(io.BytesIO(self.files.read(relative)), weights_only=True, map_location="cpu")
         except FileNotFoundError as exc:
             raise StoreError(
                 format_problem(f"checkpoint {path}", "a file of the latest complete round", "no such file",
                                "the run directory was modified; start a new run without --resume.")
             ) from exc
+        except AseprError:
+            raise
         except Exception as exc:
             raise StoreError(
                 format_problem(f"checkpoint {path}", "a checkpoint written by `asepr train`",
@@ -227,44 +252,51 @@ class RunDir:
 
     def save_rank(self, round_index: int, rank: int, state: dict[str, Any]) -> None:
         """Write this rank's file of round ``round_index`` (FileSystemError on a full disk)."""
-        for directory in (self.checkpoints, self.round_dir(round_index)):
-            refuse_symlink(directory)  # it would take the checkpoints out of the run directory
         with self._writing():
-            self.round_dir(round_index).mkdir(parents=True, exist_ok=True)
-            self._save({"round": round_index, "rank": rank, **state}, self.rank_path(round_index, rank))
+            self._save({"round": round_index, "rank": rank, **state},
+                       f"{CHECKPOINTS}/round-{round_index:05d}/rank-{rank:05d}.pt", round_index)
 
     def commit(self, round_index: int, world_size: int, global_state: dict[str, Any],
                metrics_rows: list[dict[str, Any]]) -> None:
-        """Rank 0, after every rank saved: write global.pt, the metrics, then latest.json."""
-        d = self.round_dir(round_index)
-        missing = [r for r in range(world_size) if not self.rank_path(round_index, r).exists()]
+        """Rank 0, after every rank saved: write global.pt, the metrics, then the pointer ``latest.json``."""
+        name = f"round-{round_index:05d}"
+        d = f"{CHECKPOINTS}/{name}"
+        missing = [r for r in range(world_size) if not self.files.exists(f"{d}/rank-{r:05d}.pt")]
         if missing:
-            raise StoreError(format_problem(f"checkpoint {d}", f"one file per rank (0..{world_size - 1})",
+            raise StoreError(format_problem(f"checkpoint {self.files.where(d)}", f"one file per rank (0..{world_size - 1})",
                                             f"ranks {missing} missing", "check the disk of the run directory."))
         with self._writing():
-            self._save({"round": round_index, "metrics_rows": metrics_rows, **global_state},
-                       self.global_path(round_index))
+            self._save({"round": round_index, "metrics_rows": metrics_rows, **global_state}, f"{d}/global.pt",
+                       round_index)
             self.write_metrics(metrics_rows)
-            write_json_atomic(self.checkpoints / LATEST, {"round": round_index, "path": d.name})
+            self.files.write(f"{CHECKPOINTS}/{LATEST}", dumps_json({"round": round_index, "path": name}))
         self._prune(round_index)
 
     def _prune(self, latest: int) -> None:
-        for d in sorted(self.checkpoints.glob("round-*")):
+        for name in self.files.subdirectories(CHECKPOINTS, "round-"):
             try:
-                r = int(d.name.split("-", 1)[1])
+                r = int(name.split("-", 1)[1])
             except ValueError:
                 continue
             if r <= latest - KEEP_ROUNDS or r > latest:
-                shutil.rmtree(d, ignore_errors=True)
+                self.files.remove(f"{CHECKPOINTS}/{name}")
 
     def latest_round(self) -> int | None:
+        """The latest complete round, as the pointer ``checkpoints/latest.json`` names it
+        (None before the first); its directory is the one the pointer names, which must
+        lie inside ``checkpoints/``."""
+        where = self.files.where(f"{CHECKPOINTS}/{LATEST}")
         try:
-            return int(json.loads((self.checkpoints / LATEST).read_text())["round"])
+            pointer = json.loads(self.files.read(f"{CHECKPOINTS}/{LATEST}"))
+            round_index = int(pointer["round"])
+            relative = pointer.get("path", f"round-{round_index:05d}")
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError) as exc:
-            raise StoreError(format_problem(f"{self.checkpoints / LATEST}", '{"round": N, "path": ...}',
+            raise StoreError(format_problem(f"{where}", '{"round": N, "path": ...}',
                                             f"unreadable ({exc})", "start a new run without --resume.")) from exc
+        self._pointer = (round_index, self.files.confined(CHECKPOINTS, relative, what=f"{where} (path)"))
+        return round_index
 
     def check_resume(self, config, world_size: int) -> int:
         """The latest complete round to resume from; TrainerError if there is none, or if
@@ -283,10 +315,10 @@ class RunDir:
         return latest
 
     def load_global(self, round_index: int) -> dict[str, Any]:
-        return self._load(self.global_path(round_index))
+        return self._load(f"{self._round_name(round_index)}/global.pt")
 
     def load_rank(self, round_index: int, rank: int) -> dict[str, Any]:
-        return self._load(self.rank_path(round_index, rank))
+        return self._load(f"{self._round_name(round_index)}/rank-{rank:05d}.pt")
 
     # -- metrics ---------------------------------------------------------------------
     def write_metrics(self, rows: list[dict[str, Any]]) -> None:
@@ -299,14 +331,14 @@ class RunDir:
         writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-        write_bytes_atomic(self.path / "metrics.csv", buf.getvalue().encode())
+        self.files.write(METRICS, buf.getvalue().encode())
 
     def read_metrics(self) -> list[dict[str, Any]]:
-        path = self.path / "metrics.csv"
-        if not path.exists():
+        try:
+            text = self.files.read(METRICS).decode()
+        except FileNotFoundError:
             return []
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
         out = []
         for row in rows:
             parsed: dict[str, Any] = {}
@@ -324,16 +356,16 @@ class RunDir:
     def previous_run(self) -> list[str]:
         """What a previous run left here that a fresh start would delete (empty: nothing)."""
         found = []
-        rounds = sorted(self.checkpoints.glob("round-*")) if self.checkpoints.is_dir() else []
+        rounds = self.files.subdirectories(CHECKPOINTS, "round-")
         try:
             latest = self.latest_round()
         except StoreError:
-            latest, found = None, [f"a damaged {self.checkpoints / LATEST}"]
+            latest, found = None, [f"a damaged {self.files.where(f'{CHECKPOINTS}/{LATEST}')}"]
         if latest is not None:
             found.append(f"checkpoints up to round {latest + 1}")
         elif rounds:
             found.append(f"{len(rounds)} unfinished checkpoint director{'ies' if len(rounds) > 1 else 'y'}")
-        if (self.path / "metrics.csv").exists():
+        if self.files.exists(METRICS):
             found.append("metrics.csv")
         return found
 
@@ -351,9 +383,7 @@ class RunDir:
     def clear(self) -> None:
         """Remove the checkpoints and metrics of a previous run (a fresh start; the command
         line refuses it without ``--overwrite``: :meth:`refuse_previous_run`)."""
-        refuse_symlink(self.checkpoints)
-        shutil.rmtree(self.checkpoints, ignore_errors=True)
-        for name in ("metrics.csv", "run.json"):
-            with_path = self.path / name
-            if with_path.exists():
-                os.remove(with_path)
+        self.files.remove(CHECKPOINTS, refuse_link=True)
+        for name in (METRICS, "run.json"):
+            self.files.remove(name)
+        self._pointer = None

@@ -157,12 +157,16 @@ def run_trainer(out: str | Path, run_dir: str | Path, config: TrainConfig, *, re
     out
         The partition output (``asepr partition``); the latest committed generation is used.
     run_dir
-        Checkpoints and ``metrics.csv`` go here.
+        Checkpoints and ``metrics.csv`` go here (a path, or an fsspec URL: see
+        :class:`training.checkpoint.RunDir`).
     resume
         Continue from the latest complete checkpoint in ``run_dir`` (its config must match
         in every field but ``rounds``, ``timeout_s``, ``threads``, ``eval_every`` and ``eval_mode``).
     comm
         The collectives (default: over the initialised process group, or a single rank).
+    storage_options
+        fsspec options of ``out`` and ``run_dir`` on an object store; each rank reads
+        the manifest and its own partitions' stores only.
     on_round
         Called on rank 0 with each metrics row once its round is committed.
     """
@@ -178,7 +182,8 @@ def run_trainer(out: str | Path, run_dir: str | Path, config: TrainConfig, *, re
     graph, generation = all_ranks_ready(comm, "load its partitions", load)
     load_seconds = time.perf_counter() - t_load
     return train_rounds(graph, run_dir, config, comm=comm, resume=resume, on_round=on_round,
-                        info={"out": str(out), "generation": generation}, load_seconds=load_seconds)
+                        info={"out": str(out), "generation": generation}, load_seconds=load_seconds,
+                        storage_options=storage_options)
 
 
 @dataclass
@@ -317,9 +322,11 @@ def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: i
 
 def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *, comm: Comm,
                  resume: bool = False, on_round: Callable[[dict[str, Any]], None] | None = None,
-                 info: dict[str, Any] | None = None, load_seconds: float = 0.0) -> list[dict[str, Any]]:
-    """The round loop on an already loaded graph (see :func:`run_trainer`)."""
-    runs = RunDir(run_dir)
+                 info: dict[str, Any] | None = None, load_seconds: float = 0.0,
+                 storage_options: dict | None = None) -> list[dict[str, Any]]:
+    """The round loop on an already loaded graph (see :func:`run_trainer`; ``storage_options``:
+    of a run directory on an object store)."""
+    runs = RunDir(run_dir, storage_options)
     placement = placement_columns(graph.num_nodes, graph.x.shape[1] * graph.x.element_size(), comm)
     loop = _prepare(graph, config, comm, (info or {}).get("out", "the input"))
     info = {**(info or {}), "world_size": comm.world_size, "config": config.to_dict(), "task": config.task,

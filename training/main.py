@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import sys
@@ -26,7 +27,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import fsspec
+
 from storage.errors import AseprError, format_problem, os_errors_as_problems
+from storage.remote import add_storage_options_flag, remote_errors_as_problems
 from training.config import (DEVICES, EVAL_MODES, FDS_PARTITIONERS, MODELS, SERVER_OPTIMIZERS, TASKS, TrainConfig,
                              load_config, parse_batch_size)
 
@@ -52,7 +56,9 @@ def _batch_size_arg(text: str) -> int | str:
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """The trainer flags, shared by ``asepr train`` and ``python -m training.main``."""
     d = TrainConfig()
-    p.add_argument("--run-dir", help="checkpoints and metrics.csv (default: OUT.runs/TASK-MODEL-STRATEGY)")
+    p.add_argument("--run-dir", help="checkpoints and metrics.csv, a path or an fsspec URL "
+                                     "(default: OUT.runs/TASK-MODEL-STRATEGY)")
+    add_storage_options_flag(p, environment=True)
     start = p.add_mutually_exclusive_group()
     start.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
     start.add_argument("--overwrite", action="store_true",
@@ -155,13 +161,32 @@ def _resolve_config(args: argparse.Namespace, argv: Sequence[str]) -> TrainConfi
         raise ValueError(format_problem("python -m training.main", "--config FILE or the config flags, not both",
                                         f"--config with {' '.join(given)}",
                                         "put those values into the config file, or drop --config."))
-    return load_config(args.config)
+    if "://" not in str(args.config):
+        return load_config(args.config)
+    return _remote_config(args.config, args.storage_options)
 
 
-def default_run_dir(out: str | Path, config: TrainConfig, strategy: str = "asepr") -> Path:
-    """``OUT.runs/<task>-<model>-<strategy>`` beside the partition output (or the input, for fds)."""
+def _remote_config(url: str, storage_options: dict) -> TrainConfig:
+    """``RUN/config.json`` of a run directory on an object store (ValueError naming it)."""
+    fix = "pass the config.json that `asepr train` wrote."
+    try:
+        with remote_errors_as_problems(url), fsspec.open(url, "rt", **storage_options) as fh:
+            data = json.loads(fh.read())
+    except (OSError, AseprError) as exc:
+        found = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(format_problem(f"config file {url}", "a TrainConfig as JSON", found, fix)) from None
+    except ValueError as exc:
+        raise ValueError(format_problem(f"config file {url}", "a TrainConfig as JSON", f"invalid JSON ({exc})",
+                                        fix)) from None
+    return TrainConfig.from_dict(data, source=f"config file {url}")
+
+
+def default_run_dir(out: str | Path, config: TrainConfig, strategy: str = "asepr") -> Path | str:
+    """``OUT.runs/<task>-<model>-<strategy>`` beside the partition output (or the input, for fds):
+    a Path for a local OUT, a URL beside a remote one (``s3://b/out.runs/...``)."""
     strategy = "fds" if strategy == "fds" else config.reconcile.replace("+", "-")
-    return Path(f"{str(out).rstrip('/')}.runs") / f"{config.task}-{config.model}-{strategy}"
+    name = f"{str(out).rstrip('/')}.runs/{config.task}-{config.model}-{strategy}"
+    return name if "://" in str(out) else Path(name)
 
 
 def format_row(row: dict[str, Any]) -> str:
@@ -196,7 +221,8 @@ def _train(args: argparse.Namespace, config: TrainConfig) -> None:
     from training.rounds import all_ranks_ready
 
     comm = Comm()
-    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config, args.strategy)
+    run_dir = args.run_dir or default_run_dir(args.out, config, args.strategy)
+    options = args.storage_options
 
     def on_round(row: dict[str, Any]) -> None:
         if not args.quiet:
@@ -204,7 +230,7 @@ def _train(args: argparse.Namespace, config: TrainConfig) -> None:
 
     def hold() -> None:
         """Rank 0: the run directory's lock, and no previous run deleted without --overwrite."""
-        runs = RunDir(run_dir)
+        runs = RunDir(run_dir, options)
         held.enter_context(runs.claim())
         if not (args.resume or args.overwrite):
             runs.refuse_previous_run()
@@ -217,7 +243,8 @@ def _train(args: argparse.Namespace, config: TrainConfig) -> None:
             run_fds(args.out, run_dir, config, partition=args.fds_partition, resume=args.resume, comm=comm,
                     on_round=on_round)
         else:
-            run_trainer(args.out, run_dir, config, resume=args.resume, comm=comm, on_round=on_round)
+            run_trainer(args.out, run_dir, config, resume=args.resume, comm=comm, on_round=on_round,
+                        storage_options=options)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

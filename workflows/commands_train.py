@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.errors import AseprError, format_problem
+from storage.remote import remote_errors_as_problems
 
 __all__ = ["EVAL_LABELS", "check_partition_output", "fds_bytes_line", "register", "summary_table"]
 
@@ -61,6 +62,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"asepr train: error: {exc}", file=sys.stderr)
         return 2
+    if args.strategy == "fds" or args.centralized:
+        _refuse_remote(args)
     if args.strategy == "fds":
         return _train_fds(args, config)
     if args.centralized:
@@ -80,16 +83,29 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if not args.out:
         raise AseprError(format_problem("asepr train", "OUT (a partition output) or --centralized INPUT",
                                         "neither", "pass the directory `asepr partition` wrote."))
-    args.nproc = check_partition_output(args.out, args.nproc)
+    options = args.storage_options
+    with remote_errors_as_problems(args.out):
+        args.nproc = check_partition_output(args.out, args.nproc, options)
     from workflows.launch import launch_trainers
 
-    run_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.out, config)
+    run_dir = args.run_dir or default_run_dir(args.out, config)
     launch_trainers(args.out, run_dir, config, args.nproc, resume=args.resume, overwrite=args.overwrite,
-                    quiet=args.quiet, verbose=args.verbose)
-    rows = RunDir(run_dir).read_metrics()
+                    quiet=args.quiet, verbose=args.verbose, storage_options=options)
+    rows = RunDir(run_dir, options).read_metrics()
     print(summary_table(rows, f"{args.nproc} trainers, {config.model}, {config.reconcile} "
                               f"on {args.out} (run directory {run_dir})"))
     return 0
+
+
+def _refuse_remote(args: argparse.Namespace) -> None:
+    """The baselines (--centralized, --strategy fds) read a local input into a local run directory."""
+    given = [f"{flag} {value}" for flag, value in (("--run-dir", args.run_dir), ("INPUT", args.centralized or args.out))
+             if value and "://" in str(value)]
+    if given or args.storage_options:
+        found = ", ".join(given) if given else "--storage-options"
+        raise AseprError(format_problem(
+            "asepr train --centralized / --strategy fds", "a local input and run directory (the baselines train "
+            "on one machine's copy)", found, "copy the input to a local directory, and pass a local --run-dir."))
 
 
 def fds_bytes_line(row: dict[str, Any]) -> str:
@@ -147,7 +163,7 @@ def _check_nproc(nproc: int) -> None:
         raise AseprError(format_problem("asepr train --nproc", "an integer >= 1", str(nproc), "pass --nproc K."))
 
 
-def check_partition_output(out: str | Path, nproc: int | None) -> int:
+def check_partition_output(out: str | Path, nproc: int | None, storage_options: dict | None = None) -> int:
     """The ranks to launch on the partition output ``out``, checked before any rank starts.
 
     ``out`` must hold a committed generation (its manifest), and ``nproc`` (default: one
@@ -162,7 +178,7 @@ def check_partition_output(out: str | Path, nproc: int | None) -> int:
     """
     from storage import read_manifest
 
-    num_parts = int(read_manifest(out)["num_parts"])
+    num_parts = int(read_manifest(out, storage_options=storage_options)["num_parts"])
     if nproc is None:
         return num_parts
     _check_nproc(nproc)

@@ -14,6 +14,7 @@ The ranks exit by themselves if this process (their agent) is killed
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -24,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from storage.errors import AseprError, format_problem
+from storage.remote import STORAGE_OPTIONS_VARIABLE
 from training.checkpoint import LOCK_TOKEN_VARIABLE, RunDir
 from training.config import TrainConfig
 
@@ -70,7 +72,7 @@ def _environment(**values: str) -> Iterator[None]:
 def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, nproc: int, *,
                     strategy: str = "asepr", fds_partition: str = "auto", resume: bool = False,
                     overwrite: bool = False, quiet: bool = False, verbose: int = 0,
-                    monitor_interval: float = 0.2) -> None:
+                    monitor_interval: float = 0.2, storage_options: dict | None = None) -> None:
     """Train ``config`` on ``out`` as ``nproc`` ranks (``python -m training.main``); raise on any failure.
 
     Parameters
@@ -78,7 +80,8 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
     out
         The partition output (the input directory with ``strategy="fds"``).
     run_dir
-        The run directory: locked for the launch, ``config.json`` written into it.
+        The run directory: locked for the launch, ``config.json`` written into it. Like
+        ``out``, a path or an fsspec URL (``s3://bucket/runs/cora``).
     config
         The resolved config the ranks read back.
     strategy, fds_partition, resume, overwrite, quiet, verbose
@@ -86,6 +89,9 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
         and ``-v``. Without ``resume`` or ``overwrite``, a run directory holding a previous
         run is refused before any rank starts; with ``resume``, one without a complete
         round to resume (or of another config or world size).
+    storage_options
+        fsspec options of a remote ``out`` and ``run_dir``; the ranks get them through
+        :data:`storage.remote.STORAGE_OPTIONS_VARIABLE`, never on their command line.
 
     Raises
     ------
@@ -101,8 +107,8 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
     from training.device import resolve_device
 
     resolve_device(config.device, nproc - 1)  # --device cuda without (enough) GPUs: refused before any rank starts
-    runs = RunDir(run_dir)
-    made = _missing_directories(Path(run_dir))
+    runs = RunDir(run_dir, storage_options)
+    made = _missing_directories(runs.path) if isinstance(runs.path, Path) else []
     try:
         with runs.lock() as lock:
             if resume:
@@ -116,7 +122,8 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
             args += ["-q"] * bool(quiet) + ["-v"] * int(verbose)
             # torchrun sets OMP_NUM_THREADS=1 per rank; the trainer picks its own thread count.
             threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
-            with _environment(OMP_NUM_THREADS=threads, **{LOCK_TOKEN_VARIABLE: lock.token}):
+            environment = {LOCK_TOKEN_VARIABLE: lock.token, STORAGE_OPTIONS_VARIABLE: json.dumps(storage_options or {})}
+            with _environment(OMP_NUM_THREADS=threads, **environment):
                 _elastic_launch(args, nproc, monitor_interval)
     except AseprError:
         for directory in made:  # a launch refused at once leaves no empty run directory behind

@@ -2,7 +2,8 @@
 
 The tests talk to it through s3fs exactly as they would to a cloud store: an endpoint
 URL, an access key and a secret in ``storage_options``. A bucket is a directory below
-the served directory, so a test can also look at (or damage) what a command wrote.
+the served directory, so a test can also look at what a command wrote; changes go
+through s3fs, since the server caches its directory listings.
 """
 
 from __future__ import annotations
@@ -67,9 +68,15 @@ class RcloneS3:
         return {"key": ACCESS_KEY, "secret": SECRET_KEY, "client_kwargs": {"endpoint_url": self.endpoint}, **extra}
 
     def bucket(self, name: str | None = None) -> S3Location:
-        """A new, empty bucket (a directory of the served tree): ``s3://NAME`` and its options."""
+        """A new, empty bucket: ``s3://NAME`` and its options.
+
+        Made through the S3 API (CreateBucket), not as a directory behind the server's
+        back: the server caches its listings, and would not see the directory for a while.
+        """
+        import s3fs
+
         name = name or f"b{uuid.uuid4().hex[:12]}"
-        (self.root / name).mkdir()
+        s3fs.S3FileSystem(**self.storage_options(), skip_instance_cache=True).mkdir(name)
         self.buckets.append(name)
         return S3Location(f"s3://{name}", self.storage_options())
 
