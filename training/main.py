@@ -34,7 +34,8 @@ from storage.remote import add_storage_options_flag, remote_errors_as_problems
 from training.config import (DEVICES, EVAL_MODES, FDS_PARTITIONERS, MODELS, SERVER_OPTIMIZERS, TASKS, TrainConfig,
                              load_config, parse_batch_size)
 
-__all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main"]
+__all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main",
+           "read_config"]
 
 log = logging.getLogger("training.main")
 
@@ -161,13 +162,15 @@ def _resolve_config(args: argparse.Namespace, argv: Sequence[str]) -> TrainConfi
         raise ValueError(format_problem("python -m training.main", "--config FILE or the config flags, not both",
                                         f"--config with {' '.join(given)}",
                                         "put those values into the config file, or drop --config."))
-    if "://" not in str(args.config):
-        return load_config(args.config)
-    return _remote_config(args.config, args.storage_options)
+    return read_config(args.config, args.storage_options)
 
 
-def _remote_config(url: str, storage_options: dict) -> TrainConfig:
-    """``RUN/config.json`` of a run directory on an object store (ValueError naming it)."""
+def read_config(path: str | Path, storage_options: dict | None = None) -> TrainConfig:
+    """``--config FILE``: a local file (:func:`training.config.load_config`), or
+    ``RUN/config.json`` of a run directory on an object store (ValueError naming it)."""
+    if "://" not in str(path):
+        return load_config(path)
+    url, storage_options = str(path), storage_options or {}
     fix = "pass the config.json that `asepr train` wrote."
     try:
         with remote_errors_as_problems(url), fsspec.open(url, "rt", **storage_options) as fh:

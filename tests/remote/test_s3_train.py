@@ -3,6 +3,7 @@ directory (checkpoints, metrics, the pointer to the latest round, the lease) on 
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 
@@ -48,19 +49,19 @@ def test_two_ranks_train_from_the_store_and_resume_from_a_run_directory_there(co
 
 
 def test_a_trainer_reads_its_config_and_storage_options_as_the_launcher_passes_them(s3_bucket, monkeypatch):
-    from training.main import _parser, _resolve_config
+    from training.main import add_train_arguments, read_config
 
     url, options = s3_bucket
     config = dataclasses.replace(SMALL, hidden=24)
     written = RunDir(f"{url}/run", options).write_config(config)
     assert written == f"{url}/run/config.json"
     monkeypatch.setenv(STORAGE_OPTIONS_VARIABLE, json.dumps(options))  # as the launcher sets it for the ranks
-    argv = [f"{url}/out", "--config", written, "--run-dir", f"{url}/run"]
-    args = _parser().parse_args(argv)
-    assert args.storage_options == options and _resolve_config(args, argv) == config
-    args = _parser().parse_args(argv[:2] + [f"{url}/run/missing.json"])
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    assert parser.parse_args([]).storage_options == options
+    assert read_config(written, options) == config
     with pytest.raises(ValueError, match="config file s3://.*/run/missing.json: expected a TrainConfig as JSON"):
-        _resolve_config(args, argv)
+        read_config(f"{url}/run/missing.json", options)
 
 
 @pytest.mark.slow
