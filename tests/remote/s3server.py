@@ -8,6 +8,7 @@ through s3fs, since the server caches its directory listings.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -34,6 +35,16 @@ def rclone_binary() -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which("rclone")
+
+
+def _die_with_parent() -> None:
+    """In the server's process, before exec: SIGKILL when the test process goes, so that a
+    test run killed before its teardown leaves no server behind (Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def free_port() -> int:
@@ -96,7 +107,7 @@ class RcloneS3:
                     [binary, "serve", "s3", "--addr", f"127.0.0.1:{self.port}",
                      "--auth-key", f"{ACCESS_KEY},{SECRET_KEY}", str(self.root)],
                     stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "RCLONE_CONFIG": str(config)},
-                    start_new_session=True,
+                    start_new_session=True, preexec_fn=_die_with_parent,
                 )
             if self._wait_ready():
                 return self
