@@ -34,6 +34,7 @@ removed after the run); the stores themselves never touch the local disk.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -269,7 +270,7 @@ def remote_output(out: str | Path, storage_options: dict | None, scratch: str | 
 
     ``scratch`` None: a new directory under the system's temporary directory, removed
     on the way out; a given directory is kept (a rerun with the same one resumes the
-    spill files too).
+    spill files too), the run working in a subdirectory named by the output's URL.
 
     Raises
     ------
@@ -288,8 +289,11 @@ def remote_output(out: str | Path, storage_options: dict | None, scratch: str | 
         with _store_errors(target.url), remote_errors_as_problems(target.url, doing="writing"):
             _check_prefix(target)
             lease = Lease(fs, join(target.path, LEASE_NAME), target.url_of(LEASE_NAME), command=command)
+            # One directory per output: two runs given the same --scratch never share spills.
+            local = scratch_dir / hashlib.sha256(target.url.encode()).hexdigest()[:16]
+            local.mkdir(exist_ok=True)
             with lease:
-                yield RemoteStaging(target, scratch_dir, lease)
+                yield RemoteStaging(target, local, lease)
     finally:
         if own:
             shutil.rmtree(scratch_dir, ignore_errors=True)
