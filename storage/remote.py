@@ -50,7 +50,9 @@ class RemoteStoreError(StoreError):
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
     """The exception types a store client raises for a failed request (those installed)."""
-    found: list[type[BaseException]] = [asyncio.TimeoutError, ConnectionError, TimeoutError]
+    # Not BrokenPipeError, a ConnectionError too: a closed stdout (``asepr inspect | head``) is no store's fault.
+    found: list[type[BaseException]] = [asyncio.TimeoutError, ConnectionRefusedError, ConnectionResetError,
+                                        ConnectionAbortedError, TimeoutError]
     with contextlib.suppress(ImportError):
         from fsspec.exceptions import FSTimeoutError
 

@@ -115,3 +115,19 @@ def test_a_store_that_hangs_is_a_clear_error_after_bounded_retries(own_s3_server
     with pytest.raises(RemoteStoreError, match="timeout|Timeout") as raised:
         load_local_graph(url, [0], storage_options=_bounded(own_s3_server, timeout=0.2))
     assert str(raised.value).startswith(f"{url} (reading)")
+
+
+def test_only_a_failed_request_is_blamed_on_the_store():
+    from storage.remote import remote_error_problem
+
+    assert isinstance(remote_error_problem(ConnectionRefusedError(111, "refused"), "s3://b/out"), RemoteStoreError)
+    try:
+        try:
+            raise ConnectionResetError(104, "reset by peer")
+        except ConnectionResetError as exc:
+            raise StoreError("chunk c/0 unreadable") from exc
+    except StoreError as exc:
+        assert "ConnectionResetError" in str(remote_error_problem(exc, "s3://b/out"))
+    # A closed stdout (`asepr inspect ... | head`) or a missing object is no failed request.
+    assert remote_error_problem(BrokenPipeError(32, "Broken pipe"), "s3://b/out") is None
+    assert remote_error_problem(FileNotFoundError("s3://b/out/manifest.json"), "s3://b/out") is None
