@@ -38,7 +38,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import logging
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,12 +56,15 @@ from pipeline.increment.rebuild import (
 )
 from pipeline.assign import edge_parts_path
 from pipeline.store.commit import Staging, commit, file_sha256, finished_entries, read_json_object, write_node_map
+from pipeline.store.generations import RemoteStaging
 from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
 from pipeline.store.tasks import Progress, run_tasks, timed, worker_peak_rss
 from storage.atomic import dumps_json, write_json_atomic
 from storage.errors import StoreError, format_problem
-from storage.fs import Shard
-from storage.manifest import NODE_MAP_NAME, OLD_DIR, STAGING_NAME, part_name
+from storage.confine import confined_join
+from storage.fs import Shard, fingerprint, join, resolve, url_of
+from storage.location import remove_tree
+from storage.manifest import MANIFEST_NAME, NODE_MAP_NAME, OLD_DIR, STAGING_NAME, part_name
 from storage.npy import load_npy
 from storage.output_stores import committed_store_urls
 from storage.resources import peak_rss_bytes
@@ -192,15 +194,21 @@ def _segment_parts(spills: list[tuple[Path, Path]]) -> set[int]:
     return parts
 
 
-def _old_node_map(out: Path, manifest: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """``(part_id, part_local_nid)`` of generation g's node map (in OUT or, mid-swap, old/)."""
+def _old_node_map(out: Path | str, manifest: dict[str, Any],
+                  storage_options: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(part_id, part_local_nid)`` of generation g's node map (where the manifest names it
+    or, mid-swap, in old/)."""
     want = manifest.get("node_map", {}).get("sha256")
-    for path in (out / NODE_MAP_NAME, out / STAGING_NAME / OLD_DIR / NODE_MAP_NAME):
-        if not path.exists():
+    fs, base = resolve(out, storage_options)
+    named = confined_join(fs, base, manifest.get("node_map", {}).get("path", NODE_MAP_NAME),
+                          what=f"manifest {url_of(fs, join(base, MANIFEST_NAME))} (node_map path)")
+    for path in (named, join(base, STAGING_NAME, OLD_DIR, NODE_MAP_NAME)):
+        if not fs.exists(path):
             continue
-        if want is not None and file_sha256(path).hexdigest() != want:
+        if want is not None and fingerprint(Shard(fs=fs, path=path, url=path, size=0)) != want:
             continue
-        table = pq.read_table(path, columns=["part_id", "part_local_nid"])
+        with fs.open(path, "rb") as fh:
+            table = pq.read_table(fh, columns=["part_id", "part_local_nid"])
         return (table.column("part_id").to_numpy().astype(np.int64),
                 table.column("part_local_nid").to_numpy().astype(np.int64))
     raise StoreError(
@@ -221,6 +229,7 @@ class _Layout:
     feat_dim: int
     old_urls: dict[int, str]
     moves: dict[str, str]
+    out: Path | str = ""
 
     @property
     def master_path(self) -> str:
@@ -251,7 +260,7 @@ def _route(layout: _Layout, edge_shards: list[Shard], batch_rows: int, client, p
         run_tasks("route", route_edge_shard, calls, client, progress)
         if plan.kind == "rebalance":
             calls = [((p,), {"old_store": layout.old_urls[p], "route_dir": str(staging.route), "num_parts": k,
-                             **layout.moves})
+                             "storage_options": staging.storage_options, **layout.moves})
                      for p, spill in zip(plan.sources, move_spills) if not spill[1].exists()]
             run_tasks("extract moves", extract_moves, calls, client, progress)
         info.update(shards=len(edge_shards), sources=len(plan.sources))
@@ -277,12 +286,12 @@ def _rebuild_edge_stage(layout: _Layout, todo: list[int], spills: list[tuple[Pat
     staging = layout.staging
     with timed("rebuild edges", timings, client) as info:
         for p in todo:
-            shutil.rmtree(staging.partial_store(p), ignore_errors=True)
+            remove_tree(staging.partial_store(p), staging.storage_options)
         calls = [
             ((p,), {"old_store": layout.old_urls.get(p), "edge_spills": spills, "master_path": layout.master_path,
                     "store_path": str(staging.partial_store(p)),
                     "global_nid_path": str(staging.global_nid_path(p)), "added_path": layout.added_path(p),
-                    "halo": layout.halo, **layout.moves})
+                    "halo": layout.halo, "storage_options": staging.storage_options, **layout.moves})
             for p in todo
         ]
         edge_infos = run_tasks("rebuild edges", rebuild_edges, calls, client, progress)
@@ -307,7 +316,8 @@ def _gather_stage(layout: _Layout, todo: list[int], node_shards: list[Shard], cl
             a = a[a < n_old]
             needed |= {int(q) for q in np.unique(np.asarray(source[a]))}
         calls = [((q,), {"old_store": layout.old_urls[q], "added_paths": added, "source_path": layout.source_path,
-                         "num_old_nodes": n_old, "fetch_dir": str(staging.fetch), "feat_dim": feat_dim})
+                         "num_old_nodes": n_old, "fetch_dir": str(staging.fetch), "feat_dim": feat_dim,
+                         "storage_options": staging.storage_options})
                  for q in sorted(needed)]
         fetched = run_tasks("fetch rows", fetch_rows, calls, client, progress)
         info.update(new_node_rows=sum(rows), fetched_rows=sum(fetched), stores=len(needed))
@@ -324,7 +334,7 @@ def _rebuild_node_stage(layout: _Layout, todo: list[int], edge_infos: list[dict]
             ((p, e), {"old_store": layout.old_urls.get(p), "gather_spills": gather_spills,
                       "store_path": str(staging.partial_store(p)), "final_path": str(staging.store(p)),
                       "global_nid_path": str(staging.global_nid_path(p)), "added_path": layout.added_path(p),
-                      "feat_dim": layout.feat_dim, "attrs": attrs})
+                      "feat_dim": layout.feat_dim, "attrs": attrs, "storage_options": staging.storage_options})
             for p, e in zip(todo, edge_infos)
         ]
         entries = run_tasks("rebuild nodes", rebuild_nodes, calls, client, progress)
@@ -334,7 +344,7 @@ def _rebuild_node_stage(layout: _Layout, todo: list[int], edge_infos: list[dict]
 
 def _node_map(layout: _Layout, old_manifest: dict[str, Any], changed: list[int]) -> str:
     """Generation g's node map with the masters of the changed partitions claimed anew."""
-    part_of, local = _old_node_map(layout.staging.out, old_manifest)
+    part_of, local = _old_node_map(layout.out, old_manifest, layout.staging.storage_options)
     n_new = layout.plan.num_nodes
     grown_part = np.full(n_new, -1, dtype=np.int64)
     grown_local = np.full(n_new, -1, dtype=np.int64)
@@ -404,7 +414,8 @@ def write_increment(
     dict
         The committed manifest.
     """
-    out = staging.out
+    remote = isinstance(staging, RemoteStaging)
+    out = staging.target.url if remote else staging.out
     k = int(old_manifest["num_parts"])
     for d in (staging.route, staging.gather, staging.global_nid_dir, staging.fetch):
         d.mkdir(parents=True, exist_ok=True)
@@ -416,8 +427,8 @@ def write_increment(
     layout = _Layout(
         staging=staging, plan=plan, num_parts=k, halo=int(old_manifest.get("halo", 0)),
         undirected=bool(old_manifest.get("undirected", False)), feat_dim=int(old_manifest.get("feat_dim", 0)),
-        old_urls=committed_store_urls(out, old_manifest),
-        moves=moves,
+        old_urls=committed_store_urls(out, old_manifest, storage_options=staging.storage_options),
+        moves=moves, out=out,
     )
     batch_rows = int(old_manifest.get("config", {}).get("batch_rows", 1 << 20))
     spills = _route(layout, list(edge_shards), batch_rows, client, progress, timings)
@@ -442,8 +453,11 @@ def write_increment(
     with timed("commit", timings, client):
         manifest = _increment_manifest(plan, old_manifest, entries=entries, changed=changed, resumed=resumed,
                                        node_map_sha=node_map_sha, timings=timings, client=client)
-        commit(staging, run_key=plan.run_key, generation=plan.generation,
-               items=[part_name(p) for p in changed] + [NODE_MAP_NAME, STATE_NAME], retire=[], manifest=manifest)
+        if remote:
+            manifest = staging.publish(manifest, plan.generation)
+        else:
+            commit(staging, run_key=plan.run_key, generation=plan.generation,
+                   items=[part_name(p) for p in changed] + [NODE_MAP_NAME, STATE_NAME], retire=[], manifest=manifest)
     log.info("committed generation %d of %s (%s): %d of %d partitions rebuilt", plan.generation, out, plan.kind,
              len(changed), k)
     return manifest

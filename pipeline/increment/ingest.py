@@ -64,6 +64,7 @@ from pipeline.store.continuation import Continuation
 from pipeline.stream import iter_edge_batches
 from pipeline.stages.struct_cluster import ClusterState
 from pipeline.store.commit import Staging, disk_errors, local_output, recover_journal
+from pipeline.store.generations import RemoteStaging, begin_remote_run, remote_output
 from pipeline.store.tasks import Progress, bar_for
 from storage.atomic import dumps_json
 from storage.errors import InputError, StoreError, format_problem
@@ -76,6 +77,7 @@ from storage.resources import StageClock, peak_rss_bytes, stage
 from storage.schema import check_node_schema, feature_matrix
 from storage.state import read_state, read_state_attrs
 from storage.input import open_parquet
+from storage.location import is_local_url
 from storage.validate_increment import validate_increment
 
 __all__ = ["ingest"]
@@ -351,7 +353,8 @@ def ingest(
     Parameters
     ----------
     out
-        The output directory of ``asepr partition`` (local).
+        The output of ``asepr partition``: a local directory, or an object-store URL
+        (Parquet shards only: a text edge list is ingested into a local output).
     new_edges
         New edge shards: a directory, glob or file of Parquet (columns ``src``, ``dst`` in
         node ids), or a text edge list as ``asepr import edgelist`` reads it, in the
@@ -378,8 +381,14 @@ def ingest(
         The output has no state, is locked by another writer, or a disk error occurred
         (generation g stays intact; rerun the same command).
     """
-    out_path = local_output(out, storage_options)
     text_files = text_edge_files(new_edges, storage_options)
+    if not is_local_url(out, storage_options) and text_files is None:
+        edge_shards = _discover(new_edges, "new edge shards", storage_options)
+        node_shards = _discover(nodes, "new node shards", storage_options) if nodes is not None else []
+        read_manifest(out, storage_options=storage_options)  # a clear error before taking the lease
+        with remote_output(out, storage_options) as staging:
+            return _ingest_locked(out, edge_shards, node_shards, None, client, progress, staging=staging)
+    out_path = local_output(out, storage_options)
     if text_files is not None:
         refuse_node_shards(nodes)
     edge_shards = _discover(new_edges, "new edge shards", storage_options) if text_files is None else []
@@ -392,22 +401,25 @@ def ingest(
             return _ingest_locked(out_path, text.edge_shards, text.node_shards, text, client, progress)
 
 
-def _ingest_locked(out_path: Path, edge_shards: list[Shard], node_shards: list[Shard], text: TextIngest | None,
-                   client, progress) -> dict[str, Any]:
+def _ingest_locked(out_path: Path | str, edge_shards: list[Shard], node_shards: list[Shard],
+                   text: TextIngest | None, client, progress, *, staging: RemoteStaging | None = None) -> dict[str, Any]:
     """:func:`ingest` once the output is locked (``text``: the shards came from a text edge list)."""
     start = time.perf_counter()
     with stage("fingerprints", log):
         edges_fp = _fingerprinted(edge_shards)
         nodes_fp = _fingerprinted(node_shards)
-    manifest = read_manifest(out_path)
-    known = _known_shards(read_state_attrs(out_path, manifest))
-    staging = Staging(out_path)
-    run_key = _run_key(manifest, _split_new(edges_fp, known)[0], _split_new(nodes_fp, known)[0])
-    committed = recover_journal(staging, run_key)
-    if committed is not None:
-        return committed
-    manifest = read_manifest(out_path)
-    known = _known_shards(read_state_attrs(out_path, manifest))
+    remote = staging is not None
+    options = staging.storage_options if remote else None
+    manifest = read_manifest(out_path, storage_options=options)
+    known = _known_shards(read_state_attrs(out_path, manifest, storage_options=options))
+    if not remote:
+        staging = Staging(out_path)
+        run_key = _run_key(manifest, _split_new(edges_fp, known)[0], _split_new(nodes_fp, known)[0])
+        committed = recover_journal(staging, run_key)
+        if committed is not None:
+            return committed
+        manifest = read_manifest(out_path)
+        known = _known_shards(read_state_attrs(out_path, manifest))
     new_e, skipped_e = _split_new(edges_fp, known)
     new_n, skipped_n = _split_new(nodes_fp, known)
     _report_skips(skipped_e + skipped_n, known)
@@ -427,7 +439,10 @@ def _ingest_locked(out_path: Path, edge_shards: list[Shard], node_shards: list[S
     )
     timings = {"validate": time.perf_counter() - start}
     generation = int(manifest["generation"]) + 1
-    staging.open_run(run_key, generation, "ingest")
+    if remote:
+        begin_remote_run(staging, run_key, True, "ingest")
+    else:
+        staging.open_run(run_key, generation, "ingest")
     plan = load_plan(staging, run_key, generation, command="ingest", edge_sha256=[sha for _, sha in new_e],
                      node_sha256=[sha for _, sha in new_n])
     if plan is None:
@@ -457,7 +472,7 @@ def _plan_ingest(out_path, manifest, staging, run_key, generation, new_e, new_n,
                  client, progress, timings, text: TextIngest | None) -> Plan:
     with bar_for(progress, "assign", 1) as bar:
         t0 = time.perf_counter()
-        state = read_state(out_path, manifest)
+        state = read_state(out_path, manifest, storage_options=staging.storage_options)
         cont = Continuation.from_state(state)
         del state
         timings["load state"] = time.perf_counter() - t0

@@ -42,7 +42,6 @@ from typing import Any
 
 import numba
 import numpy as np
-import zarr
 
 from pipeline.store.finalize import finish_store, row_index, write_structure
 from pipeline.store.route import (
@@ -58,6 +57,7 @@ from pipeline.store.route import (
 from storage.atomic import save_npy_atomic
 from storage.errors import StoreError, format_problem
 from storage.npy import load_npy
+from storage.location import open_group_rw
 from storage.partition_store import ArrayWriter, open_store
 
 __all__ = [
@@ -85,7 +85,8 @@ def fetch_spill_paths(fetch_dir: str | Path, part_id: int) -> tuple[Path, Path]:
     return spill_paths(fetch_dir, "store", part_id)
 
 
-def store_edges(store_path: str, halo: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def store_edges(store_path: str, halo: int,
+                storage_options: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(global_nid, row, indices, is_halo)`` of a store's CSR, rows and columns as local ids.
 
     Parameters
@@ -96,7 +97,7 @@ def store_edges(store_path: str, halo: int) -> tuple[np.ndarray, np.ndarray, np.
         1 to read the halo flags (the output was written with ``--halo 1``); otherwise
         every edge is reported as assigned.
     """
-    store = open_store(store_path)
+    store = open_store(store_path, storage_options=storage_options)
     global_nid = store.global_nid[...]
     indptr = store.indptr[...]
     indices = store.indices[...].astype(np.int64)
@@ -126,13 +127,14 @@ def extract_moves(
     move_to_path: str,
     route_dir: str,
     num_parts: int,
+    storage_options: dict | None = None,
 ) -> list[list[int]]:
     """Spill the edges of ``part_id`` whose communities move (both ends in the community).
 
     ``move_from[c]`` is the partition community ``c`` leaves (-1: it stays) and
     ``move_to[c]`` where it goes. Returns ``[moved, 0]`` counts per destination.
     """
-    global_nid, rows, indices, is_halo = store_edges(old_store, 0)
+    global_nid, rows, indices, is_halo = store_edges(old_store, 0, storage_options)
     mask, cs = _moving(global_nid, rows, indices, is_halo, part_id, community_path, move_from_path)
     move_to = load_npy(move_to_path, mmap_mode="r")
     counts = np.zeros((num_parts, 2), dtype=np.int64)
@@ -205,11 +207,12 @@ def _union_sorted(*runs: np.ndarray) -> np.ndarray:
     return merged[keep]
 
 
-def _old_csr(old_store: str | None, halo: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _old_csr(old_store: str | None, halo: int,
+             storage_options: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(global_nid, indptr, indices, is_halo)`` of the committed store; empty without one."""
     if old_store is None:
         return np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, np.int32), np.zeros(0, bool)
-    old = open_store(old_store)
+    old = open_store(old_store, storage_options=storage_options)
     indices = old.indices[...]
     is_halo = old.is_halo[...] if halo and old.is_halo is not None else np.zeros(len(indices), bool)
     return old.global_nid[...], old.indptr[...], indices, is_halo
@@ -296,6 +299,7 @@ def rebuild_edges(
     community_path: str | None = None,
     move_from_path: str | None = None,
     move_to_path: str | None = None,
+    storage_options: dict | None = None,
 ) -> dict[str, Any]:
     """Write partition ``part_id``'s node ids, master flags and CSR of the new generation.
 
@@ -320,7 +324,7 @@ def rebuild_edges(
     and ``added`` (the number of nodes new to the partition).
     """
     master = load_npy(master_path, mmap_mode="r")
-    old_nid, old_indptr, old_indices, old_halo = _old_csr(old_store, halo)
+    old_nid, old_indptr, old_indices, old_halo = _old_csr(old_store, halo, storage_options)
     masters_here = np.flatnonzero(np.asarray(master) == part_id).astype(np.int64)
     old_keep, alive = _kept_and_alive(part_id, old_nid, old_indptr, old_indices, old_halo, masters_here,
                                       community_path, move_from_path, move_to_path is not None)
@@ -344,7 +348,8 @@ def rebuild_edges(
     del old_indices, old_map, old_row_of, col_new, halo_new, old_keep
     is_master = np.asarray(master[global_nid]) == part_id
 
-    digests = write_structure(store_path, global_nid, is_master, indptr, indices, is_halo if halo else None)
+    digests = write_structure(store_path, global_nid, is_master, indptr, indices, is_halo if halo else None,
+                              storage_options)
     known = np.zeros(n, dtype=bool)
     known[np.searchsorted(global_nid, old_nid[alive])] = True
     save_npy_atomic(added_path, global_nid[~known])
@@ -364,6 +369,7 @@ def fetch_rows(
     num_old_nodes: int,
     fetch_dir: str,
     feat_dim: int,
+    storage_options: dict | None = None,
 ) -> int:
     """Copy the rows of existing nodes that other partitions gain, from one old store.
 
@@ -373,7 +379,7 @@ def fetch_rows(
     gains; the record's ``local`` field is the index into it. Returns the rows copied.
     """
     source = load_npy(source_path, mmap_mode="r")
-    store = open_store(old_store)
+    store = open_store(old_store, storage_options=storage_options)
     held = store.global_nid[...]
     want_p, want_a, want_local = [], [], []
     for p, path in sorted(added_paths.items()):
@@ -468,10 +474,10 @@ def _added_rows(gather_spills: list[tuple[Path, Path]], part_id: int, dtype: np.
     return files, records, by_added
 
 
-def _old_rows(old_store: str | None, global_nid: np.ndarray):
+def _old_rows(old_store: str | None, global_nid: np.ndarray, storage_options: dict | None = None):
     """``(old, y_old, split_old, old_idx)``: the old store and its row of each node (-1: none)."""
     if old_store is not None:
-        old = open_store(old_store)
+        old = open_store(old_store, storage_options=storage_options)
         old_nid = old.global_nid[...]
         y_old, split_old = old.y[...], old.split[...]
     else:
@@ -510,6 +516,7 @@ def rebuild_nodes(
     added_path: str,
     feat_dim: int,
     attrs: dict[str, Any],
+    storage_options: dict | None = None,
 ) -> dict[str, Any]:
     """Write the node rows and attributes of a rebuilt partition, then rename it into place.
 
@@ -526,10 +533,10 @@ def rebuild_nodes(
                                         "the staging directory is damaged; rerun the command."))
     dtype = node_record(feat_dim)
     files, records, by_added = _added_rows(gather_spills, part_id, dtype, added)
-    old, y_old, split_old, old_idx = _old_rows(old_store, global_nid)
+    old, y_old, split_old, old_idx = _old_rows(old_store, global_nid, storage_options)
     add_idx = np.searchsorted(added, global_nid)
 
-    group = zarr.open_group(store_path, mode="r+")
+    group = open_group_rw(store_path, storage_options)
     digests = dict(edges_info["digests"])
     # 16 MiB blocks: two rebuilds run at once, each holding a block of old rows and one of new.
     x_writer = ArrayWriter(group, "nodes/x", (n, feat_dim), np.float32, block_bytes=16 << 20)
@@ -559,4 +566,4 @@ def rebuild_nodes(
         del x
     digests["nodes/x"] = x_writer.close()
     return finish_store(group, part_id, edges_info, digests, y, split, feat_dim=feat_dim, attrs=attrs,
-                        store_path=store_path, final_path=final_path)
+                        store_path=store_path, final_path=final_path, storage_options=storage_options)

@@ -297,12 +297,38 @@ def test_cli_partition_verify_inspect_on_an_object_store_url(graph, out, tmp_pat
     assert "gen-00001-" not in capsys.readouterr().err
 
 
-def test_cli_ingest_and_rebalance_on_an_object_store_are_refused_with_the_fix(graph, out, capsys):
+def test_cli_ingest_on_an_object_store_and_rebalance_refused_with_the_fix(graph, out, capsys):
     from workflows.cli import main
 
     partition_to_store(graph, out, CONFIG)
-    assert main(["ingest", out, str(graph / "edges")]) != 0
-    err = capsys.readouterr().err
-    assert "does not write to an object store yet" in err and "asepr partition" in err
+    assert main(["ingest", out, str(graph / "edges"), "--storage-options", "{}"]) == 0
+    assert "nothing new to ingest" in capsys.readouterr().out  # the input's own shards are known
     assert main(["rebalance", out]) != 0
     assert "`asepr rebalance` does not write to an object store yet" in capsys.readouterr().err
+
+
+def test_ingest_into_an_object_store_output_writes_the_next_generation_prefix(graph, out, tmp_path):
+    """ingest rebuilds only the changed partitions into a new prefix; the manifest keeps
+    naming the old prefix for the stores it kept, which is therefore not retired."""
+    from pipeline.increment.ingest import ingest
+    from tests.storage.helpers import edge_table
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    first = partition_to_store(graph, out, PartitionConfig(num_parts=3, algo="asep", seed=0))
+    new = tmp_path / "new"
+    new.mkdir()
+    rng = np.random.default_rng(3)
+    pq.write_table(edge_table(rng.integers(0, 300, 40), rng.integers(0, 300, 40)), new / "part-0.parquet")
+    second = ingest(out, new)
+    assert second["generation"] == 2 and second["increments"]
+    changed = set(second["run"]["changed_partitions"])
+    prefix = second["generation_prefix"]
+    for entry in second["partitions"]:
+        expected = prefix if entry["part_id"] in changed else first["generation_prefix"]
+        assert entry["path"].startswith(expected + "/")
+    assert second["node_map"]["path"].startswith(prefix) and second["state"]["path"].startswith(prefix)
+    assert set(_names(out)) == {"manifest.json", prefix} | named_prefixes(second)
+    report = verify_output(out)
+    assert report.ok, report.summary()
+    assert ingest(out, new)["generation"] == 2  # ingested before: skipped

@@ -205,3 +205,25 @@ def test_the_server_killed_mid_partition_then_back_the_rerun_completes(graph, ow
     again = partition_to_store(graph, out, CONFIG, overwrite=True, storage_options=options)
     assert again["generation"] == 2 and again["run"]["resumed_partitions"] == [0]
     assert verify_output(out, input_url=graph, storage_options=options).ok
+
+
+def test_ingest_on_the_server(graph, s3_bucket, tmp_path):
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from pipeline.increment.ingest import ingest
+    from tests.storage.helpers import edge_table
+
+    url, options = s3_bucket
+    out = f"{url}/out"
+    partition_to_store(graph, out, PartitionConfig(num_parts=2, algo="asep", seed=0), storage_options=options)
+    new = tmp_path / "new"
+    new.mkdir()
+    rng = np.random.default_rng(5)
+    pq.write_table(edge_table(rng.integers(0, 300, 40), rng.integers(0, 300, 40)), new / "part-0.parquet")
+    manifest = ingest(out, new, storage_options=options)
+    assert manifest["generation"] == 2 and manifest["num_edges"] == 1540
+    assert _names(out, options) == sorted({"manifest.json"} | {e["path"].split("/")[0] for e in manifest["partitions"]}
+                                          | {manifest["generation_prefix"]})
+    report = verify_output(out, storage_options=options)
+    assert report.ok, report.summary()
