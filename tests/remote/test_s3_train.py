@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import json
 
+import fsspec
 import pytest
 import s3fs
 import torch
@@ -79,14 +80,21 @@ def test_asepr_train_and_resume_on_the_store_end_to_end(cora_on_s3, capsys):
     assert fs.exists(f"{run}/config.json") and not fs.exists(f"{run}/.asepr.lease")  # the lease was released
 
 
-def test_a_pointer_that_leads_outside_the_run_directory_is_refused(s3_bucket):
-    url, options = s3_bucket
-    fs = s3fs.S3FileSystem(**options)
+@pytest.mark.parametrize("where", ["s3", "local"])
+def test_a_pointer_that_leads_outside_the_run_directory_is_refused(where, request, tmp_path):
+    if where == "s3":
+        url, options = request.getfixturevalue("s3_bucket")
+        fs = s3fs.S3FileSystem(**options)
+    else:
+        url, options, fs = str(tmp_path), {}, fsspec.filesystem("file", auto_mkdir=True)
     fs.pipe(f"{url}/secret/global.pt", b"not a checkpoint")
     for path in ("../../secret", "../checkpoints/../../secret", "/secret"):
         fs.pipe(f"{url}/run/checkpoints/latest.json", json.dumps({"round": 3, "path": path}).encode())
         with pytest.raises(StoreError, match="latest.json \\(path\\): expected a path inside"):
             RunDir(f"{url}/run", options).latest_round()
+    fs.pipe(f"{url}/run/checkpoints/latest.json", json.dumps({"round": 3, "path": "round-00003"}).encode())
+    runs = RunDir(f"{url}/run", options)
+    assert runs.latest_round() == 3 and str(runs.global_path(3)).endswith("run/checkpoints/round-00003/global.pt")
 
 
 def test_a_run_directory_on_the_store_refuses_a_fresh_start_over_a_previous_run(s3_bucket):
