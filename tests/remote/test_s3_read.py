@@ -131,3 +131,16 @@ def test_only_a_failed_request_is_blamed_on_the_store():
     # A closed stdout (`asepr inspect ... | head`) or a missing object is no failed request.
     assert remote_error_problem(BrokenPipeError(32, "Broken pipe"), "s3://b/out") is None
     assert remote_error_problem(FileNotFoundError("s3://b/out/manifest.json"), "s3://b/out") is None
+
+
+def test_pyg_stores_read_a_partition_on_the_store_lazily(cora_on_s3, cora_local_out):
+    import torch
+
+    from training.pyg_store import open_pyg_stores
+
+    url, options = cora_on_s3
+    remote, _ = open_pyg_stores(url, 1, storage_options=options)
+    local, _ = open_pyg_stores(cora_local_out, 1)
+    rows = torch.tensor([5, 0, 1000])
+    assert torch.equal(remote.get_tensor("x", index=rows), local.get_tensor("x", index=rows))
+    assert torch.equal(remote.get_tensor("train_mask"), local.get_tensor("train_mask"))
