@@ -49,9 +49,11 @@ from pipeline.assign import edge_cap
 from pipeline.increment.rebuild import store_edges
 from pipeline.store.continuation import Continuation
 from pipeline.store.commit import Staging, disk_errors, local_output, recover_journal
+from pipeline.store.generations import RemoteStaging, begin_remote_run, remote_output
 from pipeline.store.tasks import Progress
 from storage.atomic import dumps_json
 from storage.errors import StoreError, format_problem
+from storage.location import is_local_url
 from storage.lock import OutputLock
 from storage.manifest import read_manifest
 from storage.npy import save_npy
@@ -77,7 +79,7 @@ def _clear_bit(replicas: np.ndarray, nodes: np.ndarray, p: int) -> None:
     replicas[nodes, p >> 6] &= ~(np.uint64(1) << np.uint64(p & 63))
 
 
-def plan_moves(cont: Continuation, store_urls: dict[int, str]) -> dict[str, Any]:
+def plan_moves(cont: Continuation, store_urls: dict[int, str], storage_options: dict | None = None) -> dict[str, Any]:
     """Choose the communities to move and update ``cont`` (map, loads, replicas, masters).
 
     Returns a summary with ``move_from`` / ``move_to`` (``int32`` per community id,
@@ -98,7 +100,7 @@ def plan_moves(cont: Continuation, store_urls: dict[int, str]) -> dict[str, Any]
     sources = []
     over = [int(p) for p in np.argsort(-part_volume, kind="stable") if part_volume[p] > volume_cap + 1e-9]
     for p in over:
-        global_nid, rows, indices, _ = store_edges(store_urls[p], 0)
+        global_nid, rows, indices, _ = store_edges(store_urls[p], 0, storage_options)
         comm = cont.community[global_nid]
         cs, cd = comm[rows], comm[indices]
         intra = cs == cd
@@ -180,7 +182,8 @@ def rebalance(
     Parameters
     ----------
     out
-        The output directory (local) of ``asepr partition`` / ``asepr ingest``.
+        The output of ``asepr partition`` / ``asepr ingest``: a local directory or an
+        object-store URL.
     client
         A ``distributed.Client`` for the Dask stages; None runs them on local threads.
 
@@ -196,67 +199,85 @@ def rebalance(
         No state, a halo output, an algorithm without communities, a lock held by
         another writer, or a disk error (generation g stays intact; rerun).
     """
+    if not is_local_url(out, storage_options):
+        read_manifest(out, storage_options=storage_options)  # a clear error before taking the lease
+        with remote_output(out, storage_options) as staging:
+            return _rebalance_locked(out, client, progress, staging=staging)
     out_path = local_output(out, storage_options, "rebalance")
     read_manifest(out_path)
     with OutputLock(out_path), disk_errors(out_path):
-        start = time.perf_counter()
-        manifest = read_manifest(out_path)
+        return _rebalance_locked(out_path, client, progress)
+
+
+def _rebalance_locked(out_path: Path | str, client, progress: Progress | None, *,
+                      staging: RemoteStaging | None = None) -> dict[str, Any]:
+    """:func:`rebalance` once the output is locked (or, remote, leased)."""
+    start = time.perf_counter()
+    remote = staging is not None
+    options = staging.storage_options if remote else None
+    manifest = read_manifest(out_path, storage_options=options)
+    if not remote:
         staging = Staging(out_path)
         attrs = read_state_attrs(out_path, manifest)
         committed = recover_journal(staging, _run_key(manifest, attrs["checksum"]))
         if committed is not None:
             return committed
         manifest = read_manifest(out_path)
-        if int(manifest.get("halo", 0)):
-            raise StoreError(
-                format_problem(f"output {out_path}", "an output without halo copies (--halo 0)", "halo 1",
-                               "repartition with `asepr partition ... --overwrite` to rebalance a halo output.")
+    if int(manifest.get("halo", 0)):
+        raise StoreError(
+            format_problem(f"output {out_path}", "an output without halo copies (--halo 0)", "halo 1",
+                           "repartition with `asepr partition ... --overwrite` to rebalance a halo output.")
+        )
+    state = read_state(out_path, manifest, storage_options=options)
+    run_key = _run_key(manifest, state.checksum)
+    cont = Continuation.from_state(state)
+    del state
+    if not cont.has_communities:
+        raise StoreError(
+            format_problem(
+                f"output {out_path}", "an output of a community algorithm (asep, 2ps-l, 2ps-hdrf)",
+                f"algorithm {manifest.get('algorithm')!r}, which maps no communities to partitions",
+                "nothing to rebalance; repartition with `asepr partition ... --overwrite` to change balance.",
             )
-        state = read_state(out_path, manifest)
-        run_key = _run_key(manifest, state.checksum)
-        cont = Continuation.from_state(state)
-        del state
-        if not cont.has_communities:
-            raise StoreError(
-                format_problem(
-                    f"output {out_path}", "an output of a community algorithm (asep, 2ps-l, 2ps-hdrf)",
-                    f"algorithm {manifest.get('algorithm')!r}, which maps no communities to partitions",
-                    "nothing to rebalance; repartition with `asepr partition ... --overwrite` to change balance.",
-                )
-            )
-        eps = cont.kernel.epsilon
-        drift = drift_metrics(cont.loads, eps, cont.community_part, cont.volume)
-        if not drift["rebalance_advised"]:
-            log.warning("nothing to rebalance in %s: no partition is past its cap (community balance %.3f, "
-                        "cap %.3f); it stays at generation %d", out_path, drift.get("community_balance", 1.0),
-                        1.0 + eps, manifest["generation"])
-            return manifest
-        generation = int(manifest["generation"]) + 1
+        )
+    eps = cont.kernel.epsilon
+    drift = drift_metrics(cont.loads, eps, cont.community_part, cont.volume)
+    if not drift["rebalance_advised"]:
+        log.warning("nothing to rebalance in %s: no partition is past its cap (community balance %.3f, "
+                    "cap %.3f); it stays at generation %d", out_path, drift.get("community_balance", 1.0),
+                    1.0 + eps, manifest["generation"])
+        return manifest
+    generation = int(manifest["generation"]) + 1
+    if remote:
+        begin_remote_run(staging, run_key, True, "rebalance")
+    else:
         staging.open_run(run_key, generation, "rebalance")
-        timings = {"load state": time.perf_counter() - start}
-        plan = load_plan(staging, run_key, generation, command="rebalance")
+    timings = {"load state": time.perf_counter() - start}
+    plan = load_plan(staging, run_key, generation, command="rebalance")
+    if plan is None:
+        staging.reset_work()
+        plan = _plan_rebalance(out_path, manifest, staging, cont, run_key, generation, timings)
         if plan is None:
-            staging.reset_work()
-            plan = _plan_rebalance(out_path, manifest, staging, cont, run_key, generation, timings)
-            if plan is None:
-                staging.clear()
-                return manifest
-        else:
-            log.warning("resuming: reusing the saved rebalance plan of generation %d", generation)
-            timings.update(plan.timings)
-        return write_increment(staging, plan, old_manifest=manifest, client=client, progress=progress,
-                               timings=timings)
+            staging.clear()
+            if remote:
+                staging.discard()
+            return manifest
+    else:
+        log.warning("resuming: reusing the saved rebalance plan of generation %d", generation)
+        timings.update(plan.timings)
+    return write_increment(staging, plan, old_manifest=manifest, client=client, progress=progress,
+                           timings=timings)
 
 
 def _plan_rebalance(out_path, manifest, staging: Staging, cont: Continuation, run_key: str, generation: int,
                     timings: dict[str, float]) -> Plan | None:
     t0 = time.perf_counter()
-    urls = committed_store_urls(out_path, manifest)
+    urls = committed_store_urls(out_path, manifest, storage_options=staging.storage_options)
     before = drift_metrics(cont.loads, cont.kernel.epsilon,
                            cont.community_part, cont.volume)
     old_master = cont.master.copy()
     with stage("plan moves", log) as info:
-        moves = plan_moves(cont, urls)
+        moves = plan_moves(cont, urls, staging.storage_options)
         info.update(sources=len(moves["sources"]), moved_edges=sum(m["edges"] for m in moves["moves"]))
     timings["plan moves"] = time.perf_counter() - t0
     if not moves["moves"]:

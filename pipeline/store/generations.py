@@ -65,6 +65,9 @@ log = logging.getLogger(__name__)
 
 #: The name of a generation's prefix: ``gen-<generation, 5 digits>-<random hex>``.
 GENERATION_PATTERN = re.compile(r"gen-\d{5,}-[0-9a-f]{8,}")
+#: The names of a local output's layout, in an output copied to the store by hand: its
+#: manifest names them without a prefix, and a later generation retires them.
+LOCAL_LAYOUT = re.compile(r"part-\d{5,}\.zarr|node_map\.parquet|state\.zarr")
 
 
 def generation_dir(generation: int) -> str:
@@ -88,13 +91,17 @@ class RemoteOutput:
         """The URL of ``parts`` below the output."""
         return url_of(self.fs, join(self.path, *parts))
 
-    def prefixes(self) -> list[str]:
-        """The generation prefixes present under the output (names, not paths)."""
+    def names(self) -> list[str]:
+        """The names directly under the output."""
         try:
-            names = [p.rstrip("/").rpartition("/")[2] for p in self.fs.ls(self.path, detail=False, refresh=True)]
+            return sorted(p.rstrip("/").rpartition("/")[2]
+                          for p in self.fs.ls(self.path, detail=False, refresh=True))
         except FileNotFoundError:
             return []
-        return sorted(n for n in names if GENERATION_PATTERN.fullmatch(n))
+
+    def prefixes(self) -> list[str]:
+        """The generation prefixes present under the output (names, not paths)."""
+        return [n for n in self.names() if GENERATION_PATTERN.fullmatch(n)]
 
     def read_json(self, *parts: str) -> dict | None:
         """The JSON object at ``parts`` below the output; None when absent or not an object."""
@@ -110,12 +117,13 @@ class RemoteOutput:
 
 
 def named_prefixes(manifest: dict[str, Any] | None) -> set[str]:
-    """The generation prefixes a manifest's paths lie in (those a reader may follow)."""
+    """The first components of a manifest's paths: the generation prefixes they lie in
+    (or, for an output copied from a local disk, the top-level names of its layout)."""
     if not manifest:
         return set()
     paths = [e.get("path") for e in manifest.get("partitions", []) if isinstance(e, dict)]
     paths += [(manifest.get(k) or {}).get("path") for k in ("node_map", "state")]
-    return {p.split("/", 1)[0] for p in paths if isinstance(p, str) and "/" in p}
+    return {p.split("/", 1)[0] for p in paths if isinstance(p, str) and p}
 
 
 class RemoteStaging(Staging):
@@ -160,6 +168,10 @@ class RemoteStaging(Staging):
                     remove_tree(url_of(self.target.fs, name), self.storage_options)
         self.target.write_json({**run, "assignment": digest}, self.gen_dir, RUN_NAME)
 
+    def discard(self) -> None:
+        """Delete the generation's prefix (a run that decided to commit nothing)."""
+        remove_tree(self.target.url_of(self.gen_dir), self.storage_options)
+
     def _upload(self, local: Path, name: str) -> None:
         """Copy the local file or tree ``local`` to ``name`` in the generation's prefix."""
         dest = join(self.target.path, self.gen_dir, name)
@@ -195,8 +207,8 @@ class RemoteStaging(Staging):
         self.lease.check_held()
         write_manifest(self.target.url, manifest, storage_options=self.storage_options)
         keep = named_prefixes(manifest)
-        for name in self.target.prefixes():
-            if name not in keep:
+        for name in self.target.names():
+            if name not in keep and (GENERATION_PATTERN.fullmatch(name) or LOCAL_LAYOUT.fullmatch(name)):
                 log.info("retiring generation prefix %s", self.target.url_of(name))
                 remove_tree(self.target.url_of(name), self.storage_options)
         self.clear()
@@ -247,16 +259,13 @@ def begin_remote_run(staging: RemoteStaging, run_key: str, overwrite: bool,
 
 
 def _owned(name: str) -> bool:
-    return name in (MANIFEST_NAME, LEASE_NAME) or bool(GENERATION_PATTERN.fullmatch(name))
+    return name in (MANIFEST_NAME, LEASE_NAME) or bool(GENERATION_PATTERN.fullmatch(name)
+                                                       or LOCAL_LAYOUT.fullmatch(name))
 
 
 def _check_prefix(target: RemoteOutput) -> None:
     """Refuse an output prefix that holds objects no asepr output has."""
-    try:
-        names = [p.rstrip("/").rpartition("/")[2] for p in target.fs.ls(target.path, detail=False, refresh=True)]
-    except FileNotFoundError:
-        return
-    foreign = sorted(n for n in names if not _owned(n))
+    foreign = [n for n in target.names() if not _owned(n)]
     if foreign:
         raise StoreError(format_problem(
             f"output {target.url}", "an empty prefix or the output of `asepr partition`",

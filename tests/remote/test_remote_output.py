@@ -297,14 +297,16 @@ def test_cli_partition_verify_inspect_on_an_object_store_url(graph, out, tmp_pat
     assert "gen-00001-" not in capsys.readouterr().err
 
 
-def test_cli_ingest_on_an_object_store_and_rebalance_refused_with_the_fix(graph, out, capsys):
+def test_cli_ingest_and_rebalance_on_an_object_store(graph, out, capsys):
     from workflows.cli import main
 
     partition_to_store(graph, out, CONFIG)
     assert main(["ingest", out, str(graph / "edges"), "--storage-options", "{}"]) == 0
     assert "nothing new to ingest" in capsys.readouterr().out  # the input's own shards are known
-    assert main(["rebalance", out]) != 0
-    assert "`asepr rebalance` does not write to an object store yet" in capsys.readouterr().err
+    # The state is read from the store; a hash output has no communities to move.
+    assert main(["rebalance", out, "--storage-options", "{}"]) == 1
+    assert "an output of a community algorithm" in capsys.readouterr().err
+    assert _names(out) == sorted(["manifest.json", read_manifest(out)["generation_prefix"]])
 
 
 def test_ingest_into_an_object_store_output_writes_the_next_generation_prefix(graph, out, tmp_path):
@@ -332,3 +334,32 @@ def test_ingest_into_an_object_store_output_writes_the_next_generation_prefix(gr
     report = verify_output(out)
     assert report.ok, report.summary()
     assert ingest(out, new)["generation"] == 2  # ingested before: skipped
+
+
+def test_rebalance_of_a_local_output_copied_to_the_store(tmp_path_factory, tmp_path, out):
+    """A local output copied to the store by hand (manifest paths without a prefix) is
+    rebalanced there: moved partitions go to a new prefix, the manifest keeps naming the
+    copied stores it did not change, and the copied files it no longer names are retired."""
+    from pipeline import ingest, rebalance
+    from pipeline.inputs.synth import SynthConfig, generate
+    from tests.pipeline.ingest_cases import skewed_edges
+
+    base = tmp_path / "drift"
+    generate(base / "in", SynthConfig(num_nodes=1200, num_edges=8000, num_classes=24, dim=8), shard_rows=4000)
+    local = base / "out"
+    partition_to_store(base / "in", local, PartitionConfig(num_parts=4))
+    skewed_edges(local, base / "hot")
+    assert ingest(local, base / "hot")["metrics"]["drift"]["rebalance_advised"]
+    fs = fsspec.filesystem("memory")
+    for name in ("manifest.json", "node_map.parquet", "state.zarr", *(f"part-{p:05d}.zarr" for p in range(4))):
+        fs.put(str(local / name), f"{out}/{name}", recursive=(local / name).is_dir())
+    before = read_manifest(out)
+    manifest = rebalance(out)
+    assert manifest["generation"] == before["generation"] + 1 and manifest["rebalances"]
+    prefix = manifest["generation_prefix"]
+    changed = set(manifest["run"]["changed_partitions"])
+    assert changed and all(e["path"].startswith(prefix + "/") == (e["part_id"] in changed)
+                           for e in manifest["partitions"])
+    assert set(_names(out)) == {"manifest.json"} | named_prefixes(manifest)
+    report = verify_output(out)
+    assert report.ok, report.summary()
