@@ -106,3 +106,12 @@ def test_a_run_directory_on_the_store_refuses_a_fresh_start_over_a_previous_run(
         RunDir(f"{url}/run", options).refuse_previous_run()
     runs.clear()
     assert RunDir(f"{url}/run", options).previous_run() == []
+
+
+def test_the_baselines_refuse_an_object_store(tmp_path, capsys):
+    assert main(["train", "--centralized", "s3://bucket/in", "--run-dir", str(tmp_path / "run")]) == 1
+    assert "a local input and run directory" in capsys.readouterr().err
+    assert main(["train", str(tmp_path / "in"), "--strategy", "fds", "--nproc", "2",
+                 "--run-dir", "s3://bucket/runs/fds"]) == 1
+    assert "--run-dir s3://bucket/runs/fds" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
