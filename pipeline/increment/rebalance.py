@@ -203,7 +203,7 @@ def rebalance(
         read_manifest(out, storage_options=storage_options)  # a clear error before taking the lease
         with remote_output(out, storage_options) as staging:
             return _rebalance_locked(out, client, progress, staging=staging)
-    out_path = local_output(out, storage_options, "rebalance")
+    out_path = local_output(out, storage_options)
     read_manifest(out_path)
     with OutputLock(out_path), disk_errors(out_path):
         return _rebalance_locked(out_path, client, progress)

@@ -105,9 +105,12 @@ NODE_MAP_BYTES = 5.0
 # --- the output directory ------------------------------------------------------------------
 
 
-def local_output(out: str | Path, storage_options: dict | None, command: str = "ingest") -> Path:
-    """The output directory as a local path, for the commands that write only local
-    outputs (``ingest``, ``rebalance``); a remote URL is refused.
+def local_output(out: str | Path, storage_options: dict | None, what: str = "`asepr ingest` of a text edge list",
+                 fix: str = "ingest it into a local copy of the output, or give Parquet shards in the output's "
+                            "node ids") -> Path:
+    """The output directory as a local path, for what writes only local outputs (an
+    ingest of a text edge list, which also appends to the input's id map); a remote
+    URL is refused naming ``what`` and ``fix``.
 
     Raises
     ------
@@ -120,10 +123,8 @@ def local_output(out: str | Path, storage_options: dict | None, command: str = "
         raise StoreError(
             format_problem(
                 f"output {url_of(fs, path)}",
-                f"a local (or mounted shared) directory: `asepr {command}` does not write to an object store yet",
-                f"a {protocol}:// URL",
-                "partition the grown input into the object store with `asepr partition ... --overwrite`, or "
-                f"run `asepr {command}` on a local copy of the output.",
+                f"a local (or mounted shared) directory: {what} does not write to an object store yet",
+                f"a {protocol}:// URL", f"{fix}.",
             )
         )
     return Path(path)

@@ -363,3 +363,13 @@ def test_rebalance_of_a_local_output_copied_to_the_store(tmp_path_factory, tmp_p
     assert set(_names(out)) == {"manifest.json"} | named_prefixes(manifest)
     report = verify_output(out)
     assert report.ok, report.summary()
+
+
+def test_an_ingest_of_a_text_edge_list_into_an_object_store_is_refused_with_the_fix(graph, out, tmp_path):
+    from pipeline.increment.ingest import ingest
+
+    partition_to_store(graph, out, CONFIG)
+    edges = tmp_path / "new.tsv"
+    edges.write_text("0\t1\n2\t3\n")
+    with pytest.raises(StoreError, match="text edge list does not write to an object store yet.*Parquet shards"):
+        ingest(out, edges)
