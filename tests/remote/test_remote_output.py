@@ -92,7 +92,7 @@ def test_killed_before_the_manifest_leaves_the_previous_generation_and_the_rerun
     with pytest.raises(Crash):
         partition_to_store(graph, out, CONFIG, overwrite=True)
     monkeypatch.undo()
-    storage.lease.DEFAULT_SETTLE_S = 0.05
+    monkeypatch.setattr(storage.lease, "DEFAULT_SETTLE_S", 0.05)
     # The pointer still names generation 1, whose stores are untouched and readable.
     assert read_manifest(out) == first
     assert verify_output(out, input_url=graph).ok
@@ -112,7 +112,7 @@ def test_an_abandoned_prefix_of_another_run_is_deleted(graph, out, monkeypatch):
     with pytest.raises(Crash):
         partition_to_store(graph, out, PartitionConfig(num_parts=2, algo="hash", seed=0), overwrite=True)
     monkeypatch.undo()
-    storage.lease.DEFAULT_SETTLE_S = 0.05
+    monkeypatch.setattr(storage.lease, "DEFAULT_SETTLE_S", 0.05)
     stale = [n for n in _names(out) if n.startswith("gen-00002-")]
     again = partition_to_store(graph, out, CONFIG, overwrite=True)  # another configuration
     assert again["run"]["resumed_partitions"] == []
@@ -373,3 +373,30 @@ def test_an_ingest_of_a_text_edge_list_into_an_object_store_is_refused_with_the_
     edges.write_text("0\t1\n2\t3\n")
     with pytest.raises(StoreError, match="text edge list does not write to an object store yet.*Parquet shards"):
         ingest(out, edges)
+
+
+def test_an_ingest_killed_before_its_manifest_is_resumed_by_the_same_command(graph, out, tmp_path, monkeypatch):
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from pipeline.increment.ingest import ingest
+    from tests.storage.helpers import edge_table
+
+    first = partition_to_store(graph, out, PartitionConfig(num_parts=3, algo="asep", seed=0))
+    new = tmp_path / "new"
+    new.mkdir()
+    rng = np.random.default_rng(4)
+    pq.write_table(edge_table(rng.integers(0, 300, 40), rng.integers(0, 300, 40)), new / "part-0.parquet")
+    crash_at(monkeypatch, "manifest")
+    with pytest.raises(Crash):
+        ingest(out, new)
+    monkeypatch.undo()
+    monkeypatch.setattr(storage.lease, "DEFAULT_SETTLE_S", 0.05)
+    assert read_manifest(out) == first and verify_output(out).ok
+    abandoned = [n for n in _names(out) if n.startswith("gen-00002-")]
+    assert len(abandoned) == 1
+    again = ingest(out, new)
+    assert again["generation"] == 2 and again["generation_prefix"] == abandoned[0]
+    assert again["run"]["resumed_partitions"] == again["run"]["changed_partitions"]
+    report = verify_output(out)
+    assert report.ok, report.summary()
