@@ -9,9 +9,9 @@
 #
 # Steps: the store (rclone serve s3 on 127.0.0.1), the scheduler and one worker on
 # "node0", one worker on "node1"; the driver partitions Cora into the store through the
-# scheduler; both nodes train 2 rounds from the store (run directory on the store), then
-# resume to 3 rounds. Ingest into a store is not part of it: `asepr ingest` needs a
-# local output.
+# scheduler; both nodes train 2 rounds from the store (run directory on the store); the
+# driver ingests new edges into the store (the next generation); both nodes resume to 3
+# rounds on it.
 set -euo pipefail
 WORK=${1:-$(mktemp -d)}
 mkdir -p "$WORK"/{store/graphs,driver,node0,node1}
@@ -59,6 +59,20 @@ train() {  # train ROUNDS [--resume]
     for pid in "${agents[@]}"; do wait "$pid"; done
 }
 train 2
+
+# --- the driver: new edges (Parquet shards in the graph's node ids) into the store ---
+python - <<'PY'
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq, os
+rng = np.random.default_rng(7)
+src, dst = rng.integers(0, 2708, 500), rng.integers(0, 2708, 500)
+keep = src != dst
+os.makedirs("new-edges", exist_ok=True)
+pq.write_table(pa.table({"src": src[keep], "dst": dst[keep]}), "new-edges/part-00000.parquet")
+PY
+asepr ingest s3://graphs/cora/out new-edges --scheduler-address "tcp://127.0.0.1:$DASK_PORT" \
+    --storage-options "$ASEPR_STORAGE_OPTIONS" -q
+
+# --- both nodes again: resume from the store's latest round, on the new generation ---
 train 3 --resume
 python - <<'PY'
 import json, os
@@ -66,5 +80,5 @@ from training.checkpoint import RunDir
 runs = RunDir("s3://graphs/cora/runs/sage", json.loads(os.environ["ASEPR_STORAGE_OPTIONS"]))
 rows = runs.read_metrics()
 print("rounds", [r["round"] for r in rows], "world size", runs.read_run_info()["world_size"],
-      "val", [round(float(r["val"]), 4) for r in rows])
+      "generations", [r["generation"] for r in rows], "val", [round(float(r["val"]), 4) for r in rows])
 PY
