@@ -17,7 +17,7 @@ from typing import Any
 
 from storage.errors import format_problem
 
-__all__ = ["AUTO_BATCH_MAX", "AUTO_BATCH_MIN", "AUTO_BATCH_STEPS", "DEVICES", "EVAL_MODES", "FDS_PARTITIONERS", "MODELS", "RECONCILE_PARTS", "REMOVED_FIELDS",
+__all__ = ["AUTO_BATCH_MAX", "AUTO_BATCH_MIN", "AUTO_BATCH_STEPS", "DEFAULT_EVAL_SAMPLE", "DEVICES", "EVAL_MODES", "FDS_PARTITIONERS", "MODELS", "RECONCILE_PARTS", "REMOVED_FIELDS",
            "SERVER_OPTIMIZERS", "STRATEGIES", "TASKS", "TrainConfig", "load_config", "parse_batch_size",
            "parse_reconcile", "removed_conflicts", "resolve_batch_size"]
 
@@ -27,6 +27,8 @@ FDS_PARTITIONERS = ("auto", "metis", "hash")
 TASKS = ("node", "link")
 #: ``--eval``: the global model's exact whole-graph metrics, or the cheap partition-local ones.
 EVAL_MODES = ("exact", "local")
+#: ``eval_sample``'s default (see :data:`training.eval_sample.DEFAULT_EVAL_SAMPLE`).
+DEFAULT_EVAL_SAMPLE = 10_000
 #: ``--device``: where the model, the batches and the evaluation run (auto: CUDA when present).
 DEVICES = ("auto", "cuda", "cpu")
 #: The building blocks of a reconciliation strategy, joined by "+".
@@ -251,6 +253,12 @@ class TrainConfig:
         ``"exact"`` (default): the global model's metrics on the whole graph
         (:class:`training.inference.Evaluator`); ``"local"``: each rank scores its own
         master nodes with the model run on its partition only (cheaper, not exact).
+    eval_sample
+        The exact evaluation of a node task scores about this many validation (and
+        test) masters, a sample seeded by ``seed`` and the same in every round and on
+        every rank, with the metric's 95 % interval (:mod:`training.eval_sample`); a
+        split of at most this many is scored whole. 0: every master. Default
+        :data:`DEFAULT_EVAL_SAMPLE` (10,000).
     patience
         P > 0: stop training once the validation metric has not improved for P
         evaluations in a row (early stopping, :func:`training.protocol.patience_spent`),
@@ -287,6 +295,7 @@ class TrainConfig:
     device: str = "auto"
     eval_every: int = 0
     eval_mode: str = "exact"
+    eval_sample: int = DEFAULT_EVAL_SAMPLE
     patience: int = 0
 
     def __post_init__(self) -> None:
@@ -330,7 +339,7 @@ class TrainConfig:
         if isinstance(self.batch_size, str) and self.batch_size != "auto":
             raise bad("batch_size", '"auto" or an integer >= 0')
         for name in ("sync_every", "threads", "link_eval_negatives", "feature_projection",
-                     "eval_every", "patience"):
+                     "eval_every", "patience", "eval_sample"):
             if int(getattr(self, name)) < 0:
                 raise bad(name, "an integer >= 0")
         if self.batch_size != "auto" and int(self.batch_size) < 0:

@@ -101,6 +101,7 @@ from storage.errors import StoreError, format_problem
 from training.comm import Comm
 from training.config import EVAL_MODES
 from training.data import LocalGraph
+from training.eval_sample import DEFAULT_EVAL_SAMPLE, EvalSample, draw_sample
 from training.exact_convs import check_conv, conv_message, conv_widths, gat_combine
 
 __all__ = ["BUDGET_BYTES", "ExactInference", "Evaluator", "evaluate_exact", "exact_forward"]
@@ -174,14 +175,17 @@ class ExactInference:
         self._fields: dict[int, list[_Layer]] = {}
 
     @classmethod
-    def for_task(cls, task, comm: Comm, category: str = "eval", budget_bytes: int = BUDGET_BYTES) -> ExactInference:
+    def for_task(cls, task, comm: Comm, category: str = "eval", budget_bytes: int = BUDGET_BYTES,
+                 sample: EvalSample | None = None) -> ExactInference:
         """The inference over the edges ``task`` passes messages on, for the rows it scores
-        (a collective): a node task's validation and test masters; a link task's held-out
+        (a collective): a node task's validation and test masters (those of ``sample``
+        when given, :func:`training.eval_sample.draw_sample`); a link task's held-out
         edge ends and its ranking candidates, over its training edges (held-out edges
         carry no messages, as in its training)."""
         graph = task.graph
         if task.name != "link":
-            return cls(graph, comm, None, category, graph.val_mask | graph.test_mask, budget_bytes)
+            targets = graph.val_mask | graph.test_mask if sample is None else sample.targets
+            return cls(graph, comm, None, category, targets, budget_bytes)
         targets = torch.zeros(graph.num_nodes, dtype=torch.bool)
         targets[torch.cat([task.val_pos.reshape(-1), task.test_pos.reshape(-1)])] = True
         targets[task.eval_negatives(comm).rows] = True
@@ -519,12 +523,17 @@ class Evaluator:
     """How a trainer evaluates its global model (a collective: every rank calls it).
 
     ``"exact"``: :func:`evaluate_exact`, the metrics of the model on the whole graph,
-    computed over the partitions (the routing is set up at the first call, its bytes and
-    time counted with that evaluation). ``"local"``: ``task.evaluate``, each rank scoring
-    its master nodes (or own edges) with the model run on its own graph only, so a
-    vertex misses the neighbours held by other ranks (cheaper, not exact; labelled
-    ``local`` in the metrics). On a graph that is the whole input (the centralized run)
-    both are the whole-graph metrics.
+    computed over the partitions, for a node task on a seeded sample of at most about
+    ``sample`` validation and test masters per split (every master of a smaller split;
+    :mod:`training.eval_sample`), with the metric's 95 % interval and the numbers scored
+    as extra columns; a link task scores every held-out edge. The sample, the routing
+    and the receptive field are set up at the first call, their bytes and time counted
+    with that evaluation (``eval_setup_bytes``: the bytes of that setup, mean and
+    largest rank). ``"local"``: ``task.evaluate``, each rank scoring its master nodes
+    (or own edges) with the model run on its own graph only, so a vertex misses the
+    neighbours held by other ranks (cheaper, not exact; labelled ``local`` in the
+    metrics). On a graph that is the whole input (the centralized run) both are the
+    whole-graph metrics.
 
     Parameters
     ----------
@@ -534,18 +543,37 @@ class Evaluator:
         The process group.
     mode
         One of :data:`training.config.EVAL_MODES`.
+    sample, seed
+        Masters scored per split at most (0: all) and the sample's seed; default: the
+        task config's ``eval_sample`` and ``seed``.
     """
 
-    def __init__(self, task, comm: Comm, mode: str = "exact"):
+    def __init__(self, task, comm: Comm, mode: str = "exact", sample: int | None = None, seed: int | None = None):
         if mode not in EVAL_MODES:
             raise ValueError(f'Unsupported evaluation "{mode}". Valid choices are "exact", "local".')
         self.task, self.comm, self.mode = task, comm, mode
+        config = getattr(task, "config", None)
+        self.cap = int(getattr(config, "eval_sample", DEFAULT_EVAL_SAMPLE) if sample is None else sample)
+        self.seed = int(getattr(config, "seed", 0) if seed is None else seed)
         self._inference: ExactInference | None = None
+        self._sample: EvalSample | None = None
+        self._scorer = task
 
     def __call__(self, model) -> dict[str, float]:
         """``{"val": ..., "test": ...}`` and the task's other metrics of ``model``."""
         if self.mode == "local":
             return self.task.evaluate(model, self.comm)
+        setup = 0.0
         if self._inference is None:
-            self._inference = ExactInference.for_task(self.task, self.comm)
-        return evaluate_exact(self.task, model, self._inference)
+            before = self.comm.bytes.total_sent
+            if self.task.name != "link":
+                self._sample = draw_sample(self.task.graph, self.comm, self.cap, self.seed)
+                self._scorer = self._sample.task_view(self.task)
+            self._inference = ExactInference.for_task(self.task, self.comm, sample=self._sample)
+            setup = self.comm.bytes.total_sent - before
+        metrics = evaluate_exact(self._scorer, model, self._inference)
+        every = self.comm.gather_uncounted(torch.tensor([setup]))[:, 0]
+        metrics.update(eval_setup_bytes=float(every.mean()), eval_setup_bytes_max=float(every.max()))
+        if self._sample is not None:
+            metrics.update(self._sample.columns(self.task.metric, metrics))
+        return metrics

@@ -131,6 +131,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval", choices=EVAL_MODES, default=d.eval_mode,
                    help="exact: the global model on the whole graph (default); local: each rank's partition "
                         "only (cheaper, not exact)")
+    p.add_argument("--eval-sample", type=int, default=d.eval_sample, metavar="N",
+                   help="exact node evaluation: score a seeded sample of about N validation and N test masters "
+                        "(the same every round), with the metric's 95%% interval; a split of at most N is scored "
+                        f"whole; 0: every master (default {d.eval_sample:,})")
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -197,6 +201,9 @@ def format_row(row: dict[str, Any]) -> str:
     extra = ""
     if row.get("metric") == "mrr":
         extra = f"  hits@50 {row.get('val_hits@50', float('nan')):.4f}  auc {row.get('val_auc', float('nan')):.4f}"
+    if row.get("val_scored", 0) and row["val_scored"] < row.get("val_split", 0):
+        extra += (f"  (95% [{row['val_ci_low']:.4f}, {row['val_ci_high']:.4f}] on {row['val_scored']:,} of "
+                  f"{row['val_split']:,} val masters)")
     return (f"round {row['round']:>3}  gen {row['generation']}  loss {row['loss']:.4f}  "
             f"{row.get('eval_mode', '')} val {row['metric']} {row['val']:.4f}  test {row['test']:.4f}{extra}  "
             f"{row['train_seconds']:.2f} s + {row.get('eval_seconds', 0.0):.2f} s eval  "
