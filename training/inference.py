@@ -528,8 +528,9 @@ class Evaluator:
     :mod:`training.eval_sample`), with the metric's 95 % interval and the numbers scored
     as extra columns; a link task scores every held-out edge. The sample, the routing
     and the receptive field are set up at the first call, their bytes and time counted
-    with that evaluation (``eval_setup_bytes``: the bytes of that setup, mean and
-    largest rank). ``"local"``: ``task.evaluate``, each rank scoring its master nodes
+    with that evaluation (``eval_setup_bytes``: the bytes of that setup, and
+    ``eval_scoring_bytes`` those of the evaluation without it, each the mean over ranks
+    and, ``_max``, the largest rank). ``"local"``: ``task.evaluate``, each rank scoring its master nodes
     (or own edges) with the model run on its own graph only, so a vertex misses the
     neighbours held by other ranks (cheaper, not exact; labelled ``local`` in the
     metrics). On a graph that is the whole input (the centralized run) both are the
@@ -563,17 +564,18 @@ class Evaluator:
         """``{"val": ..., "test": ...}`` and the task's other metrics of ``model``."""
         if self.mode == "local":
             return self.task.evaluate(model, self.comm)
-        setup = 0.0
+        setup, start = 0.0, self.comm.bytes.total_sent
         if self._inference is None:
-            before = self.comm.bytes.total_sent
+            before = start
             if self.task.name != "link":
                 self._sample = draw_sample(self.task.graph, self.comm, self.cap, self.seed)
                 self._scorer = self._sample.task_view(self.task)
             self._inference = ExactInference.for_task(self.task, self.comm, sample=self._sample)
             setup = self.comm.bytes.total_sent - before
         metrics = evaluate_exact(self._scorer, model, self._inference)
-        every = self.comm.gather_uncounted(torch.tensor([setup]))[:, 0]
-        metrics.update(eval_setup_bytes=float(every.mean()), eval_setup_bytes_max=float(every.max()))
+        every = self.comm.gather_uncounted(torch.tensor([setup, self.comm.bytes.total_sent - start - setup]))
+        metrics.update(eval_setup_bytes=float(every[:, 0].mean()), eval_setup_bytes_max=float(every[:, 0].max()),
+                       eval_scoring_bytes=float(every[:, 1].mean()), eval_scoring_bytes_max=float(every[:, 1].max()))
         if self._sample is not None:
             metrics.update(self._sample.columns(self.task.metric, metrics))
         return metrics

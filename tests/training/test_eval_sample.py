@@ -110,7 +110,7 @@ def _sampled_rank(rank: int, world: int, out: str, model, ref, ids, accuracy, sc
     # The Evaluator scores the sample: the whole-graph accuracy on the sampled vertices, its
     # interval, and the numbers scored, in every round.
     evaluator = Evaluator(NodeTask(graph, CORA_CLASSES, TrainConfig(seed=SEED, eval_sample=CAP)), comm)
-    for _ in range(2):
+    for evaluation in range(2):
         metrics = evaluator(model)
         assert metrics["val"] == pytest.approx(accuracy[0], abs=1 / scored[0])  # a near-tie may flip
         assert metrics["test"] == pytest.approx(accuracy[1], abs=1 / scored[1])
@@ -118,7 +118,9 @@ def _sampled_rank(rank: int, world: int, out: str, model, ref, ids, accuracy, sc
         assert (metrics["val_split"], metrics["test_split"]) == split
         assert metrics["val_ci_low"] < metrics["val"] < metrics["val_ci_high"]
         assert (metrics["test_ci_low"], metrics["test_ci_high"]) == wilson_interval(metrics["test"], scored[1])
-    assert metrics["eval_setup_bytes"] == 0  # the setup is counted with the first evaluation only
+        assert metrics["eval_scoring_bytes"] > 0
+        # The routing and the receptive field are set up (and counted) at the first evaluation only.
+        assert (metrics["eval_setup_bytes"] > 0) == (evaluation == 0)
 
 
 @pytest.mark.parametrize("world", [4, 2], ids=["one-partition-per-rank", "two-partitions-per-rank"])
