@@ -59,7 +59,16 @@ def put_tree(location: S3Location, local, prefix: str) -> str:
     import s3fs
 
     url = f"{location.url}/{prefix}"
-    s3fs.S3FileSystem(**location.storage_options).put(f"{local}/", url, recursive=True)
+    fs = s3fs.S3FileSystem(**location.storage_options)
+    for attempt in range(3):
+        try:
+            fs.put(f"{local}/", url, recursive=True)
+            return url
+        except PermissionError as e:
+            # A request signed and then held in the client's queue on a starved machine arrives
+            # too late for the server's signature clock (RequestTimeTooSkewed); a new put signs anew.
+            if "time" not in str(e) or attempt == 2:
+                raise
     return url
 
 

@@ -167,6 +167,7 @@ def test_a_full_disk_while_a_round_is_saved_keeps_the_previous_round(cora, tmp_p
         assert [r["round"] for r in rows] == [1, 2] and runs.latest_round() == 1
 
 
+@pytest.mark.slow  # two launches of two ranks; the checkpoint's ENOSPC is covered in process above
 def test_asepr_train_on_a_full_disk_says_it_once_without_a_traceback(cora, tmp_path):
     """Two ranks under the launcher: every rank's checkpoint meets ENOSPC; one disk message."""
     flags = ["--nproc", "2", "--hidden", "16", "--local-epochs", "1", "--threads", "1", "--eval", "local", "-q"]

@@ -62,6 +62,7 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow  # a launch of two ranks killed mid-run; the run-directory lock's refusal has its own default tests
 def test_killing_the_agent_stops_its_ranks_and_a_second_run_is_refused_until_then(cora_k2, tmp_path, capsys):
     """Cases 6 and 7 on a real launch: 2 gloo ranks under `asepr train`, which is SIGKILLed."""
     run = tmp_path / "run"

@@ -58,6 +58,9 @@ CASES = [
     Case("facebook-pagepage", "musae", 22_470, 170_823, 4_714, 4),
     Case("twitch-de", "musae", 9_498, 153_138, 3_170, 2),
 ]
+# The three largest imports run with the slow tests; every format keeps a default case.
+PARAMS = [pytest.param(c, marks=pytest.mark.slow) if c.folder in {"coauthor-cs", "coauthor-physics", "facebook-pagepage"}
+          else c for c in CASES]
 
 
 # -- helpers -----------------------------------------------------------------------------
@@ -165,7 +168,7 @@ def imported(tmp_path_factory, datasets_dir):
     return get
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", PARAMS, ids=str)
 def test_counts_match_published_figures(imported, case):
     out, meta = imported(case)
     src, dst = edge_rows(out)
@@ -185,7 +188,7 @@ def test_counts_match_published_figures(imported, case):
     assert meta["name"]
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", PARAMS, ids=str)
 def test_edges_are_canonical_and_match_source(imported, datasets_dir, case):
     out, meta = imported(case)
     src, dst = edge_rows(out)
@@ -197,7 +200,7 @@ def test_edges_are_canonical_and_match_source(imported, datasets_dir, case):
     assert counts["raw_entries"] - counts["self_loops_dropped"] - counts["duplicates_dropped"] == case.edges
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", PARAMS, ids=str)
 def test_ids_dense_and_features_match_source(imported, datasets_dir, case):
     out, _ = imported(case)
     ids = read_nodes(out, ["id"]).column("id").to_numpy()
@@ -207,7 +210,7 @@ def test_ids_dense_and_features_match_source(imported, datasets_dir, case):
     np.testing.assert_array_equal(feat, source_features(datasets_dir, case, some_ids))
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", PARAMS, ids=str)
 def test_labels_match_source(imported, datasets_dir, case):
     out, meta = imported(case)
     labels = read_nodes(out, ["label"]).column("label").to_numpy()
@@ -229,7 +232,7 @@ def test_labels_match_source(imported, datasets_dir, case):
             assert str(label_map["classes"][labels[int(row[id_column])]]) == row[column]
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", PARAMS, ids=str)
 def test_split_and_layout(imported, datasets_dir, case):
     out, meta = imported(case)
     nodes = read_nodes(out)

@@ -9,12 +9,12 @@ import time
 import pytest
 import torch
 
-from tests.training.conftest import run_ranks, spawn_ranks, wait_ranks
+from tests.training.conftest import fork_ranks, run_ranks, spawn_ranks, wait_ranks
 from training.checkpoint import RunDir
 from training.comm import Comm
 from training.config import STRATEGIES, TrainConfig
 from training.data import load_local_graph
-from training.distributed import TrainerError, global_weights, train_rounds
+from training.distributed import TrainerError, global_weights, run_trainer, train_rounds
 from workflows.cli import main
 
 # Cora's binary features are on a sane scale as stored; the l2 default (chosen on
@@ -68,13 +68,18 @@ def test_link_prediction_two_ranks(cora_parts, tmp_path):
     assert last["val_auc"] > 0.75 and last["test_hits@50"] > 0.5
 
 
+def _train(rank: int, world: int, out: str, run_dir: str, config: TrainConfig, resume: bool) -> None:
+    run_trainer(out, run_dir, config, resume=resume, comm=Comm())
+
+
 def test_resume_reproduces_the_uninterrupted_run_exactly(cora_parts, tmp_path):
-    out = cora_parts(2)
+    """Each run is a fresh pair of processes, so nothing but the checkpoint carries state over."""
+    out = str(cora_parts(2))
     config = dataclasses.replace(SMALL, rounds=3, local_epochs=2)
-    run_ranks(2, _args(out, tmp_path / "a", config))
-    run_ranks(2, _args(out, tmp_path / "b", dataclasses.replace(config, rounds=1)))
+    fork_ranks(2, _train, out, str(tmp_path / "a"), config, False)
+    fork_ranks(2, _train, out, str(tmp_path / "b"), dataclasses.replace(config, rounds=1), False)
     assert RunDir(tmp_path / "b").latest_round() == 0
-    run_ranks(2, _args(out, tmp_path / "b", config, "--resume"))
+    fork_ranks(2, _train, out, str(tmp_path / "b"), config, True)
     a, b = global_weights(tmp_path / "a"), global_weights(tmp_path / "b")
     assert torch.equal(a, b)
     rows_a, rows_b = RunDir(tmp_path / "a").read_metrics(), RunDir(tmp_path / "b").read_metrics()

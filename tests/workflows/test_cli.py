@@ -122,6 +122,7 @@ def test_killed_synth_leaves_no_output_and_a_rerun_completes(tmp_path):
     assert json.loads((out / "meta.json").read_text())["num_edges"] == 2000
 
 
+@pytest.mark.slow  # starts a local cluster; the cluster's result is checked by tests/pipeline/test_write.py
 def test_quiet_partition_on_a_local_cluster_prints_nothing(tmp_path):
     """`-q` silences distributed's scheduler, nanny and worker lines too."""
     synth = _asepr("synth", str(tmp_path / "in"), "--nodes", "300", "--edges", "2000", "--dim", "4",

@@ -248,6 +248,7 @@ def test_every_dataset_partition_then_verify(datasets_dir, tmp_path, capsys, nam
     assert x.shape[1] == manifest["feat_dim"] and np.isfinite(x[: min(5, x.shape[0])]).all()
 
 
+@pytest.mark.slow  # the whole demo; CI runs `asepr demo` itself, and every step has its own default test
 def test_demo_partitions_and_verifies(tmp_path):
     from workflows.demo import DEMO_PARTS, run_demo
 
