@@ -280,9 +280,9 @@ def _report(rows, started, synth, k, seed, info, versions) -> str:
          f"{ing['rf']:.3f} / {full['rf']:.3f} ({100 * rf_gap:+.1f} %). CPU time (user + system, all threads): "
          f"{c_ing:.1f} s / {c_full:.1f} s = {100 * c_ing / c_full if c_full else float('nan'):.1f} %.**"),
         "",
-        ("`wall_s` is the phase's wall time and the target's measure; `cpu_s` is less sensitive to other "
-         "load on a shared machine, which the load averages below record."),
-        f"Load average (1, 5, 15 min) at the end of the run: {', '.join(f'{x:.2f}' for x in os.getloadavg())}.",
+        ("`wall_s` is the phase's wall time and the target's measure; `cpu_s` (user + system, all threads) "
+         "is the phase's own CPU time, which other work sharing the machine changes much less than its wall "
+         "time."),
         "",
         "Ingest stages (seconds, the first ingest run):",
         "",
@@ -301,21 +301,13 @@ def _module_version(name: str) -> str:
 
 
 def _version() -> str:
-    """The asepr version: the git commit of the checkout (with ``+dirty`` for local edits)."""
-    repo = Path(__file__).resolve().parents[1]
-    try:
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return commit + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        try:
-            from importlib.metadata import version
+    """The installed asepr package's version (the report names releases, not revisions)."""
+    from importlib.metadata import version
 
-            return version("asepr")
-        except Exception:  # noqa: BLE001 - a version string is informative only
-            return "?"
+    try:
+        return version("asepr")
+    except Exception:  # noqa: BLE001 - a version string is informative only
+        return "?"
 
 
 if __name__ == "__main__":  # a phase in a child process

@@ -14,16 +14,18 @@ Dask setup). The harness measures:
   process, so this errs high); ``plan_gib``: what ``pipeline.plan`` predicted for the
   same run, and their ratio;
 - ``disk_gib``: the committed output's size; ``rf``: its replication factor;
+- ``cpu_s``: the user + system CPU seconds of the command and every descendant it
+  reaped (the Dask workers), a fact about the run itself: on a machine shared with
+  other work the wall time stretches while the CPU time changes much less;
 - with ``--verify``, the same for ``asepr verify`` on the output.
 
-The load average is recorded before and after each run: timings on a loaded machine
-are not comparable. A figure is written too: seconds and GiB against edges.
+A figure is written too: seconds and GiB against edges.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -36,12 +38,12 @@ import pyarrow.parquet as pq
 
 from workflows.bench import machine_info, markdown_table, pyplot, save_figure
 
-__all__ = ["COLUMNS", "DEFAULT_SIZES", "bench_scale", "run_measured"]
+__all__ = ["COLUMNS", "DEFAULT_SIZES", "bench_scale", "children_cpu_seconds", "run_measured"]
 
 DEFAULT_SIZES = [5_000_000, 20_000_000, 50_000_000, 100_000_000]
 COLUMNS = ["edges", "nodes", "k", "wall_s", "edges_per_s", "kernel_edges_per_s", "kernel_ratio",
            "peak_gib", "plan_gib", "plan_ratio", "disk_gib", "rf", "verify_s", "verify_edges_per_s",
-           "verify_peak_gib", "load_before", "load_after"]
+           "verify_peak_gib", "cpu_s", "verify_cpu_s"]
 _POLL_S = 0.05
 
 
@@ -55,6 +57,17 @@ def _tree_rss(proc) -> int:
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             pass
     return total
+
+
+def children_cpu_seconds() -> float:
+    """User + system CPU seconds of every child this process has waited for, and theirs.
+
+    A child's own reaped descendants are included (the kernel adds them to the child's
+    total when it reaps them), so the difference across one ``run_measured`` call is the
+    CPU time of that command's whole process tree.
+    """
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_measured(cmd: list[str], log_path: Path, samples: list | None = None) -> tuple[float, int]:
@@ -128,7 +141,7 @@ def _one_size(workdir: Path, edges: int, *, k: int, dim: int, classes: int, seed
     out = workdir / f"out-e{edges}-k{k}"
     shutil.rmtree(out, ignore_errors=True)
     plan = _planned_peak(inp, out, k)
-    load_before = os.getloadavg()[0]
+    cpu_before = children_cpu_seconds()
     wall, peak = run_measured(_cli("partition", str(inp), str(out), "-k", str(k), "-q"), workdir / f"{out.name}.log")
     manifest = json.loads((out / "manifest.json").read_text())
     kernel_s = float(manifest["timings"].get("assignment kernel", float("nan")))
@@ -137,12 +150,14 @@ def _one_size(workdir: Path, edges: int, *, k: int, dim: int, classes: int, seed
         "kernel_edges_per_s": edges / kernel_s, "kernel_ratio": (edges / kernel_s) / (edges / wall),
         "peak_gib": peak / 2**30, "plan_gib": plan / 2**30, "plan_ratio": plan / peak,
         "disk_gib": _dir_bytes(out) / 2**30, "rf": float(manifest["metrics"]["replication_factor"]),
+        "cpu_s": children_cpu_seconds() - cpu_before,
         "stage_seconds": json.dumps(manifest["timings"], sort_keys=True),
     }
     if verify:
+        cpu_before = children_cpu_seconds()
         v_wall, v_peak = run_measured(_cli("verify", str(out), "-q"), workdir / f"verify-{out.name}.log")
-        row.update(verify_s=v_wall, verify_edges_per_s=edges / v_wall, verify_peak_gib=v_peak / 2**30)
-    row["load_before"], row["load_after"] = load_before, os.getloadavg()[0]
+        row.update(verify_s=v_wall, verify_edges_per_s=edges / v_wall, verify_peak_gib=v_peak / 2**30,
+                   verify_cpu_s=children_cpu_seconds() - cpu_before)
     if not keep:
         shutil.rmtree(out, ignore_errors=True)
     echo(f"bench scale: {edges:,} edges: {wall:.1f} s ({edges / wall / 1e6:.2f}M edges/s; kernel "
@@ -193,8 +208,8 @@ def bench_scale(out: Path, sizes: list[int] | None = None, *, k: int = 16, dim: 
         "assignment kernel's rate in the same run (from its manifest); `kernel_ratio`: kernel rate / "
         "end-to-end rate; `peak_gib`: peak summed RSS of the command's process tree (driver and Dask "
         "workers, sampled every 50 ms); `plan_gib`: `pipeline.plan`'s prediction for the run; "
-        "`plan_ratio`: plan / measured; `disk_gib`: the committed output; `load_*`: 1-minute load "
-        "average before and after the run (2 cores: above ~2 the machine was shared).", "",
+        "`plan_ratio`: plan / measured; `disk_gib`: the committed output; `cpu_s` (`verify_cpu_s`): user + "
+        "system CPU seconds of the command's process tree, to set against its wall time.", "",
         markdown_table(rows, COLUMNS), "",
         "Seconds per stage (from each run's manifest):", "",
     ]

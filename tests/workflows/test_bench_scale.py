@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from workflows.bench_scale import COLUMNS, bench_scale, run_measured
+from workflows.bench_scale import COLUMNS, bench_scale, children_cpu_seconds, run_measured
 
 
 def test_run_measured_sees_the_memory_of_a_child_process(tmp_path):
@@ -18,6 +18,15 @@ def test_run_measured_sees_the_memory_of_a_child_process(tmp_path):
     wall, peak = run_measured([sys.executable, "-c", code], tmp_path / "log.txt", samples)
     assert peak >= 300_000_000
     assert wall > 0 and samples and max(rss for _, rss in samples) == peak
+
+
+def test_children_cpu_seconds_counts_a_grandchilds_work(tmp_path):
+    """The CPU time across one run is the process tree's: a grandchild's busy loop is counted."""
+    burn = "import time; t = time.process_time(); exec('while time.process_time() - t < 0.5: pass')"
+    code = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}], check=True)"
+    before = children_cpu_seconds()
+    run_measured([sys.executable, "-c", code], tmp_path / "log.txt")
+    assert children_cpu_seconds() - before >= 0.5
 
 
 def test_run_measured_names_the_log_of_a_failed_command(tmp_path):
@@ -35,7 +44,10 @@ def test_bench_scale_writes_a_consistent_row(tmp_path):
     assert row["edges_per_s"] * row["wall_s"] == pytest.approx(20_000)
     assert row["kernel_edges_per_s"] > row["edges_per_s"]  # the kernel is part of the command
     assert 1.0 <= row["rf"] <= 4.0 and row["peak_gib"] > 0 and row["plan_gib"] > 0
+    assert row["cpu_s"] > 0 and row["verify_cpu_s"] > 0
+    assert not any(name.startswith("load") for name in row)
     assert "assignment kernel" in json.loads(row["stage_seconds"])
     for name in ("scale.md", "scale.parquet"):
         assert (tmp_path / "out" / name).exists()
+    assert "| cpu_s |" in (tmp_path / "out" / "scale.md").read_text()
     assert not (tmp_path / "out" / "work" / "out-e20000-k4").exists()  # removed without --keep

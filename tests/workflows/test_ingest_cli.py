@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import signal
@@ -145,6 +146,8 @@ def test_bench_ingest_quick_writes_both_tables(tmp_path, capsys, monkeypatch):
     text = (tmp_path / "report" / "ingest.md").read_text()
     assert "| partition base |" in text and "| ingest |" in text and "| full repartition |" in text
     assert "Ingest / full repartition: wall time" in text and "Machine:" in text
+    assert "own CPU time" in text and "load average" not in text.lower()
+    assert f'"asepr": "{importlib.metadata.version("asepr")}"' in text  # the release, not a revision
     rows = pq.read_table(tmp_path / "report" / "ingest.parquet").to_pylist()
     assert [r["phase"] for r in rows] == ["partition base", "ingest", "full repartition"]
     assert all(r["verify_ok"] for r in rows)

@@ -13,7 +13,7 @@ out="$here/fallback-cost.md"
 {
   echo "# The two-phase fallback's cost"
   echo
-  echo "\`asepr partition $input OUT -k 16 -q [--no-two-phase-fallback]\`, run $(date -u '+%Y-%m-%d %H:%M') UTC; load before: $(cut -d' ' -f1-3 /proc/loadavg)."
+  echo "\`asepr partition $input OUT -k 16 -q [--no-two-phase-fallback]\`, run $(date -u '+%Y-%m-%d %H:%M') UTC."
   echo
   echo "| run | wall s | user+sys s | peak RSS MiB | fallback stage s | RF | kept |"
   echo "|---|---|---|---|---|---|---|"
@@ -37,5 +37,5 @@ print(f"| {name} | {wall_s:.1f} | {cpu:.1f} | {rss:.0f} | {stage:.1f} | {metrics
 PY
 done
 echo >> "$out"
-echo "Load after: $(cut -d' ' -f1-3 /proc/loadavg). Peak RSS is /usr/bin/time's for the driver process (Dask workers are separate processes)." >> "$out"
+echo "Peak RSS is /usr/bin/time's for the driver process (Dask workers are separate processes)." >> "$out"
 cat "$out"

@@ -1,5 +1,5 @@
-"""Run one command and record its wall time, its process tree's peak RSS (overall and per
-logged stage) and the load average.
+"""Run one command and record its wall time, its process tree's CPU time and peak RSS
+(overall and per logged stage).
 
     python docs/results/billion/measure.py NAME OUT.json -- COMMAND ...
 
@@ -13,14 +13,13 @@ stage ends.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
-from workflows.bench_scale import run_measured
+from workflows.bench_scale import children_cpu_seconds, run_measured
 
 _STAGE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \S+: stage ([^:]+): ([0-9.]+) s")
 
@@ -43,14 +42,14 @@ def stage_peaks(log_text: str, samples: list[tuple[float, int]]) -> dict[str, di
 def main(argv: list[str]) -> int:
     name, out = argv[0], Path(argv[1])
     cmd = argv[argv.index("--") + 1:]
-    load_before = os.getloadavg()
+    cpu_before = children_cpu_seconds()
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     samples: list[tuple[float, int]] = []
     log_path = out.with_suffix(".log")
     wall, peak = run_measured(cmd, log_path, samples)
     record = {
         "name": name, "command": " ".join(cmd), "started": started, "wall_s": round(wall, 1),
-        "peak_rss_gib": round(peak / 2**30, 3), "load_before": load_before, "load_after": os.getloadavg(),
+        "peak_rss_gib": round(peak / 2**30, 3), "cpu_s": round(children_cpu_seconds() - cpu_before, 1),
         "stages": stage_peaks(log_path.read_text(errors="replace"), samples),
     }
     out.write_text(json.dumps(record, indent=2))

@@ -10,7 +10,6 @@ Usage: python docs/results/edge-doubling/run.py SCRATCH
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -25,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 def main() -> None:
     scratch = Path(tempfile.mkdtemp(dir=sys.argv[1]))
     lines = ["# Peak RSS when the edges double (|V| fixed at 2M, k = 16)", "",
-             f"Run {time.strftime('%Y-%m-%d %H:%M')}, load before {os.getloadavg()[0]:.2f}. "
+             f"Run {time.strftime('%Y-%m-%d %H:%M')}. "
              "`asepr synth IN --nodes 2000000 --edges E --dim 32 --seed 1`, then "
              "`asepr partition IN OUT -k 16 -q`.", "",
              "| edges | wall s | peak RSS, process tree (GiB) | RF | kernel edges/s |", "|---|---|---|---|---|"]
@@ -46,8 +45,7 @@ def main() -> None:
             shutil.rmtree(source)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    lines += ["", f"Peak RSS grows {100 * (peaks[1] / peaks[0] - 1):.1f} % when the edges double. "
-              f"Load after {os.getloadavg()[0]:.2f}."]
+    lines += ["", f"Peak RSS grows {100 * (peaks[1] / peaks[0] - 1):.1f} % when the edges double."]
     (HERE / "edge-doubling.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -6,9 +6,7 @@ set -e
 INPUT=${1:-/work/scratch/s50}
 OUT=${2:-docs/results/hybrid}
 for budget in stream small; do
-  uptime > "$OUT/memory-$budget.txt"
   /usr/bin/time -v python docs/results/hybrid/hybrid_bench.py --input "$INPUT" --ks 16 --budgets $budget \
-    >> "$OUT/memory-$budget.txt" 2>&1
-  uptime >> "$OUT/memory-$budget.txt"
+    > "$OUT/memory-$budget.txt" 2>&1
 done
-grep -H "RF \|Maximum resident\|Elapsed\|User time\|System time\|load average" "$OUT"/memory-*.txt
+grep -H "RF \|Maximum resident\|Elapsed\|User time\|System time" "$OUT"/memory-*.txt

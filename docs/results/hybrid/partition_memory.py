@@ -11,7 +11,6 @@ Usage: python docs/results/hybrid/partition_memory.py INPUT [SCRATCH]
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -28,8 +27,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(dir=sys.argv[2] if len(sys.argv) > 2 else None))
     edges = json.loads((source / "meta.json").read_text())["num_edges"]
     lines = ["# The hybrid in `asepr partition`: peak memory against streaming", "",
-             f"Input {source.name} ({edges:,} edges), k = 16, run {time.strftime('%Y-%m-%d %H:%M')}, "
-             f"load before {os.getloadavg()[0]:.2f}.", "",
+             f"Input {source.name} ({edges:,} edges), k = 16, run {time.strftime('%Y-%m-%d %H:%M')}.", "",
              "| run | wall s | peak RSS, process tree (GiB) | RF | kept | held edges | held MiB | threshold |",
              "|---|---|---|---|---|---|---|---|"]
     try:
@@ -46,7 +44,6 @@ def main() -> None:
             shutil.rmtree(out)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    lines += ["", f"Load after {os.getloadavg()[0]:.2f}."]
     (HERE / "partition-memory.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

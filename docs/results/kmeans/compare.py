@@ -25,7 +25,6 @@ import json
 import os
 import platform
 import resource
-import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -38,10 +37,6 @@ KS = [4, 8, 16, 32]
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-def _uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def _cluster(path: Path, k: int, base) -> tuple[dict, object]:
@@ -83,7 +78,7 @@ def run(label: str, datasets: list[str], synthetic: list[str], cache: Path) -> N
 
     base = PartitionConfig(num_parts=2, seed=0)
     out = HERE / f"rows-{label}.json"
-    doc = {"label": label, "module": str(Path(pipeline.__file__).parent), "uptime_before": _uptime(),
+    doc = {"label": label, "module": str(Path(pipeline.__file__).parent),
            "machine": {"cores": os.cpu_count(), "python": platform.python_version()}, "rows": []}
     for path in synthetic:
         row, _ = _cluster(Path(path), 16, base)
@@ -97,7 +92,6 @@ def run(label: str, datasets: list[str], synthetic: list[str], cache: Path) -> N
                 row[f"rf_{order}"] = _rf(paths[order], k, attr, base)
             doc["rows"].append({"dataset": name, **row})
             print(doc["rows"][-1], flush=True)
-    doc["uptime_after"] = _uptime()
     out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
@@ -159,8 +153,8 @@ def table() -> None:
     notes = [
         "# Attribute clustering: old (full Lloyd passes over a spill) vs new (sampled fit, one labelling pass)",
         "",
-        f"old: `{old['module']}`; load before `{old['uptime_before']}`, after `{old['uptime_after']}`.",
-        f"new: `{new['module']}`; load before `{new['uptime_before']}`, after `{new['uptime_after']}`.",
+        f"old: `{old['module']}`.",
+        f"new: `{new['module']}`.",
         "",
         "Inertia is the full-data inertia of the final labels (sum over every node of the squared "
         "distance between its embedded row and its centroid). CPU is user + system of the whole "

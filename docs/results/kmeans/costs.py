@@ -10,7 +10,6 @@ embed, assign, distances), and the assignment kernel per multiply-add at d' = 32
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -61,7 +60,6 @@ def main() -> None:
     rows.append(("labelling pass, C = 16", cpu(lambda: [nearest(x, centroids) for _, x in piece.batches(None)])))
     per_value = rows[0][1] / (n * d)
     lines = [f"# CPU costs on {shard.url} ({n:,} rows, d = {d})", "",
-             f"uptime: `{subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}`", "",
              "| step | CPU s | per row-feature |", "|---|---|---|"]
     lines += [f"| {name} | {s:.3f} | {s / (n * d) * 1e9:.2f} ns |" for name, s in rows]
     lines += ["", "| assignment kernel | rows | d' | C | CPU s | per multiply-add |", "|---|---|---|---|---|---|"]

@@ -12,7 +12,6 @@ reports it. CPU is that of the fit alone.
 from __future__ import annotations
 
 import math
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,7 +42,6 @@ def main() -> None:
     x = embedded_rows(root)
     n = len(x)
     lines = [f"# Sampled fit on {root.name}: N = {n:,}, d' = {x.shape[1]}, C = {clusters}", "",
-             f"uptime: `{subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}`", "",
              "| m | restarts | max updates | updates | converged | fit CPU s | sample estimate | full-data inertia |",
              "|---|---|---|---|---|---|---|---|"]
     for m in sizes:

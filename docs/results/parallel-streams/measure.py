@@ -201,7 +201,7 @@ def main() -> None:
     if not args.inputs or not args.work:
         parser.error("--inputs and --work are needed to measure (or --table to render the tables)")
     started = time.strftime("%Y-%m-%d %H:%M:%S")
-    print(f"started {started}; load {os.getloadavg()}")
+    print(f"started {started}")
     out.mkdir(parents=True, exist_ok=True)
     if not args.append and csv_path.exists():
         csv_path.unlink()
@@ -209,7 +209,7 @@ def main() -> None:
         _input_rows(name, args, print, csv_path)
     write_table(csv_path, out / "table.md")
     write_summary(csv_path, out / "summary.md")
-    print(f"finished {time.strftime('%Y-%m-%d %H:%M:%S')}; load {os.getloadavg()}; wrote {csv_path}")
+    print(f"finished {time.strftime('%Y-%m-%d %H:%M:%S')}; wrote {csv_path}")
 
 
 if __name__ == "__main__":

@@ -53,8 +53,8 @@ def main(path: str) -> None:
         key = part.astype(dtype)
         rows.append((f"stable argsort of 1M partition ids (k = 16) as {np.dtype(dtype).name}",
                      best(lambda: np.argsort(key, kind="stable"))))
-    print(f"`python docs/results/scale/micro.py {path}`, {time.strftime('%Y-%m-%d %H:%M')}, "
-          f"load average {os.getloadavg()[0]:.1f}; CPU seconds, best of 3.\n")
+    print(f"`python docs/results/scale/micro.py {path}`, {time.strftime('%Y-%m-%d %H:%M')}; "
+          "CPU seconds, best of 3.\n")
     print("| measurement | CPU s |\n|---|---|")
     for name, seconds in rows:
         print(f"| {name} | {seconds:.3f} |")

@@ -2,8 +2,8 @@
 
 Each run is ``flock -x LOCK /usr/bin/time -v asepr verify OUT`` from ``/tmp`` (the
 exclusive lock waits until no other heavy job holds the shared lock; ``--shared`` takes
-the shared lock instead, for runs beside other jobs, which the load columns then
-show), with ``uptime`` read just before and after. Rows are appended to the CSV as
+the shared lock instead, for runs beside other jobs; their ``cpu_s`` against their
+``wall_s`` then shows how much the other work slowed them). Rows are appended to the CSV as
 they are measured, and results.md is rewritten from the whole CSV. "before" runs the same command with ``PYTHONPATH`` set to
 a worktree of the commit before the change. A row also gives the in-process time of
 ``verify_output`` (the stage line it logs), which leaves out the CLI's start-up.
@@ -40,10 +40,6 @@ def _seconds(clock: str) -> float:
     return sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
 
 
-def _load() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip().split("load average:")[-1].strip()
-
-
 def run_once(version: str, out: str, old_tree: str, lock: str, mode: str) -> dict:
     env = dict(os.environ)
     if version == "before":
@@ -51,12 +47,9 @@ def run_once(version: str, out: str, old_tree: str, lock: str, mode: str) -> dic
     else:
         env.pop("PYTHONPATH", None)
     cmd = ["flock", mode, lock, "/usr/bin/time", "-v", "asepr", "verify", out, "-v"]
-    load_before = _load()
     res = subprocess.run(cmd, cwd="/tmp", env=env, capture_output=True, text=True)
-    load_after = _load()
     text = res.stdout + res.stderr
-    row = {"version": version, "output": out, "lock": mode, "exit": res.returncode,
-           "load_before": load_before, "load_after": load_after}
+    row = {"version": version, "output": out, "lock": mode, "exit": res.returncode}
     for key, pattern in _TIME_FIELDS.items():
         value = re.search(pattern, text).group(1)
         row[key] = _seconds(value) if key == "wall_s" else float(value)
@@ -103,7 +96,7 @@ def write_table(path: Path) -> None:
     with path.open() as fh:
         rows = list(csv.DictReader(fh))
     cols = ["version", "output", "lock", "wall_s", "verify_output_s", "user_s", "sys_s", "cpu_s",
-            "peak_rss_mib", "edges", "edges_per_s", "load_before", "load_after", "exit"]
+            "peak_rss_mib", "edges", "edges_per_s", "exit"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in rows]
     path.with_suffix(".md").write_text("\n".join(lines) + "\n")

@@ -15,7 +15,7 @@ rm -rf "$WORK/perf-out"
   asepr partition "$WORK/synth-e20000000-v2000000-d32-c8-s1" "$WORK/perf-out" -k 16 > /dev/null
 perf report -i "$WORK/perf.data" --sort sym --stdio | grep -v '^$' | head -60 | sed 's/[ .]*$//' \
   | sed '/^# Overhead/d' > "$HERE/perf-20m.txt"
-# What fresh pages cost on this virtual machine (pagecost.txt):
+# What fresh pages cost on the development machine, a virtual machine (pagecost.txt):
 python "$HERE/pagecost.py" "$WORK/pagecost" > "$HERE/pagecost.txt"
 # O_DIRECT against buffered writes of 600 MB (direct.txt):
 WORK="$WORK" "$HERE/direct.sh" > "$HERE/direct.txt"

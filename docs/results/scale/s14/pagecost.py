@@ -1,4 +1,4 @@
-"""What fresh pages cost on this virtual machine: write 600 MB as 150 new 4 MB files, then touch
+"""What fresh pages cost on the development machine (a virtual machine): write 600 MB as 150 new 4 MB files, then touch
 600 MB of new anonymous memory; three rounds (the files are deleted between rounds, so
 rounds 2 and 3 reuse pages the guest just freed). Prints user and sys CPU seconds."""
 import os

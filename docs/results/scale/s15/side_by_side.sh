@@ -17,7 +17,7 @@ run() {  # $1: label, $2: PYTHONPATH
 }
 run "warm-up (base)" "$TREE" > /dev/null  # numba compiles the base tree's kernels once
 for i in $(seq "$pairs"); do
-  run "base $BASE" "$TREE"
+  run "base" "$TREE"
   run "this tree" "$REPO"
 done
 rm -rf "$out"
