@@ -7,7 +7,9 @@ CRC-32C stored with it, and the store is opened through
 than the fill value. A :class:`CheckedArray` wraps such a ``zarr.Array`` only to turn
 zarr's errors into :class:`StoreError` s that name the partition, the array and the
 chunk key, and to read whole chunks (a row selection loads the chunks it touches,
-once each).
+once each). :func:`read_concurrently` reads several arrays whole, in blocks of chunks
+on a few threads, for a store across a network (zarr decodes each block into its rows
+of the result, checking every chunk as any read does).
 
 Why CRC-32C per chunk: hardware CRC-32C hashes many times faster than a cold read of a
 store, so checking every read costs a few percent, where a whole-array sha256 would
@@ -19,16 +21,18 @@ kept outside the arrays before, or faster (``docs/results/zarr-crc32c/``).
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import zarr
+from zarr.buffer.cpu import NDBuffer
 from zarr.codecs import Crc32cCodec
 
 from storage.chunk_stores import MissingChunkError
 from storage.errors import StoreError, format_problem
 
-__all__ = ["DAMAGED_STORE_FIX", "CheckedArray", "has_crc32c"]
+__all__ = ["BLOCK_CHUNKS", "DAMAGED_STORE_FIX", "CheckedArray", "has_crc32c", "read_concurrently"]
 
 #: The fix named in every message about a damaged partition store.
 DAMAGED_STORE_FIX = ("the store is damaged; rerun `asepr partition ... --overwrite` "
@@ -103,17 +107,25 @@ class CheckedArray:
             first = first - start
         return block[(first, *rest)]
 
-    def read_rows(self, start: int, stop: int) -> np.ndarray:
+    def read_rows(self, start: int, stop: int, out: np.ndarray | None = None) -> np.ndarray:
         """Rows ``[start, stop)``, chunk-aligned (``start`` a multiple of the chunk rows
-        and ``stop`` one too or the end), each chunk checked by zarr as it decodes."""
+        and ``stop`` one too or the end), each chunk checked by zarr as it decodes.
+
+        With ``out`` (C-contiguous, of the rows' shape and the array's dtype), zarr decodes
+        the chunks into it, and it is returned.
+        """
         if stop <= start:
-            return np.empty((0, *self.shape[1:]), dtype=self.dtype)
+            return np.empty((0, *self.shape[1:]), dtype=self.dtype) if out is None else out
         try:
-            return np.ascontiguousarray(self._array.get_basic_selection(slice(start, stop)))
+            if out is None:
+                return np.ascontiguousarray(self._array.get_basic_selection(slice(start, stop)))
+            self._array.get_basic_selection(slice(start, stop), out=NDBuffer.from_numpy_array(out))
+            return out
         except Exception as exc:  # noqa: BLE001 - any failure to read is a damaged chunk
             failure = exc
         chunks = range(start // self._rows, -(-stop // self._rows))
-        block = np.zeros((stop - start, *self.shape[1:]), dtype=self.dtype)
+        block = np.empty((stop - start, *self.shape[1:]), dtype=self.dtype) if out is None else out
+        block[...] = 0  # the fill value, where a damaged chunk is left
         for c in chunks:
             data, problem = self._chunk(c)
             if problem is not None and not self.fill_damaged:
@@ -153,6 +165,38 @@ class CheckedArray:
             return None, (self._label(c), "a chunk file (every chunk is written)", f"no file {exc.key}")
         except Exception as exc:  # noqa: BLE001 - the decoder's or the checksum's error is the finding
             return None, (self._label(c), _DECODES, f"{type(exc).__name__}: {exc}")
+
+
+#: Chunks per task of :func:`read_concurrently`: zarr fetches the chunks of one read
+#: concurrently (up to its ``async.concurrency``), so a task keeps this many requests in
+#: flight, and ``workers`` tasks at once keep ``workers`` times as many.
+BLOCK_CHUNKS = 4
+
+
+def read_concurrently(arrays: dict[str, CheckedArray], workers: int) -> dict[str, np.ndarray]:
+    """Every array of ``arrays`` read whole, as ``array[...]`` reads it, in chunk-aligned
+    blocks of :data:`BLOCK_CHUNKS` chunks on ``workers`` threads.
+
+    For a store across a network, where each chunk is a request and a read of one array
+    after another leaves the connection idle between them and keeps at most zarr's
+    ``async.concurrency`` requests of one array in flight. Each block is decoded by zarr
+    into its rows of the result (every chunk checked as :meth:`CheckedArray.read_rows`
+    checks it). The first failing block, in the order of ``arrays`` and rows, raises its
+    :class:`StoreError`; blocks not yet started are dropped.
+    """
+    out = {name: np.empty(array.shape, dtype=array.dtype) for name, array in arrays.items()}
+    blocks = [(name, start, min(len(array), start + BLOCK_CHUNKS * array.chunks[0]))
+              for name, array in arrays.items() for start in range(0, len(array), BLOCK_CHUNKS * array.chunks[0])]
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="asepr-read") as pool:
+        futures = [pool.submit(arrays[name].read_rows, start, stop, out[name][start:stop])
+                   for name, start, stop in blocks]
+        try:
+            for future in futures:
+                future.result()
+        finally:
+            for future in futures:
+                future.cancel()
+    return out
 
 
 def _row_selection(first, n: int) -> tuple[Any, int, int]:

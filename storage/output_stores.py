@@ -9,6 +9,7 @@ opened and checked by :func:`storage.partition_store.open_store`.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -124,10 +125,7 @@ def open_partition(
             )
         )
     store = open_entry_store(out, manifest, entries[int(part_id)], storage_options=storage_options)
-    return PartitionStore(
-        part_id=store.part_id, num_parts=store.num_parts, generation=store.generation,
-        path=store.path, attrs=store.attrs, arrays=store.arrays, manifest=manifest,
-    )
+    return replace(store, manifest=manifest)
 
 
 def open_entry_store(out: str | Path, manifest: dict[str, Any], entry: dict[str, Any], *,

@@ -144,3 +144,52 @@ def test_pyg_stores_read_a_partition_on_the_store_lazily(cora_on_s3, cora_local_
     rows = torch.tensor([5, 0, 1000])
     assert torch.equal(remote.get_tensor("x", index=rows), local.get_tensor("x", index=rows))
     assert torch.equal(remote.get_tensor("train_mask"), local.get_tensor("train_mask"))
+
+
+def test_a_partition_on_the_store_is_read_with_the_requests_of_all_its_arrays_in_flight_together(
+        cora_on_s3, cora_local_out, monkeypatch):
+    import asyncio
+    import contextlib
+
+    import zarr
+    from zarr.storage import FsspecStore
+
+    url, options = cora_on_s3
+    monkeypatch.setattr("storage.checked_array.BLOCK_CHUNKS", 1)  # one block per chunk
+    store = open_partition(url, 1, storage_options=options)
+    assert store.read_workers > 1 and open_partition(cora_local_out, 1).read_workers == 1
+    assert store.x.shape[0] > store.x.chunks[0]  # nodes/x is several blocks: their rows must not mix
+    get, seen = FsspecStore.get, {"in_flight": 0, "peak": 0, "both": None}
+
+    async def counted_get(self, key, prototype, byte_range=None):
+        seen["both"] = seen["both"] or asyncio.Event()
+        seen["in_flight"] += 1
+        seen["peak"] = max(seen["peak"], seen["in_flight"])
+        if seen["in_flight"] >= 2:
+            seen["both"].set()
+        try:  # the first request waits for a second one (a read of one chunk after another never sends it)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(seen["both"].wait(), 10)
+            return await get(self, key, prototype, byte_range)
+        finally:
+            seen["in_flight"] -= 1
+
+    monkeypatch.setattr(FsspecStore, "get", counted_get)
+    with zarr.config.set({"async.concurrency": 1}):  # zarr itself: one request at a time per read
+        remote = store.to_numpy()
+    assert seen["peak"] >= 2
+    local = open_partition(cora_local_out, 1).to_numpy()
+    assert sorted(remote) == sorted(local)
+    for name in local:
+        assert remote[name].dtype == local[name].dtype and remote[name].flags.c_contiguous
+        np.testing.assert_array_equal(remote[name], local[name])
+
+
+def test_a_missing_chunk_on_the_store_is_named_by_the_concurrent_read(cora_on_s3):
+    url, options = cora_on_s3
+    store = open_partition(url, 1, storage_options=options)
+    s3fs.S3FileSystem(**options).rm(f"{store.path}/nodes/x/c/1/0")
+    with pytest.raises(StoreError, match=r"partition 1 \(s3://.*\), array nodes/x, chunk c/1/0: "
+                                         r"expected a chunk file .* found no file") as raised:
+        store.to_numpy()
+    assert "Fix:" in str(raised.value)
