@@ -28,7 +28,7 @@ TASKS = ("node", "link")
 #: ``--eval``: the global model's exact whole-graph metrics, or the cheap partition-local ones.
 EVAL_MODES = ("exact", "local")
 #: ``eval_sample``'s default (see :data:`training.eval_sample.DEFAULT_EVAL_SAMPLE`).
-DEFAULT_EVAL_SAMPLE = 10_000
+DEFAULT_EVAL_SAMPLE = 5_000
 #: ``--device``: where the model, the batches and the evaluation run (auto: CUDA when present).
 DEVICES = ("auto", "cuda", "cpu")
 #: The building blocks of a reconciliation strategy, joined by "+".
@@ -257,8 +257,8 @@ class TrainConfig:
         The exact evaluation of a node task scores about this many validation (and
         test) masters, a sample seeded by ``seed`` and the same in every round and on
         every rank, with the metric's 95 % interval (:mod:`training.eval_sample`); a
-        split of at most this many is scored whole. 0: every master. Default
-        :data:`DEFAULT_EVAL_SAMPLE` (10,000).
+        split of at most twice this many is scored whole. 0: every master. Default
+        :data:`DEFAULT_EVAL_SAMPLE` (5,000).
     patience
         P > 0: stop training once the validation metric has not improved for P
         evaluations in a row (early stopping, :func:`training.protocol.patience_spent`),

@@ -8,13 +8,15 @@ sends its first layer's partial once per evaluation: more bytes than a whole epo
 training. Scoring a sample of the targets shrinks every layer's field with it.
 
 **The sample.** Each split (validation, test) of ``N`` masters is scored whole when
-``N <= cap`` (or ``cap == 0``); otherwise each of its masters is kept when a hash of
-its global id and the seed (:func:`sample_keys`, uniform in ``[0, 1)``) is below
+``N <= 2 cap`` (or ``cap == 0``: a sample of at least half the split would save at most
+half the bytes, and lose exactness); otherwise each of its masters is kept when a hash
+of its global id and the seed (:func:`sample_keys`, uniform in ``[0, 1)``) is below
 ``cap / N``: about ``cap`` vertices, a Bernoulli sample without replacement. The default
-:data:`DEFAULT_EVAL_SAMPLE` (10,000 per split) scores every split of the report graphs
-whole; on a graph of 2M vertices and 20 edges per vertex it keeps the first layer's
-receptive field, and with it the evaluation's bytes, to about a fifth of the graph (the
-95 % interval of an accuracy of 0.9 is then about +-0.6 points). The keep
+:data:`DEFAULT_EVAL_SAMPLE` (5,000) scores every split of the report graphs whole (the
+largest, coauthor-physics's, holds about 6,900 masters); on a graph of 2M vertices and 20
+edges per vertex it keeps the evaluation's bytes per round below those of one epoch of
+training (``docs/results/eval-memory``). The 95 % interval of an accuracy of 0.9 on
+5,000 vertices is about +-0.8 points. The keep
 rule reads nothing but the vertex's global id, so every rank, every round, every
 partitioning (and the centralized run on the whole graph) scores the same vertices for
 one seed, and curves and strategies are compared on the same targets.
@@ -113,8 +115,8 @@ def draw_sample(graph: LocalGraph, comm: Comm, cap: int, seed: int, category: st
     graph
         This rank's local graph.
     cap
-        Masters scored per split at most (about: see the module docstring); 0 scores
-        every master.
+        Masters scored per split (about; a split of at most ``2 cap`` is scored whole:
+        see the module docstring); 0 scores every master.
     seed
         The sample's seed (the run's ``seed``).
     """
@@ -123,7 +125,7 @@ def draw_sample(graph: LocalGraph, comm: Comm, cap: int, seed: int, category: st
     masks = (graph.val_mask, graph.test_mask)
     split = comm.all_reduce(torch.tensor([float(m.sum()) for m in masks], dtype=torch.float64), category)
     keys = sample_keys(graph.global_nid, seed)
-    kept = [m if not cap or n <= cap else m & (keys < cap / float(n)) for m, n in zip(masks, split.tolist())]
+    kept = [m if not cap or n <= 2 * cap else m & (keys < cap / float(n)) for m, n in zip(masks, split.tolist())]
     labelled = graph.y == 1
     counts = comm.all_reduce(torch.tensor([float(k.sum()) for k in kept] + [float((k & labelled).sum()) for k in kept],
                                           dtype=torch.float64), category).tolist()

@@ -523,8 +523,8 @@ class Evaluator:
     """How a trainer evaluates its global model (a collective: every rank calls it).
 
     ``"exact"``: :func:`evaluate_exact`, the metrics of the model on the whole graph,
-    computed over the partitions, for a node task on a seeded sample of at most about
-    ``sample`` validation and test masters per split (every master of a smaller split;
+    computed over the partitions, for a node task on a seeded sample of about ``sample``
+    validation and test masters per split (every master of a split of at most twice that;
     :mod:`training.eval_sample`), with the metric's 95 % interval and the numbers scored
     as extra columns; a link task scores every held-out edge. The sample, the routing
     and the receptive field are set up at the first call, their bytes and time counted
@@ -545,7 +545,7 @@ class Evaluator:
     mode
         One of :data:`training.config.EVAL_MODES`.
     sample, seed
-        Masters scored per split at most (0: all) and the sample's seed; default: the
+        Masters scored per split (0: all) and the sample's seed; default: the
         task config's ``eval_sample`` and ``seed``.
     """
 

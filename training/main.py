@@ -133,7 +133,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "only (cheaper, not exact)")
     p.add_argument("--eval-sample", type=int, default=d.eval_sample, metavar="N",
                    help="exact node evaluation: score a seeded sample of about N validation and N test masters "
-                        "(the same every round), with the metric's 95%% interval; a split of at most N is scored "
+                        "(the same every round), with the metric's 95%% interval; a split of at most 2N is scored "
                         f"whole; 0: every master (default {d.eval_sample:,})")
 
 

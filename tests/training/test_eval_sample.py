@@ -60,7 +60,7 @@ def cora_sample_case(cora_input):
     sample = draw_sample(full, Comm(), CAP, SEED)
     whole = draw_sample(full, Comm(), 10_000, SEED)
     assert whole.scored == whole.split and bool(torch.equal(whole.val, full.val_mask))
-    assert min(whole.split) > 2 * CAP
+    assert min(whole.split) > 2 * CAP  # so CAP samples each split
     assert all(abs(n - CAP) < 4 * math.sqrt(CAP) for n in sample.scored)  # about CAP per split
     ids = (full.global_nid[sample.val], full.global_nid[sample.test])
     y = full.y
@@ -128,9 +128,10 @@ def test_sampled_exact_evaluation_scores_the_same_vertices_as_the_whole_graph(co
     fork_ranks(world, _sampled_rank, str(cora_parts(4)), *cora_sample_case)
 
 
-def test_a_split_within_the_cap_is_scored_whole_and_a_negative_cap_is_refused(cora_input):
+def test_a_split_within_twice_the_cap_is_scored_whole_and_a_negative_cap_is_refused(cora_input):
     full = load_input_graph(cora_input)
-    for cap in (0, 1000):
+    assert max(int(full.val_mask.sum()), int(full.test_mask.sum())) <= 2 * 300
+    for cap in (0, 300, 1000):
         whole = draw_sample(full, Comm(), cap, SEED)
         assert torch.equal(whole.val, full.val_mask) and torch.equal(whole.test, full.test_mask)
     with pytest.raises(ValueError, match=">= 0"):

@@ -2,7 +2,7 @@
 # Exact evaluation's memory and traffic against training's, per rank, on the synthetic
 # graph of 2M nodes and 20M edges at k = 4: one round of one epoch, then the exact
 # evaluation of the global model (a seeded sample of the validation and test masters,
-# `--eval-sample`, default 10,000 per split).
+# `--eval-sample`, default 5,000 per split).
 #
 #   docs/results/eval-memory/run.sh [WORK]      (WORK: scratch folder, default /tmp/eval-memory)
 #
@@ -14,7 +14,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 WORK="${1:-/tmp/eval-memory}"
 NODES="${NODES:-2000000}"
 EDGES="${EDGES:-20000000}"
-EVAL_SAMPLE="${EVAL_SAMPLE:-10000}"
+EVAL_SAMPLE="${EVAL_SAMPLE:-5000}"
 mkdir -p "$WORK"
 if [ "${REUSE:-0}" != 1 ] || [ ! -d "$WORK/out" ]; then
     nice -n 10 asepr synth "$WORK/in" --nodes "$NODES" --edges "$EDGES" --classes 10 --dim 64 --homophily 0.7 \
