@@ -8,7 +8,9 @@
 # 2. `rclone serve s3` over WORK/served on 127.0.0.1, and the committed output copied to
 #    s3://bench/out (each file one PUT, as any copy tool writes them);
 # 3. `asepr bench read` of partitions 0 and 1 from both, alternating, best of 3 per row,
-#    under `nice -n 10`; it writes read.md next to this script.
+#    under `nice -n 10`; it writes read.md next to this script;
+# 4. ab.py: the same partitions from the server read one array after another and with all
+#    the arrays' reads in flight together, alternating; it writes ab.md.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=${1:-/tmp/s3read}
@@ -33,3 +35,5 @@ if not fs.exists("bench/out/manifest.json"):
 PY
 nice -n 10 asepr bench read "$WORK/out" s3://bench/out --parts 0 1 --repeat 3 \
     --storage-options "$OPTIONS" --out "$HERE"
+{ nice -n 10 python "$HERE/ab.py" s3://bench/out 0 "$OPTIONS" 3 "$SERVER" "$WORK/out"; echo
+  nice -n 10 python "$HERE/ab.py" s3://bench/out 1 "$OPTIONS" 3 "$SERVER" "$WORK/out"; } > "$HERE/ab.md"
