@@ -18,6 +18,7 @@ from training.config import TrainConfig
 from training.data import load_local_graph, rank_partitions
 from training.eval_sample import auc_interval, draw_sample, sample_keys, wilson_interval
 from training.inference import ExactInference, Evaluator
+from training.main import format_row
 from training.models import GNN, graph_operator
 from training.tasks import NodeTask
 
@@ -138,3 +139,11 @@ def test_a_split_within_twice_the_cap_is_scored_whole_and_a_negative_cap_is_refu
         draw_sample(full, Comm(), -1, SEED)
     with pytest.raises(ValueError, match="eval_sample"):
         TrainConfig(eval_sample=-1)
+
+
+def test_the_printed_row_names_the_interval_of_a_sample_and_not_of_a_whole_split():
+    row = {"round": 1, "generation": 1, "loss": 0.5, "eval_mode": "exact", "metric": "accuracy", "val": 0.91,
+           "test": 0.9, "train_seconds": 1.0, "eval_seconds": 0.5, "bytes_sent_round": 2048.0,
+           "val_ci_low": 0.9021, "val_ci_high": 0.9174, "val_scored": 5_012, "val_split": 400_000}
+    assert "95% [0.9021, 0.9174] on 5,012 of 400,000 val masters" in format_row(row)
+    assert "95%" not in format_row({**row, "val_scored": 400_000})
