@@ -13,6 +13,8 @@ from tests.remote.s3server import RcloneS3, S3Location, rclone_binary
 
 pytest.importorskip("s3fs", reason="the object-store tests need s3fs (pip install -e '.[test]')")
 
+PUT_TREE_TIMEOUT_S = 120  # a copy of a Cora output takes seconds
+
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory):
@@ -55,19 +57,25 @@ def cora_local_out(tmp_path_factory):
 
 
 def put_tree(location: S3Location, local, prefix: str) -> str:
-    """Copy the local directory ``local`` to ``URL/prefix`` on the server; return that URL."""
+    """Copy the local directory ``local`` to ``URL/prefix`` on the server; return that URL.
+
+    The copy is s3fs's concurrent recursive put, on a client of its own, bounded in time and
+    retried: that put has been seen to wait forever with no request in flight, and, on a
+    starved machine, to have requests signed long before they were sent refused by the
+    server's signature clock (RequestTimeTooSkewed). Neither is what a test examines.
+    """
     import s3fs
+    from fsspec.asyn import sync
+    from fsspec.exceptions import FSTimeoutError
 
     url = f"{location.url}/{prefix}"
-    fs = s3fs.S3FileSystem(**location.storage_options)
     for attempt in range(3):
+        fs = s3fs.S3FileSystem(**location.storage_options, skip_instance_cache=True)
         try:
-            fs.put(f"{local}/", url, recursive=True)
+            sync(fs.loop, fs._put, f"{local}/", url, recursive=True, timeout=PUT_TREE_TIMEOUT_S)
             return url
-        except PermissionError as e:
-            # A request signed and then held in the client's queue on a starved machine arrives
-            # too late for the server's signature clock (RequestTimeTooSkewed); a new put signs anew.
-            if "time" not in str(e) or attempt == 2:
+        except (FSTimeoutError, PermissionError) as e:
+            if attempt == 2 or (isinstance(e, PermissionError) and "time" not in str(e)):
                 raise
     return url
 
