@@ -107,6 +107,7 @@ def test_killing_the_agent_stops_its_ranks_and_a_second_run_is_refused_until_the
                 p.kill()
 
 
+@pytest.mark.slow  # plain ranks; the same rules are tested through the launcher by default
 def test_a_lock_of_a_live_process_refuses_the_trainers_started_without_a_launcher(cora_k2, tmp_path):
     """Plain torchrun / SLURM ranks (no launcher token): rank 0 takes the lock itself, and
     both ranks stop with the holder named when another process holds it."""
@@ -262,6 +263,7 @@ def test_a_previous_run_is_never_deleted_without_overwrite(cora_k2, tmp_path, ca
     assert RunDir(run).read_run_info()["world_size"] == 2 and len(RunDir(run).read_metrics()) == 1
 
 
+@pytest.mark.slow  # plain ranks; the same rules are tested through the launcher by default
 def test_trainers_started_without_the_launcher_refuse_a_previous_run(cora_k2, tmp_path):
     """Plain torchrun / SLURM ranks: rank 0 checks the run directory under its lock."""
     run = tmp_path / "run"
