@@ -74,7 +74,7 @@ from typing import Any
 import numcodecs
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec, BloscShuffle, Crc32cCodec
+from zarr.codecs import BloscCodec, Crc32cCodec
 from zarr.storage import FsspecStore, LocalStore
 
 from storage.checked_array import DAMAGED_STORE_FIX, CheckedArray, has_crc32c, read_concurrently
@@ -135,7 +135,8 @@ _BITSHUFFLED = {"nodes/y", "nodes/split", "nodes/is_master", "edges/is_halo"}
 
 
 def _codec(name: str) -> BloscCodec:
-    shuffle = BloscShuffle.bitshuffle if name in _BITSHUFFLED else BloscShuffle.shuffle
+    # Names, not zarr's enums: every zarr 3 release takes them (newer ones deprecate the enums).
+    shuffle = "bitshuffle" if name in _BITSHUFFLED else "shuffle"
     return BloscCodec(cname="lz4", clevel=5, shuffle=shuffle)
 
 

@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec, BloscShuffle
+from zarr.codecs import BloscCodec
 
 from storage.confine import confined_join
 from storage.errors import StoreError, format_problem
@@ -151,7 +151,7 @@ class PartitionerState:
 
 
 def _codec() -> BloscCodec:
-    return BloscCodec(cname="lz4", clevel=5, shuffle=BloscShuffle.shuffle)
+    return BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
 
 
 def _chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:

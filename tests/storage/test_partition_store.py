@@ -92,7 +92,7 @@ def test_store_uses_the_measured_codecs_and_chunks(outputs, tmp_path):
     assert x.compressors == (zarr.codecs.Crc32cCodec(),)
     for name in ("nodes/global_nid", "nodes/y"):
         codec, crc = group[name].compressors
-        assert isinstance(codec, zarr.codecs.BloscCodec) and codec.cname.value == "lz4"
+        assert isinstance(codec, zarr.codecs.BloscCodec) and str(getattr(codec.cname, "value", codec.cname)) == "lz4"
         assert isinstance(crc, zarr.codecs.Crc32cCodec)
     assert x.chunks[1] == x.shape[1]  # whole rows
     assert "docs/results/implementation-choices" in ps.__doc__  # the measurements behind the choice

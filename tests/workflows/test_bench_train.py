@@ -86,12 +86,12 @@ def test_a_rank_reports_its_own_peak_not_its_launchers(tmp_path):
 
     import numpy as np
 
-    block = np.ones(768 * 2**20 // 8)  # touched: this process's high-water mark passes 768 MiB
+    block = np.ones(2**30 // 8)  # touched: this process's high-water mark passes 1 GiB
     del block
     code = ("import json; from storage.resources import peak_rss_bytes; from training.rounds import "
             "rank_peak_rss_bytes; print(json.dumps([rank_peak_rss_bytes(), peak_rss_bytes()]))")
     own, inherited = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                                check=True).stdout)
     launcher = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    assert inherited >= 768 * 2**20 and launcher >= 768 * 2**20
-    assert own < 600 * 2**20
+    assert inherited >= 2**30 and launcher >= 2**30
+    assert own < 900 * 2**20  # torch's CUDA build imports to about 620 MiB, the CPU build less
