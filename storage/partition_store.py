@@ -80,7 +80,7 @@ from zarr.storage import FsspecStore, LocalStore
 from storage.checked_array import DAMAGED_STORE_FIX, CheckedArray, has_crc32c, read_concurrently
 from storage.chunk_stores import RequireChunks, local_store
 from storage.errors import StoreError, format_problem
-from storage.fs import join, resolve
+from storage.fs import resolve
 from storage.location import is_local, is_local_url
 
 __all__ = [

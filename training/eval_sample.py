@@ -45,6 +45,7 @@ from storage import SPLIT_NONE
 from training.comm import Comm
 from training.config import DEFAULT_EVAL_SAMPLE
 from training.data import LocalGraph
+from training.hashing import GOLDEN_GAMMA, splitmix64
 
 __all__ = ["DEFAULT_EVAL_SAMPLE", "EvalSample", "auc_interval", "draw_sample", "sample_keys", "wilson_interval"]
 
@@ -55,10 +56,7 @@ def sample_keys(global_nid: torch.Tensor, seed: int) -> torch.Tensor:
     """A number in ``[0, 1)`` per vertex, uniform over vertices, from the splitmix64 hash
     of its global id and ``seed`` (float64, the order of ``global_nid``)."""
     with np.errstate(over="ignore"):
-        z = global_nid.numpy().astype(np.uint64) + (np.uint64(seed) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
+        z = splitmix64(global_nid.numpy().astype(np.uint64) + np.uint64(seed) * GOLDEN_GAMMA)
     return torch.from_numpy((z >> np.uint64(11)).astype(np.float64) / float(1 << 53))
 
 

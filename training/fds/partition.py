@@ -29,6 +29,7 @@ import torch
 
 from storage.atomic import save_npy_atomic
 from training.config import FDS_PARTITIONERS
+from training.hashing import splitmix64
 from storage.errors import InputError, StoreError, format_problem
 from storage.input import InputDir, open_input, open_parquet
 from storage.npy import load_npy
@@ -77,20 +78,11 @@ def resolve_partitioner(kind: str, num_edges: int) -> str:
     return kind
 
 
-def _splitmix64(x: np.ndarray) -> np.ndarray:
-    z = x.astype(np.uint64)
-    with np.errstate(over="ignore"):
-        z = z + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
 def hash_owner(global_nid: np.ndarray, world_size: int, seed: int = 0) -> np.ndarray:
     """The hash partition's owner rank (int64) of each ``global_nid``."""
     gid = np.asarray(global_nid, dtype=np.int64)
     with np.errstate(over="ignore"):
-        h = _splitmix64(gid.astype(np.uint64) + np.uint64(int(seed) & 0xFFFFFFFF) * np.uint64(0x632BE59BD9B4E019))
+        h = splitmix64(gid.astype(np.uint64) + np.uint64(int(seed) & 0xFFFFFFFF) * np.uint64(0x632BE59BD9B4E019))
     return (h % np.uint64(world_size)).astype(np.int64)
 
 
