@@ -35,6 +35,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _shares(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, found {text}") from None
+
+
 def _version() -> str:
     try:
         return importlib.metadata.version("asepr")
@@ -94,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="std of the feature noise around the class centroid")
     p.add_argument("--category-purity", type=float, default=0.8,
                    help="probability that the 'category' column equals the class")
+    p.add_argument("--split", type=_shares, default=None, metavar="TRAIN,VAL,TEST",
+                   help="shares of the random split (default 0.6,0.2,0.2; ogbn-products: 0.08,0.02,0.9)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generator (default 0)")
     p.add_argument("--shard-rows", type=_positive_int, default=1_000_000,
                    help="max rows per Parquet shard (default 1,000,000)")
@@ -203,6 +212,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         noise=args.noise,
         category_purity=args.category_purity,
         seed=args.seed,
+        **({} if args.split is None else {"split": args.split}),
     )
     meta = generate(args.out, config, shard_rows=args.shard_rows, overwrite=args.overwrite)
     print(

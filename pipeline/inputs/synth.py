@@ -21,7 +21,8 @@ Parallel edges are possible (as in any Chung-Lu or DC-SBM sample) but rare thank
 the cutoff. Features are the class centroid (seeded, ``N(0, 1)`` per dimension) plus
 ``N(0, noise²)`` noise. The categorical column ``category`` equals the class with
 probability ``category_purity``, else it is uniform over the classes. The split is
-i.i.d. per node: 60 % train, 20 % validation, 20 % test.
+i.i.d. per node: 60 % train, 20 % validation, 20 % test by default (``split``; a
+products-like graph takes 8 / 2 / 90, OGB's shares of ogbn-products).
 
 How it is sampled, in O(N) memory
 ---------------------------------
@@ -132,6 +133,9 @@ class SynthConfig:
         Standard deviation of the feature noise around the class centroid (``--noise``).
     category_purity
         Probability that ``category`` equals the class (``--category-purity``).
+    split
+        Train, validation and test shares of the i.i.d. split (``--split``): three
+        non-negative numbers summing to 1, the training share positive.
     """
 
     num_nodes: int
@@ -143,6 +147,7 @@ class SynthConfig:
     exponent: float = 2.1
     noise: float = 1.0
     category_purity: float = 0.8
+    split: tuple[float, float, float] = SPLIT_FRACTIONS
 
     def __post_init__(self) -> None:
         _check_int("--nodes", self.num_nodes, 2)
@@ -162,6 +167,26 @@ class SynthConfig:
         _check_real("--noise", self.noise, ">= 0", lambda x: x >= 0)
         _check_real(
             "--category-purity", self.category_purity, "in [0, 1]", lambda x: 0 <= x <= 1
+        )
+        _check_split(self.split)
+
+
+def _check_split(split: Any) -> None:
+    def share(x: Any) -> bool:
+        return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) and 0 <= x <= 1
+
+    if (
+        not isinstance(split, tuple)
+        or len(split) != 3
+        or not all(share(x) for x in split)
+        or split[0] <= 0
+        or abs(sum(split) - 1.0) > 1e-6
+    ):
+        raise _bad(
+            "--split",
+            "three shares TRAIN,VAL,TEST in [0, 1], TRAIN > 0, summing to 1",
+            split,
+            "give three shares that add up to 1, e.g. --split 0.08,0.02,0.9.",
         )
 
 
@@ -342,8 +367,9 @@ def _node_block(model: _Model, block: int, lo: int, hi: int) -> dict[str, np.nda
     keep = rng.random(n) < config.category_purity
     category = np.where(keep, label, rng.integers(0, config.num_classes, n, dtype=np.int64))
     u = rng.random(n)
-    split = (u >= SPLIT_FRACTIONS[0]).astype(np.int8)
-    split += u >= SPLIT_FRACTIONS[0] + SPLIT_FRACTIONS[1]
+    train, val, _ = config.split
+    split = (u >= train).astype(np.int8)
+    split += u >= train + val
     return {
         "global_nid": np.arange(lo, hi, dtype=np.int64),
         "feat": feat,
@@ -500,7 +526,7 @@ def _generate(
                 },
                 "split": {
                     "kind": "random",
-                    "fractions": list(SPLIT_FRACTIONS),
+                    "fractions": list(config.split),
                     "seed": config.seed,
                 },
             }

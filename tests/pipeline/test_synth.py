@@ -77,6 +77,22 @@ def test_ids_labels_splits_categories(small):
     assert n["category"].min() >= 0 and n["category"].max() < config.num_classes
 
 
+def test_products_like_split(tmp_path):
+    config = SynthConfig(**{**SMALL, "split": (0.08, 0.02, 0.9)})
+    meta = generate(tmp_path / "g", config)
+    _, _, n = _read(tmp_path / "g")
+    shares = np.bincount(n["split"], minlength=3) / config.num_nodes
+    np.testing.assert_allclose(shares, [0.08, 0.02, 0.9], atol=0.03)
+    assert meta["split"]["fractions"] == [0.08, 0.02, 0.9]
+    # Only the split changes: the graph and the other node columns are the default's.
+    generate(tmp_path / "d", SynthConfig(**SMALL))
+    _, e_d, n_d = _read(tmp_path / "d")
+    _, e, _ = _read(tmp_path / "g")
+    np.testing.assert_array_equal(e["src"], e_d["src"])
+    np.testing.assert_array_equal(n["feat"], n_d["feat"])
+    assert not np.array_equal(n["split"], n_d["split"])
+
+
 def test_shards_bounded_by_shard_rows(small):
     out, _ = small
     meta, _, _ = _read(out)
@@ -218,6 +234,11 @@ def test_existing_output_is_refused(small):
         ({"seed": -1}, "--seed"),
         ({"seed": True}, "--seed"),
         ({"category_purity": 2}, "--category-purity"),
+        ({"split": (0.5, 0.5, 0.5)}, "--split"),
+        ({"split": (0.0, 0.5, 0.5)}, "--split"),
+        ({"split": (1.1, -0.1, 0.0)}, "--split"),
+        ({"split": (0.5, 0.5)}, "--split"),
+        ({"split": (0.5, float("nan"), 0.5)}, "--split"),
     ],
 )
 def test_invalid_config(changes, flag):

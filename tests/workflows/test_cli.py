@@ -91,6 +91,10 @@ def test_synth_cli_is_reproducible(tmp_path, capsys):
             assert f.read_bytes() == (tmp_path / "b" / sub / f.name).read_bytes()
     assert main(["synth", str(tmp_path / "c"), *args, "--homophily", "1.5"]) == 1
     assert "--homophily" in capsys.readouterr().err
+    assert main(["synth", str(tmp_path / "d"), *args, "--split", "0.5,0.2,0.2"]) == 1
+    assert "--split" in capsys.readouterr().err
+    assert main(["synth", str(tmp_path / "e"), *args, "--split", "0.08,0.02,0.9"]) == 0
+    assert json.loads((tmp_path / "e" / "meta.json").read_text())["split"]["fractions"] == [0.08, 0.02, 0.9]
 
 
 def test_killed_synth_leaves_no_output_and_a_rerun_completes(tmp_path):
