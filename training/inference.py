@@ -56,13 +56,11 @@ Stored self-loops, repeated edges, isolated vertices, and vertices whose master 
 none of their edges are all exact (PyG's semantics: SAGE averages over every stored
 in-edge; GCN and GAT drop stored self-loops and add one per vertex).
 
-Routing is set up once per graph without reading any other rank's store: each rank
-sends ``(global_nid, is_master)`` of its rows to a directory rank (``global_nid mod
-W``), which tells every replica the rank of its master and every master the ranks of
-its replicas. Both sides order the rows of one (replica rank, master rank) pair by
-``global_nid``, so the per-layer buffers carry no ids. Several partitions per rank
-(more partitions than ranks) are merged by :func:`training.data.load_local_graph` into
-one local graph and need nothing more.
+Routing is set up once per graph without reading any other rank's store, through a
+directory rank per vertex (:mod:`training.replica_routing`): it tells every replica the
+rank of its master and every master the ranks of its replicas. Several partitions per
+rank (more partitions than ranks) are merged by :func:`training.data.load_local_graph`
+into one local graph and need nothing more.
 
 Bytes (float32, one flat buffer per direction and range through
 :meth:`Comm.all_to_all`, under the category ``"eval"``). Per layer ``l`` a replica
@@ -80,10 +78,10 @@ GAT         ``d_out + 2 · heads``
 
 With every row a target every vertex is computed at every layer: the sums over ranks
 of the replica rows sent and served are both ``Σ_v (r_v - 1)``, the replication beyond
-one copy per vertex. The one-time setup sends 16 bytes per local row to its directory
-rank, which answers with 24 bytes to each replica and 24 to its master per replica;
-then 16 bytes per replica each way for the degrees, and one byte per replica each way
-and layer for the receptive field.
+one copy per vertex. The one-time setup sends 8 bytes per local row to its directory
+rank, which answers with 8 bytes to each replica and 8 to its master per replica; then
+8 bytes per replica each way for the degrees (two int32 counts), and one byte per
+replica each way and layer for the receptive field.
 """
 
 from __future__ import annotations
@@ -97,12 +95,12 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
-from storage.errors import StoreError, format_problem
 from training.comm import Comm
 from training.config import EVAL_MODES
 from training.data import LocalGraph
 from training.eval_sample import DEFAULT_EVAL_SAMPLE, EvalSample, draw_sample
 from training.exact_convs import check_conv, conv_message, conv_widths, gat_combine
+from training.replica_routing import route_replicas
 
 __all__ = ["BUDGET_BYTES", "ExactInference", "Evaluator", "evaluate_exact", "exact_forward"]
 
@@ -166,12 +164,18 @@ class ExactInference:
         _fill_in_edges(ei[0], ei[1], graph.undirected, indptr[:-1].copy(), sources)
         self._indptr, self._src = torch.from_numpy(indptr), torch.from_numpy(sources)  # in-edges by target (CSR)
         counts = torch.from_numpy(counts)
-        self._route()
-        degrees = self.to_replicas(self.sum_at_masters(torch.stack([counts + torch.from_numpy(loops), counts], 1)))
+        self._span = max(1, comm.max_int(int(graph.global_nid.max()) + 1 if n else 0))
+        self._replica_rows, self._master_rows = route_replicas(
+            graph.global_nid, graph.is_master, comm, category, self._span,
+            f"rank {comm.rank}: partitions {list(graph.part_ids)}")
+        self._replica_index = torch.cat(self._replica_rows)
+        self._master_index = torch.cat(self._master_rows)
+        # int32 counts: half the bytes of int64, and no vertex has 2^31 in-edges.
+        degrees = torch.stack([counts + torch.from_numpy(loops), counts], 1).to(torch.int32)
+        degrees = self.to_replicas(self.sum_at_masters(degrees))
         #: Global in-degree over all stored edges (SAGE's mean), and GCN's degree.
         self.in_degree = degrees[:, 0].to(torch.float32)
         self.gcn_degree = degrees[:, 1].to(torch.float32) + 1
-        self._span = max(1, comm.max_int(int(graph.global_nid.max()) + 1 if n else 0))
         self._fields: dict[int, list[_Layer]] = {}
 
     @classmethod
@@ -190,29 +194,6 @@ class ExactInference:
         targets[torch.cat([task.val_pos.reshape(-1), task.test_pos.reshape(-1)])] = True
         targets[task.eval_negatives(comm).rows] = True
         return cls(graph, comm, task.train_pos, category, targets, budget_bytes)
-
-    # -- routing -------------------------------------------------------------------------
-    def _route(self) -> None:
-        """Learn, through a directory rank per vertex, where each row's master or replicas are."""
-        comm, w = self.comm, self.comm.world_size
-        gid = self.graph.global_nid
-        rows = torch.stack([gid, self.graph.is_master.to(torch.int64)], 1)
-        directory = gid % w
-        got = comm.all_to_all([rows[directory == d] for d in range(w)], self.category)
-        replies, bad = _directory_replies(got, w)
-        told = torch.cat(comm.all_to_all(replies, self.category))
-        if comm.max_int(len(bad)):  # every rank raises, none waits in the next collective
-            raise StoreError(format_problem(
-                f"the partitions loaded by the {w} ranks (rank {comm.rank}: partitions {list(self.graph.part_ids)})",
-                "exactly one master replica of every vertex",
-                f"vertices {bad} with 0 or several masters" if bad else "such vertices (listed by another rank)",
-                "load each partition on exactly one rank (training.data.rank_partitions), all of one generation."))
-        local_nid = torch.searchsorted(gid, told[:, 0].contiguous())
-        served = told[:, 2] == 1  # this row is the master; the other rank holds a replica
-        self._replica_rows = _rows_by_rank(local_nid[~served], told[~served, 1], w)
-        self._master_rows = _rows_by_rank(local_nid[served], told[served, 1], w)
-        self._replica_index = torch.cat(self._replica_rows)
-        self._master_index = torch.cat(self._master_rows)
 
     @property
     def num_replica_rows(self) -> int:
@@ -443,34 +424,6 @@ def _fill_in_edges(src, dst, both, position, sources):  # pragma: no cover - com
             if both:
                 sources[position[s]] = d
                 position[s] += 1
-
-
-def _rows_by_rank(local_nid: torch.Tensor, rank: torch.Tensor, w: int) -> list[torch.Tensor]:
-    """``local_nid`` split by ``rank``, each part sorted (the order both sides agree on)."""
-    return [torch.sort(local_nid[rank == r]).values for r in range(w)]
-
-
-def _directory_replies(got: list[torch.Tensor], w: int) -> tuple[list[torch.Tensor], list[int]]:
-    """A directory rank's answers to the ``(global_nid, is_master)`` rows each rank sent,
-    and up to five vertices without exactly one master.
-
-    Every replica holder gets ``(global_nid, master rank, 0)``, every master
-    ``(global_nid, replica rank, 1)``.
-    """
-    gid = torch.cat([g[:, 0] for g in got]).numpy()
-    master = torch.cat([g[:, 1] for g in got]).numpy().astype(bool)
-    holder = np.repeat(np.arange(w, dtype=np.int64), [len(g) for g in got])
-    uniq, inverse = np.unique(gid, return_inverse=True)
-    masters = np.bincount(inverse, weights=master, minlength=len(uniq))
-    bad = uniq[masters != 1][:5].tolist()
-    master_rank = np.zeros(len(uniq), dtype=np.int64)
-    master_rank[inverse[master]] = holder[master]
-    rep = ~master
-    to_replica = np.stack([gid[rep], master_rank[inverse[rep]], np.zeros(rep.sum(), np.int64)], 1)
-    to_master = np.stack([gid[rep], holder[rep], np.ones(rep.sum(), np.int64)], 1)
-    rows = torch.from_numpy(np.concatenate([to_replica, to_master]))
-    dest = torch.from_numpy(np.concatenate([holder[rep], master_rank[inverse[rep]]]))
-    return [rows[dest == r] for r in range(w)], bad
 
 
 def exact_forward(model, graph: LocalGraph, comm: Comm) -> torch.Tensor:

@@ -93,6 +93,23 @@ def _check_exact(graph, comm, models, refs, dims, budget_bytes: int = BUDGET_BYT
     return infer
 
 
+def _check_setup_bytes(graph, comm) -> None:
+    """The one-time setup sends what the docstring says: 8 bytes per row to its directory
+    rank, 8 per (replica, master) pair from the directory to each side, and 8 per pair each
+    way for the degrees (bytes to oneself are not sent)."""
+    rank, w = comm.rank, comm.world_size
+    everyone = [None] * w
+    dist.all_gather_object(everyone, (graph.global_nid.tolist(), graph.is_master.tolist()))
+    master_of = {g: r for r, (gids, ms) in enumerate(everyone) for g, m in zip(gids, ms) if m}
+    pairs = [(g, r, master_of[g]) for r, (gids, ms) in enumerate(everyone) for g, m in zip(gids, ms) if not m]
+    expected = 8 * sum(g % w != rank for g in graph.global_nid.tolist())
+    expected += 8 * sum((a != rank) + (b != rank) for g, a, b in pairs if g % w == rank)
+    expected += 8 * sum((a == rank) + (b == rank) for g, a, b in pairs)
+    before = comm.bytes.sent.get("eval", 0.0)
+    ExactInference(graph, comm)
+    assert comm.bytes.sent["eval"] - before == expected
+
+
 def _check_targets(graph, comm, models, refs, everything: ExactInference) -> None:
     """The validation and test masters alone, in blocks of a few rows and edges: the same
     rows, for fewer bytes than every row."""
@@ -121,6 +138,7 @@ def _cora_rank(rank: int, world: int, port: int, out: str, num_parts: int, model
         dist.all_reduce(masters)
         assert int(masters) == CORA_NODES  # every vertex, isolated or not, has one master
         infer = _check_exact(graph, comm, models, refs, [CORA_DIM, HIDDEN, HIDDEN, CORA_CLASSES])
+        _check_setup_bytes(graph, comm)
         _check_targets(graph, comm, models, refs, infer)
         for kind, model in models.items():
             metrics = evaluate_exact(NodeTask(graph, CORA_CLASSES, TrainConfig(model=kind)), model, infer)
