@@ -137,10 +137,19 @@ def _rank_checks(rank: int, world: int, port: int, input_dir: str) -> None:
         for kind in ("sage", "gcn", "gat"):
             torch.manual_seed(0)
             model = GNN(kind, CORA_DIM, 16, CORA_CLASSES, num_layers=2, dropout=0.5).eval()
+            before = comm.bytes.sent.get("eval", 0)
             got = LayerwiseInference(graph, comm, kind).logits(model)
+            every = comm.bytes.sent["eval"] - before
             with torch.no_grad():
                 ref = model(full.x, graph_operator(kind, full.edge_index, CORA_NODES))[graph.global_nid]
             assert torch.allclose(got, ref, atol=1e-5, rtol=1e-4), (kind, float((got - ref).abs().max()))
+            # A few targets: their receptive field only, the same rows, fewer bytes.
+            targets = torch.rand(graph.num_owned, generator=gen) < 0.05
+            before = comm.bytes.sent["eval"]
+            got = LayerwiseInference(graph, comm, kind, targets=targets).logits(model)
+            few = comm.bytes.sent["eval"] - before
+            assert torch.allclose(got[targets], ref[targets], atol=1e-5, rtol=1e-4), kind
+            assert few < every, kind
         assert comm.bytes.sent.get("eval", 0) > 0
     finally:
         dist.destroy_process_group()

@@ -18,8 +18,10 @@ Every rank runs the same loop in lockstep (DistDGL's training loop):
 3. R "rounds" of E epochs, to line up with ASEPR's R rounds × E local epochs: every
    ``eval_every`` epochs (:func:`training.rounds.evaluates_epoch`; by default at each
    round's end) exact full-neighbourhood evaluation (:mod:`training.fds.inference`,
-   bytes under ``eval``, time apart from training's) scored by
-   :meth:`training.tasks.NodeTask.score`, and a metrics row; after each round a
+   bytes under ``eval``, time apart from training's) of the same seeded sample of the
+   validation and test vertices as the ASEPR trainers score (``eval_sample``,
+   :mod:`training.eval_sample`), scored by :meth:`training.tasks.NodeTask.score`, and
+   a metrics row with the metric's interval; after each round a
    checkpoint through :class:`training.checkpoint.RunDir` (rank 0 commits).
 
 The run directory is :class:`training.checkpoint.RunDir`'s, plus the partition::
@@ -66,6 +68,7 @@ from training.checkpoint import RunDir, TrainerError, expect_keys, expect_tensor
 from training.comm import Comm
 from training.config import TrainConfig
 from training.data import build_local_graph, prepare_features
+from training.eval_sample import EvalSample, draw_sample
 from training.fds.graph import FdsGraph, load_fds_graph
 from training.fds.inference import LayerwiseInference
 from training.fds.partition import PartitionBook, count_input_rows, metis_owner, resolve_partitioner
@@ -248,6 +251,7 @@ class _FdsLoop:
     start_round: int = 0
     infer: LayerwiseInference | None = None
     scorer: NodeTask | None = None
+    sample: EvalSample | None = None
 
 
 def _prepare(graph: FdsGraph, config: TrainConfig, comm: Comm, source: str) -> _FdsLoop:
@@ -310,6 +314,7 @@ def _round(loop: _FdsLoop, graph: FdsGraph, config: TrainConfig, comm: Comm, rnd
             continue
         t_eval = time.perf_counter()
         metrics = loop.scorer.score(loop.infer.logits(loop.model), comm)
+        metrics.update(loop.sample.columns(loop.scorer.metric, metrics))
         eval_seconds = time.perf_counter() - t_eval
         previous_epoch = int(loop.rows[-1].get("epoch", 0)) if loop.rows else 0
         row = metrics_row(comm, loop.rows, sent_before, round_index=rnd, epoch=epoch, generation=0,
@@ -348,11 +353,12 @@ def train_fds(graph: FdsGraph, run_dir: str | Path, config: TrainConfig, *, comm
     sent_before = comm.bytes.state_dict()
     wire = flatten(loop.model) if comm.rank == 0 else torch.zeros(num_parameters(loop.model))
     unflatten_into(loop.model, comm.all_reduce(wire, "model"))
-    loop.infer = LayerwiseInference(graph, comm, config.model)
     owned = build_local_graph(graph.global_nid.numpy(), np.zeros((graph.num_owned, 0), np.float32),
                               graph.y.numpy(), graph.split.numpy(), np.ones(graph.num_owned, bool),
                               np.zeros(0, np.int64), np.zeros(0, np.int64), None, undirected=False)
-    loop.scorer = NodeTask(owned, loop.num_classes, config)
+    loop.sample = draw_sample(owned, comm, config.eval_sample, config.seed)
+    loop.scorer = loop.sample.task_view(NodeTask(owned, loop.num_classes, config))
+    loop.infer = LayerwiseInference(graph, comm, config.model, targets=loop.sample.targets)
     if comm.rank == 0:
         log.info("fds: %d ranks, %s partition, %s model with %d parameters, %d steps per epoch of %d seeds per rank",
                  comm.world_size, info.get("partition"), config.model, num_parameters(loop.model),
