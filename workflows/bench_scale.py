@@ -13,11 +13,22 @@ Dask setup). The harness measures:
   descendants (the Dask workers), sampled every 50 ms (shared pages count once per
   process, so this errs high); ``plan_gib``: what ``pipeline.plan`` predicted for the
   same run, and their ratio;
-- ``disk_gib``: the committed output's size; ``rf``: its replication factor;
 - ``cpu_s``: the user + system CPU seconds of the command and every descendant it
   reaped (the Dask workers), a fact about the run itself: on a machine shared with
   other work the wall time stretches while the CPU time changes much less;
+- ``disk_gib``: the committed output's size; ``rf``: its replication factor;
+- ``local_disk_peak_gib``: the largest growth, during the run, of the used bytes of
+  the filesystem holding the work directory (sampled every 0.2 s; other writers on that
+  filesystem count too, so it errs high): for a local output the staged and committed
+  stores, for a remote one the driver's scratch;
 - with ``--verify``, the same for ``asepr verify`` on the output.
+
+With ``--out-url URL`` every size is also partitioned into ``URL/out-e<E>-k<k>`` (an
+fsspec URL such as ``s3://bucket/prefix``, with ``--storage-options``), right after the
+local run of the same input, so that the two rows are measured side by side under the
+same conditions; its row's ``target`` is the URL's scheme and ``remote_ratio`` its wall
+time over the local run's. The local scratch of the remote run is a directory of the
+work directory (``--scratch``), removed after it.
 
 A figure is written too: seconds and GiB against edges.
 """
@@ -41,9 +52,10 @@ from workflows.bench import machine_info, markdown_table, pyplot, save_figure
 __all__ = ["COLUMNS", "DEFAULT_SIZES", "bench_scale", "children_cpu_seconds", "run_measured"]
 
 DEFAULT_SIZES = [5_000_000, 20_000_000, 50_000_000, 100_000_000]
-COLUMNS = ["edges", "nodes", "k", "wall_s", "edges_per_s", "kernel_edges_per_s", "kernel_ratio",
+COLUMNS = ["edges", "nodes", "k", "target", "wall_s", "remote_ratio", "edges_per_s", "kernel_edges_per_s", "kernel_ratio",
            "peak_gib", "plan_gib", "plan_ratio", "disk_gib", "rf", "verify_s", "verify_edges_per_s",
-           "verify_peak_gib", "cpu_s", "verify_cpu_s"]
+           "verify_peak_gib", "cpu_s", "verify_cpu_s", "local_disk_peak_gib"]
+_DISK_POLL_S = 0.2
 _POLL_S = 0.05
 
 
@@ -134,47 +146,104 @@ def _planned_peak(inp: Path, out: Path, k: int) -> int:
     return int(plan_partition(inp, out, PartitionConfig(num_parts=k), workers=default_workers()).peak_bytes)
 
 
+class _DiskGrowth:
+    """The largest growth of a filesystem's used bytes while the block runs (polled)."""
+
+    def __init__(self, path: Path):
+        self.path, self.peak, self._done = path, 0, threading.Event()
+
+    def _poll(self) -> None:
+        start = shutil.disk_usage(self.path).used
+        while not self._done.wait(_DISK_POLL_S):
+            self.peak = max(self.peak, shutil.disk_usage(self.path).used - start)
+
+    def __enter__(self) -> _DiskGrowth:
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+def _partition_row(inp: Path, out: str, k: int, log: Path, workdir: Path, storage_options: dict | None) -> dict:
+    """One measured ``asepr partition`` of ``inp`` into ``out`` (a path, or a URL with its options)."""
+    from storage.location import remove_tree, tree_bytes
+    from storage.manifest import read_manifest
+
+    cmd = _cli("partition", str(inp), out, "-k", str(k), "-q")
+    scratch = None
+    if storage_options is not None:
+        scratch = workdir / f"scratch-{log.stem}"
+        shutil.rmtree(scratch, ignore_errors=True)
+        cmd += ["--storage-options", json.dumps(storage_options), "--scratch", str(scratch)]
+    remove_tree(out, storage_options)
+    cpu_before = children_cpu_seconds()
+    with _DiskGrowth(workdir) as disk:
+        wall, peak = run_measured(cmd, log)
+    cpu = children_cpu_seconds() - cpu_before
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
+    manifest = read_manifest(out, storage_options=storage_options)
+    kernel_s = float(manifest["timings"].get("assignment kernel", float("nan")))
+    return {"target": "local" if storage_options is None else out.split("://", 1)[0], "wall_s": wall,
+            "kernel_s": kernel_s, "peak_gib": peak / 2**30, "disk_gib": tree_bytes(out, storage_options) / 2**30,
+            "rf": float(manifest["metrics"]["replication_factor"]), "cpu_s": cpu,
+            "local_disk_peak_gib": disk.peak / 2**30, "stage_seconds": json.dumps(manifest["timings"], sort_keys=True)}
+
+
 def _one_size(workdir: Path, edges: int, *, k: int, dim: int, classes: int, seed: int, verify: bool,
-              keep: bool, echo) -> dict:
+              keep: bool, echo, out_url: str | None = None, storage_options: dict | None = None) -> list[dict]:
     nodes = max(edges // 10, 2)
     inp = _synth(workdir, edges, nodes, dim, classes, seed)
     out = workdir / f"out-e{edges}-k{k}"
-    shutil.rmtree(out, ignore_errors=True)
     plan = _planned_peak(inp, out, k)
-    cpu_before = children_cpu_seconds()
-    wall, peak = run_measured(_cli("partition", str(inp), str(out), "-k", str(k), "-q"), workdir / f"{out.name}.log")
-    manifest = json.loads((out / "manifest.json").read_text())
-    kernel_s = float(manifest["timings"].get("assignment kernel", float("nan")))
-    row = {
-        "edges": edges, "nodes": nodes, "k": k, "wall_s": wall, "edges_per_s": edges / wall,
-        "kernel_edges_per_s": edges / kernel_s, "kernel_ratio": (edges / kernel_s) / (edges / wall),
-        "peak_gib": peak / 2**30, "plan_gib": plan / 2**30, "plan_ratio": plan / peak,
-        "disk_gib": _dir_bytes(out) / 2**30, "rf": float(manifest["metrics"]["replication_factor"]),
-        "cpu_s": children_cpu_seconds() - cpu_before,
-        "stage_seconds": json.dumps(manifest["timings"], sort_keys=True),
-    }
-    if verify:
-        cpu_before = children_cpu_seconds()
-        v_wall, v_peak = run_measured(_cli("verify", str(out), "-q"), workdir / f"verify-{out.name}.log")
-        row.update(verify_s=v_wall, verify_edges_per_s=edges / v_wall, verify_peak_gib=v_peak / 2**30,
-                   verify_cpu_s=children_cpu_seconds() - cpu_before)
-    if not keep:
-        shutil.rmtree(out, ignore_errors=True)
-    echo(f"bench scale: {edges:,} edges: {wall:.1f} s ({edges / wall / 1e6:.2f}M edges/s; kernel "
-         f"{row['kernel_edges_per_s'] / 1e6:.1f}M/s), peak {row['peak_gib']:.2f} GiB (plan {row['plan_gib']:.2f})")
-    return row
+    targets = [(str(out), None)]
+    if out_url:
+        targets.append((f"{out_url.rstrip('/')}/{out.name}", storage_options or {}))
+    rows = []
+    for target, options in targets:
+        name = out.name if options is None else f"{out.name}-remote"
+        run = _partition_row(inp, target, k, workdir / f"{name}.log", workdir, options)
+        kernel_s = run.pop("kernel_s")
+        row = {"edges": edges, "nodes": nodes, "k": k, **run, "edges_per_s": edges / run["wall_s"],
+               "kernel_edges_per_s": edges / kernel_s, "kernel_ratio": (edges / kernel_s) / (edges / run["wall_s"]),
+               "plan_gib": plan / 2**30, "plan_ratio": plan / (run["peak_gib"] * 2**30)}
+        if options is not None:
+            row["remote_ratio"] = run["wall_s"] / rows[0]["wall_s"]
+        if verify:
+            cmd = _cli("verify", target, "-q") + ([] if options is None else ["--storage-options", json.dumps(options)])
+            cpu_before = children_cpu_seconds()
+            v_wall, v_peak = run_measured(cmd, workdir / f"verify-{name}.log")
+            row.update(verify_s=v_wall, verify_edges_per_s=edges / v_wall, verify_peak_gib=v_peak / 2**30,
+                       verify_cpu_s=children_cpu_seconds() - cpu_before)
+        if not keep:
+            from storage.location import remove_tree
+
+            remove_tree(target, options)
+        echo(f"bench scale: {edges:,} edges, {row['target']}: {row['wall_s']:.1f} s "
+             f"({edges / row['wall_s'] / 1e6:.2f}M edges/s; kernel {row['kernel_edges_per_s'] / 1e6:.1f}M/s), "
+             f"peak {row['peak_gib']:.2f} GiB (plan {row['plan_gib']:.2f}), local disk {row['local_disk_peak_gib']:.2f} GiB")
+        rows.append(row)
+    return rows
 
 
 def _plot(rows: list[dict], path: Path) -> None:
     plt = pyplot()
     if plt is None:
         return
+    remote = [r for r in rows if r.get("target", "local") != "local"]
+    rows = [r for r in rows if r.get("target", "local") == "local"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     edges = [r["edges"] / 1e6 for r in rows]
     a.plot(edges, [r["wall_s"] for r in rows], "o-", label="asepr partition (end to end)")
     a.plot(edges, [r["edges"] / r["kernel_edges_per_s"] for r in rows], "s--", label="streaming kernel alone")
     if any("verify_s" in r for r in rows):
         a.plot(edges, [r.get("verify_s", float("nan")) for r in rows], "^:", label="asepr verify")
+    if remote:
+        a.plot([r["edges"] / 1e6 for r in remote], [r["wall_s"] for r in remote], "D-",
+               label=f"asepr partition to {remote[0]['target']}://")
     a.set_xlabel("edges (millions)")
     a.set_ylabel("seconds")
     a.legend()
@@ -188,14 +257,15 @@ def _plot(rows: list[dict], path: Path) -> None:
 
 def bench_scale(out: Path, sizes: list[int] | None = None, *, k: int = 16, dim: int = 32, classes: int = 8,
                 seed: int = 1, workdir: Path | None = None, keep: bool = False, verify: bool = False,
-                echo=print) -> list[dict]:
+                out_url: str | None = None, storage_options: dict | None = None, echo=print) -> list[dict]:
     """Partition a synthetic graph of each size end to end; write ``scale.md``, ``.parquet``, ``.png``."""
     out.mkdir(parents=True, exist_ok=True)
     workdir = workdir or out / "work"
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.strftime("%Y-%m-%d %H:%M")
-    rows = [_one_size(workdir, e, k=k, dim=dim, classes=classes, seed=seed, verify=verify, keep=keep, echo=echo)
-            for e in sorted(sizes or DEFAULT_SIZES)]
+    rows = [row for e in sorted(sizes or DEFAULT_SIZES)
+            for row in _one_size(workdir, e, k=k, dim=dim, classes=classes, seed=seed, verify=verify, keep=keep,
+                                 echo=echo, out_url=out_url, storage_options=storage_options)]
     pq.write_table(pa.Table.from_pylist(rows), out / "scale.parquet")
     _plot(rows, out / "scale.png")
     info = machine_info()
@@ -209,12 +279,16 @@ def bench_scale(out: Path, sizes: list[int] | None = None, *, k: int = 16, dim: 
         "end-to-end rate; `peak_gib`: peak summed RSS of the command's process tree (driver and Dask "
         "workers, sampled every 50 ms); `plan_gib`: `pipeline.plan`'s prediction for the run; "
         "`plan_ratio`: plan / measured; `disk_gib`: the committed output; `cpu_s` (`verify_cpu_s`): user + "
-        "system CPU seconds of the command's process tree, to set against its wall time.", "",
+        "system CPU seconds of the command's process tree, to set against its wall time; `target`: local, or the "
+        "scheme of `--out-url`, partitioned right after the local run of the same input (`remote_ratio`: its wall "
+        "time over the local run's); `local_disk_peak_gib`: the largest growth of the used bytes of the work "
+        "directory's filesystem during the run (the stores of a local output, the scratch of a remote one; other "
+        "writers count too).", "",
         markdown_table(rows, COLUMNS), "",
         "Seconds per stage (from each run's manifest):", "",
     ]
     for r in rows:
-        lines.append(f"- {r['edges']:,} edges: " + ", ".join(
+        lines.append(f"- {r['edges']:,} edges, {r.get('target', 'local')}: " + ", ".join(
             f"{name} {s:.1f}" for name, s in sorted(json.loads(r["stage_seconds"]).items(), key=lambda kv: -kv[1])))
     lines += ["", "![scale.png](scale.png)", ""]
     (out / "scale.md").write_text("\n".join(lines))

@@ -82,7 +82,8 @@ def _bench_scale(args: argparse.Namespace) -> int:
     from workflows.bench_scale import bench_scale
 
     bench_scale(Path(args.out), args.sizes, k=args.k, dim=args.dim, classes=args.classes, seed=args.seed,
-                workdir=Path(args.workdir) if args.workdir else None, keep=args.keep, verify=args.verify)
+                workdir=Path(args.workdir) if args.workdir else None, keep=args.keep, verify=args.verify,
+                out_url=args.out_url, storage_options=args.storage_options)
     print(f"wrote {args.out}/scale.md, scale.parquet and scale.png")
     return 0
 
@@ -186,6 +187,9 @@ def register(sub, add_common) -> None:
     q.add_argument("--workdir", help="where the synthetic inputs (kept, reused) and outputs go (default OUT/work)")
     q.add_argument("--keep", action="store_true", help="keep every partition output")
     q.add_argument("--verify", action="store_true", help="also time `asepr verify` on every output")
+    q.add_argument("--out-url", metavar="URL",
+                   help="also partition every size into URL (e.g. s3://bucket/prefix), right after the local run")
+    add_storage_options_flag(q)
     q.set_defaults(handler=_bench_scale, command="bench")
 
     q = bench_sub.add_parser("all", help="partition + train (with fds) + ingest, one report")

@@ -1,0 +1,30 @@
+"""asepr bench scale --out-url: the same input partitioned locally and into a real
+S3-compatible server, side by side in one run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from storage.location import tree_exists
+from workflows.bench_scale import COLUMNS, bench_scale
+
+
+def test_bench_scale_partitions_locally_and_into_the_store_side_by_side(tmp_path, s3_bucket):
+    url, options = s3_bucket
+    rows = bench_scale(tmp_path / "out", [20_000], k=2, dim=8, classes=4, out_url=f"{url}/scale",
+                       storage_options=options, echo=lambda *_: None)
+    local, remote = rows
+    assert set(COLUMNS) - {"verify_s", "verify_edges_per_s", "verify_peak_gib", "verify_cpu_s", "remote_ratio"} \
+        <= set(local)
+    assert (local["target"], remote["target"]) == ("local", "s3")
+    assert remote["remote_ratio"] == pytest.approx(remote["wall_s"] / local["wall_s"])
+    # The same input and algorithm: the same partitioning, in stores of the same size.
+    assert remote["rf"] == local["rf"] and remote["disk_gib"] == pytest.approx(local["disk_gib"], rel=0.05)
+    assert remote["cpu_s"] > 0 and remote["local_disk_peak_gib"] >= 0
+    assert "assignment kernel" in json.loads(remote["stage_seconds"])
+    assert not tree_exists(f"{url}/scale/out-e20000-k2", options)  # removed without --keep
+    assert not list((tmp_path / "out" / "work").glob("scratch-*"))  # the scratch is gone too
+    text = (tmp_path / "out" / "scale.md").read_text()
+    assert "| s3 |" in text and "| local |" in text and "remote_ratio" in text
