@@ -96,6 +96,25 @@ def _bench_all(args: argparse.Namespace) -> int:
     return 0
 
 
+def _register_scale(bench_sub, add_common) -> None:
+    q = bench_sub.add_parser("scale", help="end-to-end `asepr partition` edges/s and peak RSS against |E|")
+    add_common(q)
+    q.add_argument("--sizes", nargs="+", type=int, default=None,
+                   help="edge counts (default 5M 20M 50M 100M); |V| = |E| / 10")
+    q.add_argument("-k", type=int, default=16, help="partitions (default 16)")
+    q.add_argument("--dim", type=int, default=32, help="feature width of the synthetic graphs (default 32)")
+    q.add_argument("--classes", type=int, default=8, help="classes of the synthetic graphs (default 8)")
+    q.add_argument("--seed", type=int, default=1, help="seed of the synthetic graphs (default 1)")
+    q.add_argument("--out", default="report", help="the report directory (default report)")
+    q.add_argument("--workdir", help="where the synthetic inputs (kept, reused) and outputs go (default OUT/work)")
+    q.add_argument("--keep", action="store_true", help="keep every partition output")
+    q.add_argument("--verify", action="store_true", help="also time `asepr verify` on every output")
+    q.add_argument("--out-url", metavar="URL",
+                   help="also partition every size into URL (e.g. s3://bucket/prefix), right after the local run")
+    add_storage_options_flag(q)
+    q.set_defaults(handler=_bench_scale, command="bench")
+
+
 def register(sub, add_common) -> None:
     p = sub.add_parser("bench", help="side-by-side benchmarks that write tables")
     bench_sub = p.add_subparsers(dest="bench_command", required=True, metavar="BENCH")
@@ -175,22 +194,7 @@ def register(sub, add_common) -> None:
     add_train_arguments(q)
     q.set_defaults(handler=_bench_train, command="bench")
 
-    q = bench_sub.add_parser("scale", help="end-to-end `asepr partition` edges/s and peak RSS against |E|")
-    add_common(q)
-    q.add_argument("--sizes", nargs="+", type=int, default=None,
-                   help="edge counts (default 5M 20M 50M 100M); |V| = |E| / 10")
-    q.add_argument("-k", type=int, default=16, help="partitions (default 16)")
-    q.add_argument("--dim", type=int, default=32, help="feature width of the synthetic graphs (default 32)")
-    q.add_argument("--classes", type=int, default=8, help="classes of the synthetic graphs (default 8)")
-    q.add_argument("--seed", type=int, default=1, help="seed of the synthetic graphs (default 1)")
-    q.add_argument("--out", default="report", help="the report directory (default report)")
-    q.add_argument("--workdir", help="where the synthetic inputs (kept, reused) and outputs go (default OUT/work)")
-    q.add_argument("--keep", action="store_true", help="keep every partition output")
-    q.add_argument("--verify", action="store_true", help="also time `asepr verify` on every output")
-    q.add_argument("--out-url", metavar="URL",
-                   help="also partition every size into URL (e.g. s3://bucket/prefix), right after the local run")
-    add_storage_options_flag(q)
-    q.set_defaults(handler=_bench_scale, command="bench")
+    _register_scale(bench_sub, add_common)
 
     q = bench_sub.add_parser("all", help="partition + train (with fds) + ingest, one report")
     add_common(q)
