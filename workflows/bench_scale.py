@@ -17,10 +17,10 @@ Dask setup). The harness measures:
   reaped (the Dask workers), a fact about the run itself: on a machine shared with
   other work the wall time stretches while the CPU time changes much less;
 - ``disk_gib``: the committed output's size; ``rf``: its replication factor;
-- ``local_disk_peak_gib``: the largest growth, during the run, of the used bytes of
-  the filesystem holding the work directory (sampled every 0.2 s; other writers on that
-  filesystem count too, so it errs high): for a local output the staged and committed
-  stores, for a remote one the driver's scratch;
+- ``local_disk_peak_gib``: the driver's largest local disk use during the run, sampled
+  every 0.2 s: for a local output the growth of the used bytes of the work directory's
+  filesystem (the staged and committed stores; other writers count too, so it errs
+  high), for a remote one the files under its scratch directory;
 - with ``--verify``, the same for ``asepr verify`` on the output.
 
 With ``--out-url URL`` every size is also partitioned into ``URL/out-e<E>-k<k>`` (an
@@ -147,15 +147,22 @@ def _planned_peak(inp: Path, out: Path, k: int) -> int:
 
 
 class _DiskGrowth:
-    """The largest growth of a filesystem's used bytes while the block runs (polled)."""
+    """The largest growth of local disk use while the block runs (polled): of the used
+    bytes of the filesystem holding ``path``, or with ``tree`` of the files below ``path``."""
 
-    def __init__(self, path: Path):
-        self.path, self.peak, self._done = path, 0, threading.Event()
+    def __init__(self, path: Path, tree: bool = False):
+        self.path, self.tree, self.peak, self._done = path, tree, 0, threading.Event()
+
+    def _used(self) -> int:
+        return _dir_bytes(self.path) if self.tree else shutil.disk_usage(self.path).used
 
     def _poll(self) -> None:
-        start = shutil.disk_usage(self.path).used
+        start = 0 if self.tree else self._used()
         while not self._done.wait(_DISK_POLL_S):
-            self.peak = max(self.peak, shutil.disk_usage(self.path).used - start)
+            try:
+                self.peak = max(self.peak, self._used() - start)
+            except FileNotFoundError:  # a file removed while it was listed
+                pass
 
     def __enter__(self) -> _DiskGrowth:
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -180,7 +187,7 @@ def _partition_row(inp: Path, out: str, k: int, log: Path, workdir: Path, storag
         cmd += ["--storage-options", json.dumps(storage_options), "--scratch", str(scratch)]
     remove_tree(out, storage_options)
     cpu_before = children_cpu_seconds()
-    with _DiskGrowth(workdir) as disk:
+    with _DiskGrowth(workdir if scratch is None else scratch, tree=scratch is not None) as disk:
         wall, peak = run_measured(cmd, log)
     cpu = children_cpu_seconds() - cpu_before
     if scratch is not None:
@@ -281,9 +288,9 @@ def bench_scale(out: Path, sizes: list[int] | None = None, *, k: int = 16, dim: 
         "`plan_ratio`: plan / measured; `disk_gib`: the committed output; `cpu_s` (`verify_cpu_s`): user + "
         "system CPU seconds of the command's process tree, to set against its wall time; `target`: local, or the "
         "scheme of `--out-url`, partitioned right after the local run of the same input (`remote_ratio`: its wall "
-        "time over the local run's); `local_disk_peak_gib`: the largest growth of the used bytes of the work "
-        "directory's filesystem during the run (the stores of a local output, the scratch of a remote one; other "
-        "writers count too).", "",
+        "time over the local run's); `local_disk_peak_gib`: the driver's largest local disk use during the run "
+        "(a local output: the growth of the work directory's filesystem, other writers included; a remote one: "
+        "the files under its scratch directory).", "",
         markdown_table(rows, COLUMNS), "",
         "Seconds per stage (from each run's manifest):", "",
     ]
