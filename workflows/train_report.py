@@ -78,6 +78,7 @@ def summarise_run(rows: list[dict[str, Any]], target: float | None) -> dict[str,
         "best_val": float(best["val"]),
         "test_at_best_val": float(best["test"]),
         "best_epoch": best["epoch"],
+        **_interval(best),
         "epochs_to_target": reached["epoch"] if reached else None,
         "seconds_to_target": float(reached["elapsed_s"]) if reached else None,
         "bytes_to_target_max": float(reached["bytes_sent_cum_max"]) if reached else None,
@@ -91,6 +92,16 @@ def summarise_run(rows: list[dict[str, Any]], target: float | None) -> dict[str,
         "eval_bytes_per_eval": sum(float(r["eval_bytes_sent_round"]) for r in rows) / len(rows),
         **_peak_rss(rows),
     }
+
+
+def _interval(best: dict[str, Any]) -> dict[str, Any]:
+    """The test metric's 95 % interval at the best validation point and the targets it was
+    measured on (``test_scored`` of ``test_split``; NaN for rows without them)."""
+    def number(key: str) -> float:
+        value = best.get(key)
+        return float(value) if value not in (None, "") else float("nan")
+
+    return {key: number(key) for key in ("test_ci_low", "test_ci_high", "test_scored", "test_split")}
 
 
 def _peak_rss(rows: list[dict[str, Any]]) -> dict[str, float]:
@@ -129,6 +140,11 @@ def table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for g in NETWORK_GBITS:
             t[f"modelled s to 95% @{g}G"] = r[f"modelled_s_to_target_{g}gbit"] if reached else "-"
         t["eval"] = r.get("eval_mode", "-")
+        low, high = r.get("test_ci_low"), r.get("test_ci_high")
+        t["test 95% interval"] = f"{low:.4f}–{high:.4f}" if isinstance(low, float) and low == low else "-"
+        scored = r.get("test_scored")
+        t["test scored"] = (f"{int(scored):,} of {int(r['test_split']):,}"
+                            if isinstance(scored, float) and scored == scored else "-")
         rows.append(t)
     return rows
 
@@ -248,7 +264,8 @@ def seed_table(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-STRATEGY_COLUMNS = ["dataset", "k", "strategy", "eval", "final_test", "test_at_best_val", "best_val",
+STRATEGY_COLUMNS = ["dataset", "k", "strategy", "eval", "final_test", "test_at_best_val", "test 95% interval",
+                    "test scored", "best_val",
                     "epochs to 95%", "s to 95%", "train_seconds", "eval_seconds", "wall_s", "peak RSS MiB/rank",
                     "max peak RSS MiB/rank", "eval/train peak"]
 NETWORK_COLUMNS = ["dataset", "k", "strategy", "MiB/rank/epoch", "max MiB/rank/epoch", "messages_per_epoch_max",

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from workflows.train_report import headline, modelled_seconds, over_seeds, spread, summarise_run
+from workflows.train_report import headline, modelled_seconds, over_seeds, spread, summarise_run, table_rows
 
 
 def _row(strategy, k, seed, test, seconds, nbytes, partitioner="asep"):
@@ -67,6 +67,23 @@ def test_summary_reports_each_ranks_own_peak_rss_mean_and_max():
     # Rows from before the ranks reported their own peak: nothing claimed.
     old = summarise_run([_metrics(peak_rss_mib=300.0)], None)
     assert math.isnan(old["peak_rss_mib_mean"]) and math.isnan(old["peak_rss_mib_max"])
+
+
+def test_summary_and_table_give_the_test_interval_at_the_best_validation_point():
+    rows = [_metrics(val=0.8, test=0.70, test_ci_low=0.68, test_ci_high=0.72, test_scored=5000.0, test_split=9e5),
+            _metrics(round=2, val=0.9, test=0.75, test_ci_low=0.74, test_ci_high=0.76, test_scored=5000.0,
+                     test_split=9e5),
+            _metrics(round=3, val=0.85, test=0.78, test_ci_low=0.77, test_ci_high=0.79, test_scored=5000.0,
+                     test_split=9e5)]
+    summary = summarise_run(rows, None)
+    assert (summary["test_at_best_val"], summary["test_ci_low"], summary["test_ci_high"]) == (0.75, 0.74, 0.76)
+    (row,) = table_rows([{**summary, "modelled_s_to_target_1gbit": None, "modelled_s_to_target_10gbit": None,
+                          "modelled_s_to_target_100gbit": None}])
+    assert row["test 95% interval"] == "0.7400–0.7600" and row["test scored"] == "5,000 of 900,000"
+    # Rows without the interval (before it existed): nothing claimed.
+    (old,) = table_rows([{**summarise_run([_metrics()], None), "modelled_s_to_target_1gbit": None,
+                          "modelled_s_to_target_10gbit": None, "modelled_s_to_target_100gbit": None}])
+    assert old["test 95% interval"] == "-" and old["test scored"] == "-"
 
 
 def test_modelled_time_includes_the_evaluation_traffic():
