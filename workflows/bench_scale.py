@@ -273,7 +273,9 @@ def bench_scale(out: Path, sizes: list[int] | None = None, *, k: int = 16, dim: 
     rows = [row for e in sorted(sizes or DEFAULT_SIZES)
             for row in _one_size(workdir, e, k=k, dim=dim, classes=classes, seed=seed, verify=verify, keep=keep,
                                  echo=echo, out_url=out_url, storage_options=storage_options)]
-    pq.write_table(pa.Table.from_pylist(rows), out / "scale.parquet")
+    # Every row's columns: from_pylist keeps the first row's keys only, and a local row has no remote_ratio.
+    keys = list(dict.fromkeys(key for r in rows for key in r))
+    pq.write_table(pa.Table.from_pylist([{key: r.get(key) for key in keys} for r in rows]), out / "scale.parquet")
     _plot(rows, out / "scale.png")
     info = machine_info()
     lines = [

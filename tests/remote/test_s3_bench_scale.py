@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.parquet as pq
 import pytest
 
 from storage.location import tree_exists
@@ -26,5 +27,7 @@ def test_bench_scale_partitions_locally_and_into_the_store_side_by_side(tmp_path
     assert "assignment kernel" in json.loads(remote["stage_seconds"])
     assert not tree_exists(f"{url}/scale/out-e20000-k2", options)  # removed without --keep
     assert not list((tmp_path / "out" / "work").glob("scratch-*"))  # the scratch is gone too
+    table = pq.read_table(tmp_path / "out" / "scale.parquet").to_pylist()  # every row's columns, the first's too
+    assert table[1]["remote_ratio"] == pytest.approx(remote["remote_ratio"]) and table[0]["remote_ratio"] is None
     text = (tmp_path / "out" / "scale.md").read_text()
     assert "| s3 |" in text and "| local |" in text and "remote_ratio" in text
