@@ -15,7 +15,7 @@ Both sides then order the rows of one (replica rank, master rank) pair by
 ``global_nid``, so the per-layer buffers of :class:`training.inference.ExactInference`
 carry no ids. Packing the fields into one word halves the request and divides the
 answers by three against sending each field as its own int64; it needs
-``global_nid · 2W < 2^63``, checked on every rank before anything is sent.
+``(global_nid + 1) · 2W <= 2^63``, checked on every rank before anything is sent.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def route_replicas(global_nid: torch.Tensor, is_master: torch.Tensor, comm: Comm
         ``master_rows[r]``: the sorted local master rows of which rank ``r`` holds a replica.
     """
     w = comm.world_size
-    if span > (2**63 - 1) // (2 * w):
+    if span > 2**63 // (2 * w):  # the largest word, span · 2W - 1, is then below 2^63
         raise StoreError(format_problem(
             f"the vertex ids of the partitions loaded by the {w} ranks", f"global_nid below {2**63 // (2 * w):,}",
             f"{span - 1:,}", "renumber the input's vertices densely (asepr import does)."))
