@@ -80,7 +80,8 @@ With every row a target every vertex is computed at every layer: the sums over r
 of the replica rows sent and served are both ``Σ_v (r_v - 1)``, the replication beyond
 one copy per vertex. The one-time setup sends 8 bytes per local row to its directory
 rank, which answers with 8 bytes to each replica and 8 to its master per replica; then
-8 bytes per replica each way for the degrees (two int32 counts), and one byte per
+8 bytes per replica each way for the degrees (two int32 counts; int64 on a graph where a
+vertex's in-edges on one rank times the ranks reach 2^31), and one byte per
 replica each way and layer for the receptive field.
 """
 
@@ -170,8 +171,10 @@ class ExactInference:
             f"rank {comm.rank}: partitions {list(graph.part_ids)}")
         self._replica_index = torch.cat(self._replica_rows)
         self._master_index = torch.cat(self._master_rows)
-        # int32 counts: half the bytes of int64, and no vertex has 2^31 in-edges.
-        degrees = torch.stack([counts + torch.from_numpy(loops), counts], 1).to(torch.int32)
+        # int32 counts (half the bytes of int64) unless a sum over the ranks could reach 2^31.
+        most = comm.max_int(int((counts + torch.from_numpy(loops)).max()) if n else 0)
+        wide = most * comm.world_size >= 2**31
+        degrees = torch.stack([counts + torch.from_numpy(loops), counts], 1).to(torch.int64 if wide else torch.int32)
         degrees = self.to_replicas(self.sum_at_masters(degrees))
         #: Global in-degree over all stored edges (SAGE's mean), and GCN's degree.
         self.in_degree = degrees[:, 0].to(torch.float32)

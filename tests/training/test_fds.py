@@ -150,6 +150,14 @@ def _rank_checks(rank: int, world: int, port: int, input_dir: str) -> None:
             few = comm.bytes.sent["eval"] - before
             assert torch.allclose(got[targets], ref[targets], atol=1e-5, rtol=1e-4), kind
             assert few < every, kind
+            # Three layers, targets on rank 0 only (rank 1 still serves its rows).
+            torch.manual_seed(1)
+            deep = GNN(kind, CORA_DIM, 8, CORA_CLASSES, num_layers=3).eval()
+            targets = (torch.rand(graph.num_owned, generator=gen) < 0.1) & (rank == 0)
+            got = LayerwiseInference(graph, comm, kind, targets=targets).logits(deep)
+            with torch.no_grad():
+                ref = deep(full.x, graph_operator(kind, full.edge_index, CORA_NODES))[graph.global_nid]
+            assert torch.allclose(got[targets], ref[targets], atol=1e-5, rtol=1e-4), kind
         assert comm.bytes.sent.get("eval", 0) > 0
     finally:
         dist.destroy_process_group()

@@ -67,9 +67,9 @@ class LayerwiseInference:
         self.kind = kind
         self.category = category
         self.targets = torch.ones(graph.num_owned, dtype=torch.bool) if targets is None else targets.to(torch.bool)
-        self._plans: list[tuple[list[torch.Tensor], torch.Tensor]] | None = None
+        self._plans: dict[int, list[tuple[list[torch.Tensor], torch.Tensor]]] = {}  # by depth
 
-    def _setup(self, layers: int) -> None:
+    def _setup(self, layers: int) -> list[tuple[list[torch.Tensor], torch.Tensor]]:
         """Each layer's served rows and operator, from the last layer back to the first."""
         graph = self.graph
         n = graph.num_owned
@@ -85,7 +85,7 @@ class LayerwiseInference:
                 need[owned_sources] = True
                 for rows in serve:
                     need[rows] = True
-        self._plans = plans[::-1]
+        return plans[::-1]
 
     def _layer_plan(self, src: torch.Tensor, dst: torch.Tensor, need: torch.Tensor,
                     degree: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
@@ -121,14 +121,15 @@ class LayerwiseInference:
     @torch.no_grad()
     def logits(self, model) -> torch.Tensor:
         """The model's output rows of the owned vertices ``[num_owned, out]``, exact at the targets."""
-        if self._plans is None:
-            self._setup(len(model.convs))
+        depth = len(model.convs)
+        if depth not in self._plans:
+            self._plans[depth] = self._setup(depth)
         model.eval()
         h = self.graph.x
         n = self.graph.num_owned
         last = len(model.convs) - 1
         for i, conv in enumerate(model.convs):
-            serve, op = self._plans[i]
+            serve, op = self._plans[depth][i]
             halo_rows = self.comm.all_to_all([h[rows] for rows in serve], self.category)
             x = torch.cat([h, *halo_rows, h.new_zeros((1, h.shape[1]))])
             # One layer of GNN.forward (dropout is off in eval mode).
