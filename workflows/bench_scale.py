@@ -47,6 +47,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from storage.errors import InputError, format_problem
 from workflows.bench import machine_info, markdown_table, pyplot, save_figure
 
 __all__ = ["COLUMNS", "DEFAULT_SIZES", "bench_scale", "children_cpu_seconds", "run_measured"]
@@ -138,12 +139,14 @@ def _dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def _planned_peak(inp: Path, out: Path, k: int) -> int:
+def _planned_peak(inp: Path, out: str, k: int, storage_options: dict | None = None) -> int:
+    """``pipeline.plan``'s peak for partitioning ``inp`` into ``out`` (a path, or a URL with its options)."""
     from pipeline.config import PartitionConfig
     from pipeline.plan import plan_partition
     from workflows.dask_client import default_workers
 
-    return int(plan_partition(inp, out, PartitionConfig(num_parts=k), workers=default_workers()).peak_bytes)
+    return int(plan_partition(inp, out, PartitionConfig(num_parts=k), workers=default_workers(),
+                              storage_options=storage_options).peak_bytes)
 
 
 class _DiskGrowth:
@@ -157,14 +160,14 @@ class _DiskGrowth:
         return _dir_bytes(self.path) if self.tree else shutil.disk_usage(self.path).used
 
     def _poll(self) -> None:
-        start = 0 if self.tree else self._used()
         while not self._done.wait(_DISK_POLL_S):
             try:
-                self.peak = max(self.peak, self._used() - start)
+                self.peak = max(self.peak, self._used() - self._start)
             except FileNotFoundError:  # a file removed while it was listed
                 pass
 
     def __enter__(self) -> _DiskGrowth:
+        self._start = 0 if self.tree else self._used()  # before the command starts writing
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
         return self
@@ -205,13 +208,13 @@ def _one_size(workdir: Path, edges: int, *, k: int, dim: int, classes: int, seed
     nodes = max(edges // 10, 2)
     inp = _synth(workdir, edges, nodes, dim, classes, seed)
     out = workdir / f"out-e{edges}-k{k}"
-    plan = _planned_peak(inp, out, k)
     targets = [(str(out), None)]
     if out_url:
         targets.append((f"{out_url.rstrip('/')}/{out.name}", storage_options or {}))
     rows = []
     for target, options in targets:
         name = out.name if options is None else f"{out.name}-remote"
+        plan = _planned_peak(inp, target, k, options)  # the plan of this run's own target
         run = _partition_row(inp, target, k, workdir / f"{name}.log", workdir, options)
         kernel_s = run.pop("kernel_s")
         row = {"edges": edges, "nodes": nodes, "k": k, **run, "edges_per_s": edges / run["wall_s"],
@@ -266,6 +269,10 @@ def bench_scale(out: Path, sizes: list[int] | None = None, *, k: int = 16, dim: 
                 seed: int = 1, workdir: Path | None = None, keep: bool = False, verify: bool = False,
                 out_url: str | None = None, storage_options: dict | None = None, echo=print) -> list[dict]:
     """Partition a synthetic graph of each size end to end; write ``scale.md``, ``.parquet``, ``.png``."""
+    if out_url is not None and "://" not in out_url:
+        raise InputError(format_problem("bench scale --out-url", "an fsspec URL with a scheme, e.g. s3://bucket/prefix",
+                                        repr(out_url), "the local run is always measured (its folder is --workdir); "
+                                        "give --out-url only for the object store."))
     out.mkdir(parents=True, exist_ok=True)
     workdir = workdir or out / "work"
     workdir.mkdir(parents=True, exist_ok=True)

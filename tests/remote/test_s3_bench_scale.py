@@ -8,6 +8,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
+from storage.errors import InputError
 from storage.location import tree_exists
 from workflows.bench_scale import COLUMNS, bench_scale
 
@@ -31,3 +32,9 @@ def test_bench_scale_partitions_locally_and_into_the_store_side_by_side(tmp_path
     assert table[1]["remote_ratio"] == pytest.approx(remote["remote_ratio"]) and table[0]["remote_ratio"] is None
     text = (tmp_path / "out" / "scale.md").read_text()
     assert "| s3 |" in text and "| local |" in text and "remote_ratio" in text
+
+
+def test_an_out_url_without_a_scheme_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(InputError, match="--out-url") as info:
+        bench_scale(tmp_path / "out", [20_000], k=2, out_url=str(tmp_path / "elsewhere"), echo=lambda *_: None)
+    assert "s3://" in str(info.value) and not (tmp_path / "out").exists()
