@@ -393,7 +393,10 @@ def _write(bench: _Bench) -> None:
          f"{config.eval_interval} epochs: centralized and fds exactly then, the ASEPR strategies at the first "
          "synchronisation (round end) at or after each multiple. `eval` is the evaluation: `exact` is the global "
          "model on the whole graph (the same for every strategy), `local` each rank's partition only (not exact). "
-         "`test_at_best_val`: the test metric of the evaluation with the best validation metric. `epochs to 95%`: "
+         "`test_at_best_val`: the test metric of the evaluation with the best validation metric; `test 95% "
+         "interval` and `test scored`: its 95 % interval (Wilson's for accuracy, Hanley and McNeil's for ROC-AUC) "
+         "and the test masters scored, of all (`--eval-sample`; the same vertices for every strategy). "
+         "`epochs to 95%`: "
          "the first evaluation whose validation metric reaches 95 % of the centralized run's best; `s to 95%`: "
          "the training seconds until then (evaluation and process start-up excluded); `train_seconds` / "
          "`eval_seconds`: the whole run's training and evaluation seconds; `wall_s`: the whole launch."),
