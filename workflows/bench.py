@@ -25,7 +25,7 @@ from storage.resources import peak_rss_bytes
 from storage.input import open_input, read_meta
 from workflows.datasets import reference_rf, resolve_dataset
 
-__all__ = ["algo_order", "bench_partition", "hybrid_label", "machine_info", "markdown_table", "ordered_inputs",
+__all__ = ["algo_order", "bench_partition", "hybrid_label", "machine_info", "markdown_table", "parquet_table", "ordered_inputs",
            "partition_memory_plots", "partition_plots", "partition_summary", "pyplot", "save_figure"]
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,22 @@ def machine_info() -> dict:
         "pyarrow": pa.__version__,
         "platform": platform.platform(),
     }
+
+
+def parquet_table(rows: list[dict]):
+    """``rows`` as one Arrow table with every row's columns (missing cells null). A column
+    whose cells mix text and numbers (a per-rank list read back from ``metrics.csv`` as
+    text in one run and as a number in a one-rank run) is written as text throughout."""
+    import pyarrow as pa
+
+    keys = sorted({k for r in rows for k in r})
+    columns = {}
+    for k in keys:
+        cells = [r.get(k) for r in rows]
+        if any(isinstance(c, str) for c in cells) and any(isinstance(c, (int, float)) for c in cells):
+            cells = [None if c is None else str(c) for c in cells]
+        columns[k] = cells
+    return pa.table(columns) if rows else pa.table({})
 
 
 def markdown_table(rows: list[dict], columns: list[str]) -> str:

@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.config import PartitionConfig
@@ -56,7 +55,7 @@ from training.centralized import centralized_config
 from training.checkpoint import RunDir
 from training.config import TrainConfig, removed_conflicts
 from training.ogb_eval import ogb_columns
-from workflows.bench import machine_info, markdown_table, pyplot, save_figure
+from workflows.bench import machine_info, markdown_table, parquet_table, pyplot, save_figure
 from workflows.datasets import resolve_dataset
 from workflows.bench_protocol import protocol_columns, protocol_section
 from workflows.launch import launch_trainers
@@ -372,11 +371,9 @@ def _seed_section(bench: _Bench) -> list[str]:
 def _write(bench: _Bench) -> None:
     out, config = bench.out, bench.config
     if bench.results:
-        pq.write_table(pa.Table.from_pylist(bench.results), out / "train.parquet")
+        pq.write_table(parquet_table(bench.results), out / "train.parquet")
     if bench.curves:
-        keys = sorted({k for c in bench.curves for k in c})
-        pq.write_table(pa.Table.from_pylist([{k: c.get(k) for k in keys} for c in bench.curves]),
-                       out / "train_rounds.parquet")
+        pq.write_table(parquet_table(bench.curves), out / "train_rounds.parquet")
     table = table_rows(bench.results)
     strategies = [t for t in table if t["partitioner"] in ("asep", "-") or t["strategy"] == "fds"]
     lines = [

@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import math
 
+import pyarrow.parquet as pq
 import pytest
 
+from workflows.bench import parquet_table
 from workflows.train_report import headline, modelled_seconds, over_seeds, spread, summarise_run, table_rows
 
 
@@ -112,3 +114,16 @@ def test_a_rank_reports_its_own_peak_not_its_launchers(tmp_path):
     launcher = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     assert inherited >= 2**30 and launcher >= 2**30
     assert own < 900 * 2**20  # torch's CUDA build imports to about 620 MiB, the CPU build less
+
+
+def test_curves_mixing_text_and_numbers_in_a_column_are_written(tmp_path):
+    """A per-rank column reads back as text from a k-rank run and as a number from a
+    one-rank run; the report's Parquet files take both (as text), and the other columns
+    keep their types."""
+    rows = [{"strategy": "centralized", "peak_rss_mib_ranks": 8608, "val": 0.8},
+            {"strategy": "avg", "peak_rss_mib_ranks": "2810 2925 3326 2731", "val": 0.7, "round": 1}]
+    table = parquet_table(rows)
+    pq.write_table(table, tmp_path / "t.parquet")
+    back = pq.read_table(tmp_path / "t.parquet").to_pylist()
+    assert [r["peak_rss_mib_ranks"] for r in back] == ["8608", "2810 2925 3326 2731"]
+    assert [r["val"] for r in back] == [0.8, 0.7] and [r["round"] for r in back] == [None, 1]
