@@ -2,10 +2,11 @@
 
 As DistDGL's ``inference``: layer l computes the embeddings of owned vertices from
 layer l-1's embeddings of their in-neighbours; the rows of remote in-neighbours (the
-halo) come from their owners. Each rank runs the layer's convolution on the square
-graph ``[owned vertices | halo | one phantom vertex]`` with the in-edges of the rows the
-layer computes, and keeps those rows, which are then exactly the full-graph model's
-rows:
+halo) come from their owners. SAGE computes the rows the layer needs only: the mean over
+their in-edges (a sparse product of their in-edge multiplicities with the owned and halo
+rows), then its two linear maps. GCN and GAT run PyG's layer on the square graph
+``[owned vertices | halo | one phantom vertex]`` with the in-edges of the rows the layer
+computes, and keep those rows. The rows kept are exactly the full-graph model's rows:
 
 * SAGE (mean) and GAT (attention over in-edges + self-loop) see every in-edge of a
   computed vertex.
@@ -31,12 +32,14 @@ layer (d floats at layer 0, ``hidden`` after).
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch_geometric.utils import to_torch_csr_tensor
 
 from training.comm import Comm
+from training.exact_convs import check_conv
 from training.fds.graph import FdsGraph
 from training.fds.remote import split_by_owner
 from training.models import graph_operator
@@ -67,9 +70,9 @@ class LayerwiseInference:
         self.kind = kind
         self.category = category
         self.targets = torch.ones(graph.num_owned, dtype=torch.bool) if targets is None else targets.to(torch.bool)
-        self._plans: dict[int, list[tuple[list[torch.Tensor], torch.Tensor]]] = {}  # by depth
+        self._plans: dict[int, list[_Plan]] = {}  # by depth
 
-    def _setup(self, layers: int) -> list[tuple[list[torch.Tensor], torch.Tensor]]:
+    def _setup(self, layers: int) -> list[_Plan]:
         """Each layer's served rows and operator, from the last layer back to the first."""
         graph = self.graph
         n = graph.num_owned
@@ -78,19 +81,19 @@ class LayerwiseInference:
         need, plans = self.targets.clone(), []
         for layer in reversed(range(layers)):
             edges = need[dst]
-            serve, op, owned_sources = self._layer_plan(graph.in_src[edges], dst[edges], need, degree)
-            plans.append((serve, op))
+            plan, owned_sources = self._layer_plan(graph.in_src[edges], dst[edges], need, degree)
+            plans.append(plan)
             if layer:  # what this layer reads is what the layer before computes
                 need = need.clone()
                 need[owned_sources] = True
-                for rows in serve:
+                for rows in plan.serve:
                     need[rows] = True
         return plans[::-1]
 
     def _layer_plan(self, src: torch.Tensor, dst: torch.Tensor, need: torch.Tensor,
-                    degree: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
-        """One layer's rows served to each rank, its operator over ``[owned | halo | phantom]``
-        and the owned sources it reads, for the in-edges ``src -> dst`` of the rows it computes."""
+                    degree: torch.Tensor) -> tuple[_Plan, torch.Tensor]:
+        """One layer's plan (rows served to each rank, its operator) and the owned sources it
+        reads, for the in-edges ``src -> dst`` of the rows it computes."""
         graph, comm = self.graph, self.comm
         n = graph.num_owned
         remote = graph.book.owner(src) != comm.rank
@@ -104,10 +107,16 @@ class LayerwiseInference:
         src_pos[~remote] = owned_sources
         sorted_halo, perm = torch.sort(halo)
         src_pos[remote] = n + perm[torch.searchsorted(sorted_halo, src[remote])]
+        if self.kind == "sage":  # the rows it computes only, over [owned | halo]: see _sage_rows
+            rows = torch.nonzero(need).view(-1)
+            adj = torch.sparse_coo_tensor(torch.stack([torch.searchsorted(rows, dst), src_pos]),
+                                          torch.ones(len(src)), (len(rows), n + len(halo))).coalesce()
+            deg = degree[rows].clamp(min=1).to(torch.float32).unsqueeze(1)
+            return _Plan(serve, adj.to_sparse_csr(), rows, deg), owned_sources
         size = n + len(halo) + 1  # the last row: GCN's phantom source
         edge_index = torch.stack([src_pos, dst])
         if self.kind != "gcn":
-            return serve, graph_operator(self.kind, edge_index, size), owned_sources
+            return _Plan(serve, graph_operator(self.kind, edge_index, size)), owned_sources
         halo_deg = torch.cat(comm.all_to_all([degree[rows].to(torch.float32) for rows in serve], self.category))
         outside = torch.unique(owned_sources[~need[owned_sources]])  # owned sources the layer does not compute
         phantom = torch.stack([torch.full((len(halo) + len(outside),), size - 1),
@@ -116,7 +125,7 @@ class LayerwiseInference:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
             op = to_torch_csr_tensor(torch.cat([edge_index, phantom], dim=1).flip(0), weight, size=(size, size))
-        return serve, op, owned_sources
+        return _Plan(serve, op), owned_sources
 
     @torch.no_grad()
     def logits(self, model) -> torch.Tensor:
@@ -129,10 +138,36 @@ class LayerwiseInference:
         n = self.graph.num_owned
         last = len(model.convs) - 1
         for i, conv in enumerate(model.convs):
-            serve, op = self._plans[depth][i]
-            halo_rows = self.comm.all_to_all([h[rows] for rows in serve], self.category)
-            x = torch.cat([h, *halo_rows, h.new_zeros((1, h.shape[1]))])
+            plan = self._plans[depth][i]
+            halo_rows = self.comm.all_to_all([h[rows] for rows in plan.serve], self.category)
             # One layer of GNN.forward (dropout is off in eval mode).
-            out = conv(x, op)[:n]
+            if plan.rows is not None:
+                out = h.new_zeros((n, conv.out_channels))
+                out[plan.rows] = _sage_rows(conv, plan, torch.cat([h, *halo_rows]), h[plan.rows])
+            else:
+                out = conv(torch.cat([h, *halo_rows, h.new_zeros((1, h.shape[1]))]), plan.op)[:n]
             h = F.relu(out) if i < last else out
         return h
+
+
+@dataclass
+class _Plan:
+    """One layer: the owned rows served to each rank, and the operator. SAGE computes only
+    the ``rows`` it needs (``op``: their in-edges as a ``[rows, owned + halo]`` CSR of edge
+    multiplicities, ``deg`` their in-degrees); the other convolutions run PyG's layer on the
+    square graph ``[owned | halo | phantom]`` (``rows`` None)."""
+
+    serve: list[torch.Tensor]
+    op: torch.Tensor
+    rows: torch.Tensor | None = None
+    deg: torch.Tensor | None = None
+
+
+def _sage_rows(conv, plan: _Plan, x_src: torch.Tensor, x_dst: torch.Tensor) -> torch.Tensor:
+    """PyG's mean-aggregating SAGE layer at the plan's rows only: the mean over every stored
+    in-edge (repeated edges counted as often as stored, as PyG's edge-wise mean does), then
+    ``lin_l``, plus ``lin_r`` of the row itself. Computing only these rows keeps the layer's
+    memory at the rows it needs instead of every owned and halo row."""
+    check_conv(conv)
+    out = conv.lin_l(torch.sparse.mm(plan.op, x_src) / plan.deg)
+    return out + conv.lin_r(x_dst) if conv.root_weight else out
