@@ -305,3 +305,32 @@ def test_fds_refuses_link_prediction_and_a_missing_nproc(cora_input, tmp_path, c
     assert "--task node" in capsys.readouterr().err
     assert main(["train", str(cora_input), "--strategy", "fds", "--run-dir", str(tmp_path / "run")]) != 0
     assert "--nproc K" in capsys.readouterr().err
+
+
+def _multigraph_rank(rank: int, world: int, port: int, input_dir: str) -> None:
+    _init(rank, world, port)
+    try:
+        comm = Comm()
+        full = load_input_graph(input_dir)
+        graph = load_fds_graph(input_dir, PartitionBook("hash", world, full.num_nodes, seed=3), rank)
+        targets = torch.rand(graph.num_owned, generator=torch.Generator().manual_seed(rank)) < 0.3
+        for layers in (2, 3):
+            torch.manual_seed(layers)
+            model = GNN("sage", full.x.shape[1], 8, 3, num_layers=layers).eval()
+            got = LayerwiseInference(graph, comm, "sage", targets=targets).logits(model)
+            with torch.no_grad():  # PyG's own layer over every stored edge, repeated ones included
+                ref = model(full.x, full.edge_index)[graph.global_nid]
+            assert torch.allclose(got[targets], ref[targets], atol=1e-5, rtol=1e-4), layers
+    finally:
+        dist.destroy_process_group()
+
+
+def test_layerwise_sage_is_exact_on_a_multigraph_with_self_loops(tmp_path):
+    """Repeated edges count as often as they are stored in SAGE's mean, as in PyG's edge-wise
+    mean; stored self-loops are neighbours too."""
+    from tests.storage.helpers import write_input
+
+    arrays = write_input(tmp_path / "in", num_nodes=40, num_edges=400, dim=5, meta={"undirected": False})
+    keys = arrays["src"] * 40 + arrays["dst"]
+    assert len(np.unique(keys)) < len(keys) and (arrays["src"] == arrays["dst"]).any()
+    _fork_ranks(_multigraph_rank, str(tmp_path / "in"))
