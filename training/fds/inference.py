@@ -107,12 +107,20 @@ class LayerwiseInference:
         src_pos[~remote] = owned_sources
         sorted_halo, perm = torch.sort(halo)
         src_pos[remote] = n + perm[torch.searchsorted(sorted_halo, src[remote])]
-        if self.kind == "sage":  # the rows it computes only, over [owned | halo]: see _sage_rows
+        if self.kind == "sage":  # the rows it computes only, one block per source: see _sage_rows
             rows = torch.nonzero(need).view(-1)
-            adj = torch.sparse_coo_tensor(torch.stack([torch.searchsorted(rows, dst), src_pos]),
-                                          torch.ones(len(src)), (len(rows), n + len(halo))).coalesce()
+            pos = torch.searchsorted(rows, dst)
+            bounds = [0, n, *(n + int(c) for c in torch.cumsum(torch.tensor(counts, dtype=torch.int64), 0))]
+            blocks = []
+            for lo, hi in zip(bounds[:-1], bounds[1:]):  # the owned rows, then each owner's halo rows
+                mine = (src_pos >= lo) & (src_pos < hi)
+                adj = torch.sparse_coo_tensor(torch.stack([pos[mine], src_pos[mine] - lo]), torch.ones(int(mine.sum())),
+                                              (len(rows), hi - lo)).coalesce()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
+                    blocks.append(adj.to_sparse_csr())
             deg = degree[rows].clamp(min=1).to(torch.float32).unsqueeze(1)
-            return _Plan(serve, adj.to_sparse_csr(), rows, deg), owned_sources
+            return _Plan(serve, blocks, rows, deg), owned_sources
         size = n + len(halo) + 1  # the last row: GCN's phantom source
         edge_index = torch.stack([src_pos, dst])
         if self.kind != "gcn":
@@ -143,7 +151,7 @@ class LayerwiseInference:
             # One layer of GNN.forward (dropout is off in eval mode).
             if plan.rows is not None:
                 out = h.new_zeros((n, conv.out_channels))
-                out[plan.rows] = _sage_rows(conv, plan, torch.cat([h, *halo_rows]), h[plan.rows])
+                out[plan.rows] = _sage_rows(conv, plan, [h, *halo_rows], h[plan.rows])
             else:
                 out = conv(torch.cat([h, *halo_rows, h.new_zeros((1, h.shape[1]))]), plan.op)[:n]
             h = F.relu(out) if i < last else out
@@ -153,21 +161,28 @@ class LayerwiseInference:
 @dataclass
 class _Plan:
     """One layer: the owned rows served to each rank, and the operator. SAGE computes only
-    the ``rows`` it needs (``op``: their in-edges as a ``[rows, owned + halo]`` CSR of edge
-    multiplicities, ``deg`` their in-degrees); the other convolutions run PyG's layer on the
-    square graph ``[owned | halo | phantom]`` (``rows`` None)."""
+    the ``rows`` it needs (``op``: their in-edges as CSRs of edge multiplicities, one
+    ``[rows, block]`` per block of sources: the owned rows, then each rank's halo rows;
+    ``deg`` their in-degrees); the other convolutions run PyG's layer on the square graph
+    ``[owned | halo | phantom]`` (``rows`` None)."""
 
     serve: list[torch.Tensor]
-    op: torch.Tensor
+    op: torch.Tensor | list[torch.Tensor]
     rows: torch.Tensor | None = None
     deg: torch.Tensor | None = None
 
 
-def _sage_rows(conv, plan: _Plan, x_src: torch.Tensor, x_dst: torch.Tensor) -> torch.Tensor:
+def _sage_rows(conv, plan: _Plan, sources: list[torch.Tensor], x_dst: torch.Tensor) -> torch.Tensor:
     """PyG's mean-aggregating SAGE layer at the plan's rows only: the mean over every stored
     in-edge (repeated edges counted as often as stored, as PyG's edge-wise mean does), then
-    ``lin_l``, plus ``lin_r`` of the row itself. Computing only these rows keeps the layer's
-    memory at the rows it needs instead of every owned and halo row."""
+    ``lin_l``, plus ``lin_r`` of the row itself. Computing only these rows, as one sparse
+    product per block of source rows (the owned rows, then each owner's halo rows as they
+    arrived), keeps the layer's memory at the rows it needs: no copy of the owned and halo
+    rows into one matrix, and no output for rows it does not need."""
     check_conv(conv)
-    out = conv.lin_l(torch.sparse.mm(plan.op, x_src) / plan.deg)
+    total = None
+    for block, x in zip(plan.op, sources):
+        part = torch.sparse.mm(block, x)
+        total = part if total is None else total.add_(part)
+    out = conv.lin_l(total / plan.deg)
     return out + conv.lin_r(x_dst) if conv.root_weight else out
