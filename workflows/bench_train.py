@@ -52,6 +52,7 @@ from pipeline.config import PartitionConfig
 from pipeline.partition_run import partition_to_store
 from storage.manifest import read_manifest
 from training.centralized import centralized_config
+from training.fds import fds_config
 from training.checkpoint import RunDir
 from training.config import TrainConfig, removed_conflicts
 from training.ogb_eval import ogb_columns
@@ -116,7 +117,8 @@ def _partition(input_dir: Path, cache: Path, name: str, k: int, seed: int, algo:
 def _launch(data: Path, run_dir: Path, config: TrainConfig, k: int, strategy: str, reuse: bool,
             echo) -> list[dict[str, Any]]:
     """Train one strategy as k ranks into ``run_dir`` (or reuse a finished run there)."""
-    rows = _finished(run_dir, config) if reuse else None
+    # fds saves the configuration it ran (fds_config: its batch, no reconciliation).
+    rows = _finished(run_dir, fds_config(config) if strategy == "fds" else config) if reuse else None
     if rows is not None:
         echo("  (reusing the finished run in " + str(run_dir) + ")")
         return rows
