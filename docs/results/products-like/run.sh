@@ -33,4 +33,4 @@ done
 [ -f "$WORK/mlp.json" ] || nice -n 10 python "$HERE/mlp.py" "$IN" > "$WORK/mlp.json"
 nice -n 10 asepr bench train --datasets "$IN" -k 4 8 --strategies centralized avg+scaffold fds \
     --cache "$CACHE" --out "$WORK/report" --keep-runs \
-    --local-epochs 1 --max-epochs "${MAX_EPOCHS:-8}" --patience 3 --eval-sample 5000 --seed 0
+    --local-epochs 1 --max-epochs "${MAX_EPOCHS:-4}" --patience 3 --eval-sample 5000 --seed 0
