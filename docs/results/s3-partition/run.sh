@@ -15,15 +15,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 WORK=${1:-/tmp/s3partition}
 K=${K:-16}
 REPEAT=${REPEAT:-2}
-mkdir -p "$WORK/served/bench" "$WORK/work"
-PORT=$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-touch "$WORK/rclone.conf"
-RCLONE_CONFIG="$WORK/rclone.conf" rclone serve s3 --addr "127.0.0.1:$PORT" \
-    --auth-key AKIDBENCH01,secretbench01 "$WORK/served" > "$WORK/rclone.log" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER' EXIT
-OPTIONS="{\"key\": \"AKIDBENCH01\", \"secret\": \"secretbench01\", \"client_kwargs\": {\"endpoint_url\": \"http://127.0.0.1:$PORT\"}}"
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.1; done
+mkdir -p "$WORK/work"
+. "$HERE/../loopback-s3.sh"  # PORT, SERVER, OPTIONS
 for i in $(seq "$REPEAT"); do
     asepr bench scale --sizes 20000000 -k "$K" --workdir "$WORK/work" --out "$WORK/report-$i" \
         --out-url s3://bench/scale --storage-options "$OPTIONS"

@@ -18,15 +18,7 @@ mkdir -p "$WORK"
 [ -f "$WORK/in/meta.json" ] || nice -n 10 asepr synth "$WORK/in" --nodes 2000000 --edges 20000000 --dim 64 --classes 10
 [ -f "$WORK/out/manifest.json" ] || nice -n 10 asepr partition "$WORK/in" "$WORK/out" -k 4 --algo hash --no-progress
 
-PORT=$(python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-mkdir -p "$WORK/served/bench"
-touch "$WORK/rclone.conf"
-RCLONE_CONFIG="$WORK/rclone.conf" rclone serve s3 --addr "127.0.0.1:$PORT" \
-    --auth-key AKIDBENCH01,secretbench01 "$WORK/served" > "$WORK/rclone.log" 2>&1 &
-SERVER=$!
-trap 'kill $SERVER' EXIT
-OPTIONS="{\"key\": \"AKIDBENCH01\", \"secret\": \"secretbench01\", \"client_kwargs\": {\"endpoint_url\": \"http://127.0.0.1:$PORT\"}}"
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/" && break; sleep 0.1; done
+. "$HERE/../loopback-s3.sh"  # PORT, SERVER, OPTIONS
 python - "$WORK/out" "$OPTIONS" <<'PY'
 import json, sys, s3fs
 fs = s3fs.S3FileSystem(**json.loads(sys.argv[2]))
