@@ -44,11 +44,12 @@ import threading
 import time
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.errors import InputError, format_problem
-from workflows.bench import machine_info, markdown_table, pyplot, save_figure
+from storage.location import remove_tree, tree_bytes
+from storage.manifest import read_manifest
+from workflows.bench import machine_info, markdown_table, parquet_table, pyplot, save_figure
 
 __all__ = ["COLUMNS", "DEFAULT_SIZES", "bench_scale", "children_cpu_seconds", "run_measured"]
 
@@ -179,9 +180,6 @@ class _DiskGrowth:
 
 def _partition_row(inp: Path, out: str, k: int, log: Path, workdir: Path, storage_options: dict | None) -> dict:
     """One measured ``asepr partition`` of ``inp`` into ``out`` (a path, or a URL with its options)."""
-    from storage.location import remove_tree, tree_bytes
-    from storage.manifest import read_manifest
-
     cmd = _cli("partition", str(inp), out, "-k", str(k), "-q")
     scratch = None
     if storage_options is not None:
@@ -229,8 +227,6 @@ def _one_size(workdir: Path, edges: int, *, k: int, dim: int, classes: int, seed
             row.update(verify_s=v_wall, verify_edges_per_s=edges / v_wall, verify_peak_gib=v_peak / 2**30,
                        verify_cpu_s=children_cpu_seconds() - cpu_before)
         if not keep:
-            from storage.location import remove_tree
-
             remove_tree(target, options)
         echo(f"bench scale: {edges:,} edges, {row['target']}: {row['wall_s']:.1f} s "
              f"({edges / row['wall_s'] / 1e6:.2f}M edges/s; kernel {row['kernel_edges_per_s'] / 1e6:.1f}M/s), "
@@ -280,9 +276,7 @@ def bench_scale(out: Path, sizes: list[int] | None = None, *, k: int = 16, dim: 
     rows = [row for e in sorted(sizes or DEFAULT_SIZES)
             for row in _one_size(workdir, e, k=k, dim=dim, classes=classes, seed=seed, verify=verify, keep=keep,
                                  echo=echo, out_url=out_url, storage_options=storage_options)]
-    # Every row's columns: from_pylist keeps the first row's keys only, and a local row has no remote_ratio.
-    keys = list(dict.fromkeys(key for r in rows for key in r))
-    pq.write_table(pa.Table.from_pylist([{key: r.get(key) for key in keys} for r in rows]), out / "scale.parquet")
+    pq.write_table(parquet_table(rows), out / "scale.parquet")  # every row's columns (a local row has no remote_ratio)
     _plot(rows, out / "scale.png")
     info = machine_info()
     lines = [
