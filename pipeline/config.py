@@ -13,7 +13,7 @@ __all__ = ["ALGORITHMS", "SCORINGS", "TUNING_SET", "PartitionConfig"]
 TUNING_SET = ("amazon-computers", "coauthor-physics")
 
 if TYPE_CHECKING:
-    from storage.input import InputDir
+    from storage.inputs.directory import InputDir
 
 ALGORITHMS = ("asep", "2ps-l", "2ps-hdrf", "hdrf", "dbh", "greedy", "hash", "metis")
 SCORINGS = ("candidates", "hdrf")

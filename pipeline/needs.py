@@ -26,9 +26,9 @@ STREAM_BATCHES = 5
 #: Bytes of one decoded edge row: ``src`` and ``dst``, int64.
 EDGE_ROW = 16
 
-#: Compression ratios (raw / stored) of the store codecs, from storage.partition_store's
+#: Compression ratios (raw / stored) of the store codecs, from storage.partitions.store's
 #: measurement; arrays it does not list take the ratio of the closest listed one. Dense
-#: features are stored raw (blosc saves less than storage.partition_store.MIN_SAVING on
+#: features are stored raw (blosc saves less than storage.partitions.store.MIN_SAVING on
 #: them): 1.0, the most disk they can take.
 STORE_RATIO = {"x": 1.0, "global_nid": 7.1, "indptr": 7.1, "indices": 1.53, "y": 19.6, "flags": 8.0,
                "state": 2.0}

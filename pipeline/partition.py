@@ -6,7 +6,7 @@ Stages (docs/design.md#data-flow): validate → ② degrees (Dask) → ③ attri
 streaming stages keep O(N) state and the edge → partition result goes to disk, one
 ``int16`` array per input edge shard, aligned with the shard's rows.
 
-The input is opened once (:func:`storage.input.open_input`) and its shards passed to
+The input is opened once (:func:`storage.inputs.directory.open_input`) and its shards passed to
 every stage. The Dask stages run on ``client`` when given and on dask's threaded
 scheduler otherwise; setting up a cluster (``LocalCluster``, a scheduler address) is
 the caller's business (``workflows``).
@@ -51,17 +51,22 @@ from pipeline.stages.masters import (
 )
 from pipeline.stages.metis import metis_membership
 from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
-from pipeline.stages.struct_cluster import Communities, clustering_needs, published_clusters, structural_clusters
+from pipeline.stages.struct_cluster import (
+    Communities,
+    clustering_needs,
+    published_clusters,
+    structural_clusters,
+)
 from pipeline.stream import iter_edge_batches, map_shard_ranges
 from storage.errors import InputError, format_problem
-from storage.fs import Shard
-from storage.input import InputDir, open_input, open_parquet
-from storage.node_table import NodeTable
-from storage.npy import load_npy
-from storage.reader import read_node_column
-from storage.report import ValidationReport
+from storage.inputs.directory import InputDir, open_input, open_parquet
+from storage.inputs.node_table import NodeTable
+from storage.inputs.npy import load_npy
+from storage.integrity.report import ValidationReport
+from storage.integrity.validate import validate_input
+from storage.locations.fs import Shard
+from storage.partitions.reader import read_node_column
 from storage.resources import StageClock, peak_rss_bytes, stage
-from storage.validate import validate_input
 
 __all__ = ["Assignment", "fallback_needs", "partition"]
 
@@ -460,7 +465,7 @@ def partition(
     ----------
     input_url
         An input directory (``edges/``, ``nodes/``, optional ``meta.json``), or one
-        already opened (:func:`storage.input.open_input`).
+        already opened (:func:`storage.inputs.directory.open_input`).
     num_parts, algo
         Shorthands for ``config.num_parts`` and ``config.algo``.
     config

@@ -21,6 +21,8 @@ from pipeline.config import PartitionConfig
 from pipeline.needs import EDGE_ROW, MIB, Need, RunShape
 from pipeline.partition import partition
 from pipeline.store.commit import Staging
+from pipeline.store.generations import begin_remote_run, remote_output
+from pipeline.store.output_dir import decoded_copy, writable_output
 from pipeline.store.run_record import (
     SavedAssignment,
     check_halo,
@@ -32,24 +34,22 @@ from pipeline.store.run_record import (
     staged_state_ok,
 )
 from pipeline.store.tasks import Progress, bar_for
-from pipeline.store.generations import begin_remote_run, remote_output
-from pipeline.store.output_dir import decoded_copy, writable_output
 from pipeline.store.write import begin_run, write_generation
-from storage.decoded import decoded_row, decoded_shards
-from storage.decoded_copy import validate_and_copy
-from storage.direct_io import WRITE_BUFFER
-from storage.fs import Shard
-from storage.input import InputDir, open_input
-from storage.location import is_local_url
-from storage.node_table import NodeTable, node_table_bytes
-from storage.report import ValidationReport
+from storage.inputs.decoded import decoded_row, decoded_shards
+from storage.inputs.decoded_copy import validate_and_copy
+from storage.inputs.directory import InputDir, open_input
+from storage.inputs.node_table import NodeTable, node_table_bytes
+from storage.integrity.report import ValidationReport
+from storage.locations.direct_io import WRITE_BUFFER
+from storage.locations.fs import Shard
+from storage.locations.location import is_local_url
 from storage.resources import stage
 
 __all__ = ["partition_to_store", "validate_needs"]
 
 log = logging.getLogger(__name__)
 
-#: Features per node batch of the validator's node pass (storage.checks).
+#: Features per node batch of the validator's node pass (storage.integrity.checks).
 NODE_BATCH_BYTES = 16 * MIB
 
 
@@ -205,13 +205,13 @@ def validate_needs(run: PartitionConfig, s: RunShape) -> Need:
     """Memory and disk of :func:`_validate`, the validator's two passes at once: node pass
     ``seen`` bool[N] + reading a node shard, or one node batch (16 MiB of features, their
     ``isfinite`` mask, ids, labels); edge pass ``degree`` int64[N] + the batch and its
-    range masks. It also writes the decoded edge copy (:mod:`storage.decoded`, 8 B per
+    range masks. It also writes the decoded edge copy (:mod:`storage.inputs.decoded`, 8 B per
     edge, 16 past 2**31 nodes), removed once the route has read it, and the decoded node
-    table (:mod:`storage.node_table`, ``4d + 9`` B per node), kept until the run ends."""
+    table (:mod:`storage.inputs.node_table`, ``4d + 9`` B per node), kept until the run ends."""
     node_rows = min(s.n_s, max(1024, min(run.batch_rows, NODE_BATCH_BYTES // (4 * max(1, s.d)))))
     node_pass = s.n + max(s.node_read, 2 * node_rows * (5 * s.d + 17))
     edge_pass = 8 * s.n + 2 * EDGE_ROW * s.b + 4 * s.b
     # The two passes run side by side; the copies' writers buffer a block each
-    # (storage.direct_io): src and dst, x, y and split.
+    # (storage.locations.direct_io): src and dst, x, y and split.
     return Need(driver=node_pass + edge_pass + 5 * WRITE_BUFFER,
                 written=decoded_row(s.n) * s.e + node_table_bytes(s.n, s.d))

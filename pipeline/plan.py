@@ -40,7 +40,7 @@ copy (16 B past 2**31 nodes), the ``global_nid`` lists, the new stores, ``state.
 the node map; the decoded edge copy, 8 B per edge, only until the route has read it),
 so the output's filesystem needs their sum; attribute clustering writes nothing (it
 fits on an in-memory sample, then labels the decoded table in one pass). Store sizes
-use the compression ratios measured in :mod:`storage.partition_store`.
+use the compression ratios measured in :mod:`storage.partitions.store`.
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ from pipeline.store.finalize import finalize_edges_needs, finalize_nodes_needs
 from pipeline.store.route import route_needs
 from pipeline.stream import stream_ways
 from storage.errors import AseprError, InputError, format_problem
-from storage.input import InputDir, open_input, open_parquet
-from storage.location import is_local_url
-from storage.schema import check_node_schema, feature_matrix
+from storage.inputs.directory import InputDir, open_input, open_parquet
+from storage.inputs.schema import check_node_schema, feature_matrix
+from storage.locations.location import is_local_url
 
 __all__ = [
     "InputSizes",
@@ -189,7 +189,7 @@ def input_sizes(source: str | Path | InputDir, storage_options: dict | None = No
     Parameters
     ----------
     source
-        The input directory, or one already opened (:func:`storage.input.open_input`).
+        The input directory, or one already opened (:func:`storage.inputs.directory.open_input`).
     storage_options
         Passed to fsspec.
 
@@ -547,7 +547,7 @@ def plan_partition(
     Parameters
     ----------
     source
-        The input directory (or an opened :class:`~storage.input.InputDir`).
+        The input directory (or an opened :class:`~storage.inputs.directory.InputDir`).
     out
         The output directory (it need not exist): its filesystem's free disk is checked;
         for an object-store URL, the free disk of the local ``scratch`` directory.

@@ -14,14 +14,14 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
-from storage.decoded import read_decoded
-from storage.fs import Shard
-from storage.input import open_parquet
+from storage.inputs.decoded import read_decoded
+from storage.inputs.directory import open_parquet
+from storage.locations.fs import Shard
 
 __all__ = ["EdgeBatch", "iter_edge_batches", "map_shard_ranges", "shard_ranges", "stream_ways", "warmup_arrays"]
 
@@ -40,7 +40,7 @@ class EdgeBatch:
 def _produce(shards: list[Shard], batch_rows: int, first_shard: int = 0) -> Iterator[EdgeBatch]:
     position = 0
     for index, shard in enumerate(shards, start=first_shard):
-        if shard.decoded is not None:  # the validator's raw copy (storage.decoded)
+        if shard.decoded is not None:  # the validator's raw copy (storage.inputs.decoded)
             for row0, src, dst in read_decoded(shard, batch_rows):
                 yield EdgeBatch(index, row0, position, src, dst)
                 position += len(src)

@@ -1,28 +1,24 @@
 """The files asepr reads and writes: the input directory and the partitioned output.
 
 ``storage`` is the lowest layer: it knows file formats and nothing of partitioning
-algorithms or training.
+algorithms or training. One concept per folder:
 
-- Input: the format (:mod:`~storage.schema`), the one way in (:mod:`~storage.input`,
-  ``open_input``), streaming validation (:mod:`~storage.validate`, its checks in
-  :mod:`~storage.checks`, its report in :mod:`~storage.report`; new shards for a
-  partitioned output in :mod:`~storage.validate_increment`), the decoded copy written
-  while validating (:mod:`~storage.decoded_copy`), importers from public formats
-  (:mod:`~storage.importers`), the writer they share (:mod:`~storage.input_writer`), one
-  node column read by id (:mod:`~storage.reader`) and ``asepr clean`` (:mod:`~storage.clean`, with the
-  duplicate counter :mod:`~storage.dedup`).
-- Output: the per-partition Zarr stores (:mod:`~storage.partition_store`; an output's
-  committed stores in :mod:`~storage.output_stores`), the manifest
-  (:mod:`~storage.manifest`), the incremental state (:mod:`~storage.state`)
-  and the output lock (:mod:`~storage.lock`).
-- Shared: fsspec paths and shard discovery (:mod:`~storage.fs`), atomic writes
-  (:mod:`~storage.atomic`), paths kept inside an output (:mod:`~storage.confine`), the
-  error hierarchy (:mod:`~storage.errors`), stage timing (:mod:`~storage.resources`)
-  and the fault injector of the crash tests (:mod:`~storage.failpoints`).
+- :mod:`storage.inputs`: the input format, the one way in (``open_input``), the writer the
+  importers share, ``asepr clean`` and the decoded copies of a partition run;
+- :mod:`storage.importers`: public formats (gnn-benchmark, MUSAE, OGB, edge lists) into the
+  input format;
+- :mod:`storage.integrity`: streaming validation and the checked reads of a store;
+- :mod:`storage.partitions`: the per-partition Zarr stores, the manifest and ``state.zarr``;
+- :mod:`storage.commit`: atomic writes, the output lock, the object-store lease and path
+  confinement;
+- :mod:`storage.locations`: fsspec paths, local and object-store locations.
+
+Beside them: the error hierarchy (:mod:`storage.errors`) and stage timing and memory
+(:mod:`storage.resources`). The names users import are re-exported here.
 """
 
-from storage.atomic import staged_output, write_bytes_atomic
-from storage.dedup import EdgeDedup
+from storage.commit.atomic import staged_output, write_bytes_atomic
+from storage.commit.lock import OutputLock
 from storage.errors import (
     AseprError,
     InputError,
@@ -31,14 +27,9 @@ from storage.errors import (
     StoreError,
     format_problem,
 )
-from storage.fs import Shard, discover_shards, fingerprint, join, resolve, url_of
-from storage.input import InputDir, input_paths, open_input, open_parquet, read_meta
-from storage.input_writer import InputWriter
-from storage.lock import OutputLock
-from storage.manifest import MANIFEST_NAME, read_manifest, write_manifest
-from storage.output_stores import open_partition
-from storage.partition_store import PartitionStore, open_store
-from storage.schema import (
+from storage.inputs.dedup import EdgeDedup
+from storage.inputs.directory import InputDir, input_paths, open_input, open_parquet, read_meta
+from storage.inputs.schema import (
     FORMAT_VERSION,
     META_NAME,
     SPLIT_NONE,
@@ -51,8 +42,13 @@ from storage.schema import (
     feature_matrix,
     node_schema,
 )
-from storage.report import ShardInfo, ValidationReport
-from storage.validate import validate_input
+from storage.inputs.writer import InputWriter
+from storage.integrity.report import ShardInfo, ValidationReport
+from storage.integrity.validate import validate_input
+from storage.locations.fs import Shard, discover_shards, fingerprint, join, resolve, url_of
+from storage.partitions.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from storage.partitions.output_stores import open_partition
+from storage.partitions.store import PartitionStore, open_store
 
 __all__ = [
     "MANIFEST_NAME",

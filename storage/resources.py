@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-__all__ = ["StageClock", "peak_rss_bytes", "stage", "tune_malloc"]
+__all__ = ["StageClock", "own_peak_rss_bytes", "peak_rss_bytes", "stage", "tune_malloc"]
 
 #: glibc's ``mallopt`` parameters: the most malloc arenas, the size from which a block
 #: gets its own mapping, and the free bytes at a heap's top that are kept, not returned.
@@ -58,6 +58,24 @@ def peak_rss_bytes() -> int:
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # Linux reports KiB, macOS bytes.
     return int(peak if sys.platform == "darwin" else peak * 1024)
+
+
+def own_peak_rss_bytes() -> int | None:
+    """This process's own RSS high-water mark (``VmHWM`` of ``/proc/self/status``), in
+    bytes; None where there is no ``/proc``.
+
+    Not ``getrusage``'s ``ru_maxrss``: Linux carries the parent's high-water mark across
+    fork and exec into it, so every child a launcher starts would report at least the
+    launcher's peak.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
 
 
 @contextlib.contextmanager

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from storage.errors import InputError, format_problem
-from storage.input import open_input, open_parquet
-from storage.schema import check_node_schema, feature_matrix
+from storage.inputs.directory import open_input, open_parquet
+from storage.inputs.schema import check_node_schema, feature_matrix
 from training.comm import Comm
 from training.config import TrainConfig
 from training.data import LocalGraph, build_local_graph

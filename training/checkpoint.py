@@ -20,9 +20,9 @@ A round's checkpoint is complete once ``latest.json`` names it, and only then: a
 killed mid-write, or a full disk, leaves the previous round as the latest (the disk error
 is raised as :class:`storage.errors.FileSystemError`, naming the file and that round). The two newest complete
 rounds are kept. A resume follows the pointer: the directory ``latest.json`` names must
-lie inside ``checkpoints/`` (:func:`storage.confine.confined_join`). Files are written
+lie inside ``checkpoints/`` (:func:`storage.commit.confine.confined_join`). Files are written
 through :class:`training.run_files.RunFiles`: locally by
-:func:`storage.atomic.write_bytes_atomic` (a private temporary file renamed into place);
+:func:`storage.commit.atomic.write_bytes_atomic` (a private temporary file renamed into place);
 on an object store (``--run-dir s3://bucket/runs/x``) each file is one PUT, atomic by
 the store, each round under its own prefix and the pointer last. Checkpoints are read with
 ``torch.load(weights_only=True)``: tensors, numbers, strings, lists and dicts only, never
@@ -31,8 +31,8 @@ error naming the file (:func:`expect_keys`, :func:`expect_tensor`,
 :func:`load_optimizer_state`).
 
 One run at a time uses a run directory: :meth:`RunDir.lock` is the output's lock
-(:class:`storage.lock.OutputLock`) on a local ``RUN``, the lease object
-``RUN/.asepr.lease`` (:class:`storage.lease.Lease`) on an object store. The launcher takes it and passes its token
+(:class:`storage.commit.lock.OutputLock`) on a local ``RUN``, the lease object
+``RUN/.asepr.lease`` (:class:`storage.commit.lease.Lease`) on an object store. The launcher takes it and passes its token
 to the trainers in :data:`LOCK_TOKEN_VARIABLE`; a trainer started without it (plain
 ``torchrun``, SLURM) takes the lock itself on rank 0 (:meth:`RunDir.claim`).
 """
@@ -50,12 +50,12 @@ from typing import Any
 
 import torch
 
-from storage.atomic import dumps_json
+from storage.commit.atomic import dumps_json
+from storage.commit.lease import LEASE_NAME, Lease
+from storage.commit.lock import OutputLock
 from storage.errors import AseprError, StoreError, format_problem, os_error_problem
-from storage.fs import join, url_of
-from storage.lease import LEASE_NAME, Lease
-from storage.lock import OutputLock
-from storage.manifest import LOCK_NAME
+from storage.locations.fs import join, url_of
+from storage.partitions.manifest import LOCK_NAME
 from training.config import TrainConfig
 from training.run_files import RunFiles
 

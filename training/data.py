@@ -30,7 +30,7 @@ from torch_geometric.data import Data
 
 from storage import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, open_partition, read_manifest
 from storage.errors import StoreError, format_problem
-from storage.reader import read_committed
+from storage.partitions.reader import read_committed
 
 __all__ = ["LocalGraph", "build_local_graph", "load_local_graph", "normalize_features", "prepare_features",
            "project_features", "rank_partitions"]
@@ -148,7 +148,7 @@ def load_local_graph(
     Reads the manifest and those partitions' stores only. With several partitions, a
     node stored in more than one becomes one row (master if it is master in any). A
     commit (ingest, rebalance) that swaps the stores during the load makes the load
-    start again on the new generation (:func:`storage.reader.read_committed`).
+    start again on the new generation (:func:`storage.partitions.reader.read_committed`).
 
     Raises
     ------

@@ -54,9 +54,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from storage import failpoints, read_manifest
+from storage import read_manifest
+from storage.commit import failpoints
 from storage.errors import format_problem
-from training.checkpoint import RunDir, TrainerError, expect_keys, expect_tensor, load_optimizer_state
+from training.checkpoint import (
+    RunDir,
+    TrainerError,
+    expect_keys,
+    expect_tensor,
+    load_optimizer_state,
+)
 from training.comm import Comm
 from training.config import TrainConfig
 from training.data import LocalGraph, load_local_graph, prepare_features, rank_partitions
@@ -64,10 +71,19 @@ from training.device import backend_for, resolve_device
 from training.inference import Evaluator
 from training.local import batch_stream, steps_per_round, sync_segments, train_local
 from training.models import build_model, flatten, num_parameters, unflatten_into
-from training.reconcile import Reconciler
 from training.protocol import ComputeClock, patience_spent
-from training.rounds import (all_ranks_ready, batch_columns, commit_round, configure_cpu, evaluates, metrics_row,
-                             placement_columns, rank_peak_rss_bytes, start_run)
+from training.reconcile import Reconciler
+from training.rounds import (
+    all_ranks_ready,
+    batch_columns,
+    commit_round,
+    configure_cpu,
+    evaluates,
+    metrics_row,
+    placement_columns,
+    rank_peak_rss_bytes,
+    start_run,
+)
 from training.tasks import make_task, round_seed
 
 __all__ = ["TrainerError", "exit_with_parent", "global_weights", "init_process_group", "run_trainer", "train_rounds"]

@@ -30,9 +30,18 @@ from typing import Any
 import fsspec
 
 from storage.errors import AseprError, format_problem, os_errors_as_problems
-from storage.remote import add_storage_options_flag, remote_errors_as_problems
-from training.config import (DEVICES, EVAL_MODES, FDS_PARTITIONERS, MODELS, SERVER_OPTIMIZERS, TASKS, TrainConfig,
-                             load_config, parse_batch_size)
+from storage.locations.remote import add_storage_options_flag, remote_errors_as_problems
+from training.config import (
+    DEVICES,
+    EVAL_MODES,
+    FDS_PARTITIONERS,
+    MODELS,
+    SERVER_OPTIMIZERS,
+    TASKS,
+    TrainConfig,
+    load_config,
+    parse_batch_size,
+)
 
 __all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main",
            "read_config"]

@@ -38,9 +38,9 @@ import pyarrow.parquet as pq
 import torch
 
 from storage.errors import AseprError, InputError, format_problem
-from storage.fs import join, resolve
-from storage.input import read_meta
-from storage.manifest import read_manifest
+from storage.inputs.directory import read_meta
+from storage.locations.fs import join, resolve
+from storage.partitions.manifest import read_manifest
 from training.checkpoint import RunDir, TrainerError
 from training.config import TrainConfig
 from training.data import LocalGraph, prepare_features

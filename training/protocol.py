@@ -26,12 +26,30 @@ from typing import Any
 
 import torch
 
-__all__ = ["LATENCY_S", "NETWORK_GBITS", "ComputeClock", "best_row", "cluster_seconds", "patience_spent",
-           "time_to_fraction"]
+__all__ = ["LATENCY_S", "NETWORK_GBITS", "ComputeClock", "best_row", "cluster_seconds", "modelled_seconds",
+           "patience_spent", "time_to_fraction"]
 
 #: The network model: link bandwidths (Gbit/s) and the latency of one message (s).
 NETWORK_GBITS = (1, 10, 100)
 LATENCY_S = 50e-6
+
+
+def modelled_seconds(seconds: float, bytes_sent: float, messages: float, gbit: float,
+                     latency: float = LATENCY_S) -> float:
+    """The network model: ``seconds + bytes_sent · 8 / (gbit · 10^9) + messages · latency``.
+
+    Parameters
+    ----------
+    seconds
+        Compute seconds (measured, or the slowest ranks' sum).
+    bytes_sent, messages
+        Bytes and messages sent by the busiest rank.
+    gbit
+        Link bandwidth in Gbit/s.
+    latency
+        Seconds per message.
+    """
+    return float(seconds) + float(bytes_sent) * 8 / (gbit * 1e9) + float(messages) * latency
 
 
 def best_row(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -91,7 +109,7 @@ def cluster_seconds(row: dict[str, Any], gbit: float, latency: float = LATENCY_S
     compute = row.get("compute_s_cum_max")
     compute = float(row["elapsed_s"]) if compute is None or compute != compute else float(compute)
     sent = float(row.get("bytes_sent_cum_max", 0.0)) + float(eval_bytes)
-    return compute + sent * 8 / (gbit * 1e9) + float(row.get("messages_sent_cum_max", 0.0)) * latency
+    return modelled_seconds(compute, sent, row.get("messages_sent_cum_max", 0.0), gbit, latency)
 
 
 def time_to_fraction(rows: Sequence[dict[str, Any]], target: float | None, gbit: float,

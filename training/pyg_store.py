@@ -42,8 +42,8 @@ import numpy as np
 import torch
 from torch_geometric.data import FeatureStore, GraphStore
 from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
-from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 from torch_geometric.data.feature_store import TensorAttr
+from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 
 from storage import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, PartitionStore, open_partition
 from training.sampler import csc_by_destination

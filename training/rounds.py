@@ -78,7 +78,7 @@ from typing import Any, TypeVar
 import torch
 
 from storage.errors import AseprError, FileSystemError, format_problem
-from storage.resources import peak_rss_bytes
+from storage.resources import own_peak_rss_bytes, peak_rss_bytes
 from training.checkpoint import RunDir, TrainerError
 from training.comm import Comm
 from training.config import TrainConfig
@@ -321,14 +321,8 @@ def rank_peak_rss_bytes() -> int:
     fork and exec into it, so every rank a launcher starts would report at least the
     launcher's peak. Off Linux (no ``/proc``): ``ru_maxrss``.
     """
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return peak_rss_bytes()
+    own = own_peak_rss_bytes()
+    return peak_rss_bytes() if own is None else own
 
 
 def peak_columns(comm: Comm, train_peak: int | None = None) -> dict[str, Any]:

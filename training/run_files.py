@@ -4,7 +4,7 @@
 leaves how they are written to a :class:`RunFiles`:
 
 * **Local** (a path): every file is replaced atomically by a rename
-  (:func:`storage.atomic.write_bytes_atomic`), and a symbolic link where a directory of
+  (:func:`storage.commit.atomic.write_bytes_atomic`), and a symbolic link where a directory of
   the run is expected is refused (it would take the checkpoints elsewhere).
 * **Remote** (an fsspec URL such as ``s3://bucket/runs/cora``): an object store has no
   rename, but a PUT is atomic (the object appears whole or not at all), so each file is
@@ -12,7 +12,7 @@ leaves how they are written to a :class:`RunFiles`:
   pointer object (``checkpoints/latest.json``) is written last, so the round a resume
   follows is always complete. Listings are read afresh (another process, another rank,
   may have written since), and a request that failed after the client's retries is the
-  project's :class:`storage.remote.RemoteStoreError`, naming the object.
+  project's :class:`storage.locations.remote.RemoteStoreError`, naming the object.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from storage.atomic import refuse_symlink, write_bytes_atomic
-from storage.confine import confined_join
-from storage.fs import join, resolve, url_of
-from storage.location import is_local
-from storage.remote import remote_errors_as_problems
+from storage.commit.atomic import refuse_symlink, write_bytes_atomic
+from storage.commit.confine import confined_join
+from storage.locations.fs import join, resolve, url_of
+from storage.locations.location import is_local
+from storage.locations.remote import remote_errors_as_problems
 
 __all__ = ["RunFiles"]
 

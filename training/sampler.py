@@ -30,7 +30,13 @@ import numba
 import numpy as np
 import torch
 from torch_geometric.data.graph_store import EdgeLayout
-from torch_geometric.sampler import BaseSampler, EdgeSamplerInput, NegativeSampling, NodeSamplerInput, SamplerOutput
+from torch_geometric.sampler import (
+    BaseSampler,
+    EdgeSamplerInput,
+    NegativeSampling,
+    NodeSamplerInput,
+    SamplerOutput,
+)
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
 __all__ = ["NeighborSampler", "csc_by_destination", "sample_in_edges"]

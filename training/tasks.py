@@ -29,13 +29,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch_geometric.sampler import NodeSamplerInput
 
 from training.comm import Comm
 from training.config import resolve_batch_size
 from training.data import LocalGraph
 from training.models import graph_operator
-from torch_geometric.sampler import NodeSamplerInput
-
 from training.sampler import NeighborSampler
 
 __all__ = ["Batch", "EvalNegatives", "LinkTask", "NodeTask", "auc_from_histograms", "make_task"]

@@ -223,7 +223,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from storage.validate import validate_input
+    from storage.integrity.validate import validate_input
 
     if args.input is None and (args.edges is None or args.nodes is None):
         raise AseprError("asepr validate: give an INPUT directory, or both --edges and --nodes.")
@@ -244,7 +244,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_clean(args: argparse.Namespace) -> int:
-    from storage.clean import clean_input
+    from storage.inputs.clean import clean_input
 
     meta = clean_input(
         args.input,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from storage.remote import add_storage_options_flag
-from workflows.commands_partition import progress_factory, metrics_table, partition_table
+from storage.locations.remote import add_storage_options_flag
+from workflows.commands_partition import metrics_table, partition_table, progress_factory
 from workflows.dask_client import add_dask_arguments, client_from_args
 
 __all__ = ["register"]
@@ -52,7 +52,7 @@ def _changed(manifest: dict) -> str:
 def _commit_generation(args: argparse.Namespace, step, nothing: str) -> dict | None:
     """Run ``step(client)`` (an ingest or a rebalance) on ``args.out``; return its manifest
     when it committed a new generation and output is wanted, else None (after saying why)."""
-    from storage.manifest import read_manifest
+    from storage.partitions.manifest import read_manifest
 
     before = read_manifest(args.out, storage_options=args.storage_options or None)
     with client_from_args(args) as client:

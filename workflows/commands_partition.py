@@ -24,7 +24,7 @@ from typing import Any
 
 from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
 from storage.errors import AseprError, InputError, format_problem
-from storage.remote import add_storage_options_flag, remote_errors_as_problems
+from storage.locations.remote import add_storage_options_flag, remote_errors_as_problems
 from workflows.dask_client import add_dask_arguments, client_from_args, default_workers
 from workflows.extras import require_extra
 
@@ -214,8 +214,8 @@ def _plan(args: argparse.Namespace, config: PartitionConfig, halo: int):
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
-    from pipeline.plan import check_plan, human_bytes
     from pipeline.partition_run import partition_to_store
+    from pipeline.plan import check_plan, human_bytes
 
     config, halo = config_from_args(args)
     if config.algo == "metis":
@@ -339,8 +339,8 @@ def drift_text(out: str | Path, manifest: dict[str, Any]) -> str | None:
 
 def inspect_text(out: str | Path, manifest: dict[str, Any], storage_options: dict | None = None) -> str:
     """Everything ``asepr inspect`` prints (``storage_options``: of a remote ``out``)."""
-    from storage.location import tree_bytes
-    from storage.output_stores import resolve_store_url
+    from storage.locations.location import tree_bytes
+    from storage.partitions.output_stores import resolve_store_url
 
     inp = manifest.get("input", {})
     kind = "undirected" if manifest.get("undirected") else "directed"
@@ -398,7 +398,7 @@ def inspect_text(out: str | Path, manifest: dict[str, Any], storage_options: dic
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from storage.manifest import read_manifest
+    from storage.partitions.manifest import read_manifest
 
     with remote_errors_as_problems(args.out):
         manifest = read_manifest(args.out, storage_options=args.storage_options)

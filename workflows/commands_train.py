@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.errors import AseprError, format_problem
-from storage.remote import remote_errors_as_problems
+from storage.locations.remote import remote_errors_as_problems
 
 __all__ = ["EVAL_LABELS", "check_partition_output", "fds_bytes_line", "register", "summary_table"]
 
@@ -67,7 +67,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.strategy == "fds":
         return _train_fds(args, config)
     if args.centralized:
-        from storage.input import open_input
+        from storage.inputs.directory import open_input
         from training.centralized import run_centralized
 
         open_input(args.centralized)  # a missing input is named before the run directory is made
@@ -117,7 +117,7 @@ def fds_bytes_line(row: dict[str, Any]) -> str:
 
 
 def _train_fds(args: argparse.Namespace, config) -> int:
-    from storage.input import open_input
+    from storage.inputs.directory import open_input
     from training.checkpoint import RunDir
     from training.fds import fds_config
     from training.main import default_run_dir

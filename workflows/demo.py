@@ -20,14 +20,14 @@ from importlib import resources
 from pathlib import Path
 
 from pipeline.config import PartitionConfig
-from pipeline.verify import verify_output
 from pipeline.partition_run import partition_to_store
+from pipeline.verify import verify_output
 from storage.errors import StoreError
 from storage.importers import import_dataset
+from storage.integrity.validate import validate_input
 from storage.resources import peak_rss_bytes
-from storage.validate import validate_input
 from training.config import TrainConfig
-from workflows.bench_ingest import split_stream
+from workflows.bench.ingest import split_stream
 from workflows.commands_partition import metrics_table, partition_table
 from workflows.commands_train import summary_table
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from storage.errors import AseprError, format_problem
-from storage.remote import STORAGE_OPTIONS_VARIABLE
+from storage.locations.remote import STORAGE_OPTIONS_VARIABLE
 from training.checkpoint import LOCK_TOKEN_VARIABLE, RunDir
 from training.config import TrainConfig
 
@@ -91,7 +91,7 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
         round to resume (or of another config or world size).
     storage_options
         fsspec options of a remote ``out`` and ``run_dir``; the ranks get them through
-        :data:`storage.remote.STORAGE_OPTIONS_VARIABLE`, never on their command line.
+        :data:`storage.locations.remote.STORAGE_OPTIONS_VARIABLE`, never on their command line.
 
     Raises
     ------

@@ -57,13 +57,12 @@ from pipeline.assign.expansion import (
 from pipeline.assign.kernel import TWO_PHASE
 from pipeline.assign.loop import EdgePartSink, assign_edges, stream_assign
 from pipeline.assign.settings import KernelSettings
-from pipeline.assign.state import HOME, PART, AssignState
-from pipeline.assign.state import FIELDS
+from pipeline.assign.state import FIELDS, HOME, PART, AssignState
 from pipeline.config import PartitionConfig
 from pipeline.needs import Need, RunShape, held_arrays
 from pipeline.stream import iter_edge_batches, warmup_arrays
 from storage.errors import InputError, format_problem
-from storage.fs import Shard
+from storage.locations.fs import Shard
 from storage.resources import stage
 
 __all__ = ["HybridInfo", "assignment_needs", "choose_threshold", "held_bytes", "hybrid_stream_assign"]

@@ -23,8 +23,8 @@ from pipeline.assign.kernel import MODES, TWO_PHASE, assign_batch
 from pipeline.assign.settings import KernelSettings
 from pipeline.assign.state import AssignState
 from pipeline.stream import EdgeBatch, iter_edge_batches, warmup_arrays
-from storage.fs import Shard
-from storage.npy import load_npy, save_npy
+from storage.inputs.npy import load_npy, save_npy
+from storage.locations.fs import Shard
 from storage.resources import stage
 
 __all__ = ["EdgePartSink", "assign_edges", "edge_parts_path", "iter_assigned", "stream_assign"]

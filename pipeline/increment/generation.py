@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from pipeline.assign import edge_parts_path
 from pipeline.increment.rebuild import (
     extract_moves,
     fetch_rows,
@@ -54,21 +55,38 @@ from pipeline.increment.rebuild import (
     rebuild_edges,
     rebuild_nodes,
 )
-from pipeline.assign import edge_parts_path
-from pipeline.store.commit import Staging, commit, file_sha256, finished_entries, read_json_object, write_node_map
+from pipeline.store.commit import (
+    Staging,
+    commit,
+    file_sha256,
+    finished_entries,
+    read_json_object,
+    write_node_map,
+)
 from pipeline.store.generations import RemoteStaging
-from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
+from pipeline.store.route import (
+    edge_spill_paths,
+    gather_node_shard,
+    node_spill_paths,
+    route_edge_shard,
+)
 from pipeline.store.tasks import Progress, run_tasks, timed, worker_peak_rss
-from storage.atomic import dumps_json, write_json_atomic
+from storage.commit.atomic import dumps_json, write_json_atomic
+from storage.commit.confine import confined_join
 from storage.errors import StoreError, format_problem
-from storage.confine import confined_join
-from storage.fs import Shard, fingerprint, join, resolve, url_of
-from storage.location import remove_tree
-from storage.manifest import MANIFEST_NAME, NODE_MAP_NAME, OLD_DIR, STAGING_NAME, part_name
-from storage.npy import load_npy
-from storage.output_stores import committed_store_urls
+from storage.inputs.npy import load_npy
+from storage.locations.fs import Shard, fingerprint, join, resolve, url_of
+from storage.locations.location import remove_tree
+from storage.partitions.manifest import (
+    MANIFEST_NAME,
+    NODE_MAP_NAME,
+    OLD_DIR,
+    STAGING_NAME,
+    part_name,
+)
+from storage.partitions.output_stores import committed_store_urls
+from storage.partitions.state import STATE_NAME, state_entry, state_identity
 from storage.resources import peak_rss_bytes
-from storage.state import STATE_NAME, state_entry, state_identity
 
 __all__ = ["Plan", "load_plan", "save_plan", "write_increment"]
 

@@ -1,13 +1,13 @@
 """Incremental ingest: add new edge and node shards to a committed output (docs/design.md#incremental-ingest).
 
 :func:`ingest` continues the stream where ``asepr partition`` (or the previous ingest)
-stopped, from the persisted state (:mod:`storage.state`), in roughly the time it takes
+stopped, from the persisted state (:mod:`storage.partitions.state`), in roughly the time it takes
 to assign the new edges:
 
 1. **Exactly once**: every given shard is fingerprinted (sha256); a shard whose
    fingerprint the state lists is skipped with a message. Nothing new: nothing happens.
 2. **Validate** the new shards as the partition path does
-   (:func:`storage.validate_increment.validate_increment`): new nodes carry the ids
+   (:func:`storage.integrity.validate_increment.validate_increment`): new nodes carry the ids
    ``N .. N+n-1`` (contiguous from the next free id ``N``); an edge may name an
    existing node or a new one, and any other id fails before anything is written.
 3. **Degrees** of the new edges (Dask) grow the exact degrees: every new edge is
@@ -53,32 +53,32 @@ from typing import Any
 import numpy as np
 
 from pipeline.assign import EdgePartSink, iter_assigned, stream_assign
-from pipeline.stages.attr_cluster import AttrModel
-from pipeline.stages.degrees import compute_degrees
 from pipeline.increment.generation import Plan, load_plan, save_plan, write_increment
 from pipeline.increment.text_edges import TextIngest, commit_id_map, refuse_node_shards, text_ingest
+from pipeline.stages.attr_cluster import AttrModel
+from pipeline.stages.degrees import compute_degrees
 from pipeline.stages.mapping import place_new_communities
 from pipeline.stages.masters import choose_new_masters, count_new_edges_per_replica, replica_offsets
 from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
-from pipeline.store.continuation import Continuation
-from pipeline.stream import iter_edge_batches
 from pipeline.stages.struct_cluster import ClusterState
 from pipeline.store.commit import Staging, disk_errors, local_output, recover_journal
+from pipeline.store.continuation import Continuation
 from pipeline.store.generations import RemoteStaging, begin_remote_run, remote_output
 from pipeline.store.tasks import Progress, bar_for
-from storage.atomic import dumps_json
+from pipeline.stream import iter_edge_batches
+from storage.commit.atomic import dumps_json
+from storage.commit.lock import OutputLock
 from storage.errors import InputError, StoreError, format_problem
-from storage.fs import Shard, discover_shards, fingerprint
 from storage.importers.edge_increment import text_edge_files
-from storage.lock import OutputLock
-from storage.manifest import read_manifest
-from storage.npy import save_npy
+from storage.inputs.directory import open_parquet
+from storage.inputs.npy import save_npy
+from storage.inputs.schema import check_node_schema, feature_matrix
+from storage.integrity.validate_increment import validate_increment
+from storage.locations.fs import Shard, discover_shards, fingerprint
+from storage.locations.location import is_local_url
+from storage.partitions.manifest import read_manifest
+from storage.partitions.state import read_state, read_state_attrs
 from storage.resources import StageClock, peak_rss_bytes, stage
-from storage.schema import check_node_schema, feature_matrix
-from storage.state import read_state, read_state_attrs
-from storage.input import open_parquet
-from storage.location import is_local_url
-from storage.validate_increment import validate_increment
 
 __all__ = ["ingest"]
 

@@ -43,23 +43,23 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.increment.generation import Plan, load_plan, save_plan, write_increment
-from pipeline.stages.metrics import drift_metrics, partition_metrics
 from pipeline.assign import edge_cap
+from pipeline.increment.generation import Plan, load_plan, save_plan, write_increment
 from pipeline.increment.rebuild import store_edges
-from pipeline.store.continuation import Continuation
+from pipeline.stages.metrics import drift_metrics, partition_metrics
 from pipeline.store.commit import Staging, disk_errors, local_output, recover_journal
+from pipeline.store.continuation import Continuation
 from pipeline.store.generations import RemoteStaging, begin_remote_run, remote_output
 from pipeline.store.tasks import Progress
-from storage.atomic import dumps_json
+from storage.commit.atomic import dumps_json
+from storage.commit.lock import OutputLock
 from storage.errors import StoreError, format_problem
-from storage.location import is_local_url
-from storage.lock import OutputLock
-from storage.manifest import read_manifest
-from storage.npy import save_npy
-from storage.output_stores import committed_store_urls
+from storage.inputs.npy import save_npy
+from storage.locations.location import is_local_url
+from storage.partitions.manifest import read_manifest
+from storage.partitions.output_stores import committed_store_urls
+from storage.partitions.state import read_state, read_state_attrs
 from storage.resources import peak_rss_bytes, stage
-from storage.state import read_state, read_state_attrs
 
 __all__ = ["plan_moves", "rebalance"]
 
@@ -170,13 +170,8 @@ def plan_moves(cont: Continuation, store_urls: dict[int, str], storage_options: 
     }
 
 
-def rebalance(
-    out: str | Path,
-    *,
-    client=None,
-    progress: Progress | None = None,
-    storage_options: dict | None = None,
-) -> dict[str, Any]:
+def rebalance(out: str | Path, *, client=None, progress: Progress | None = None,
+              storage_options: dict | None = None) -> dict[str, Any]:
     """Move whole communities off the partitions past the volume cap; commit a new generation.
 
     Parameters

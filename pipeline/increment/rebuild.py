@@ -49,16 +49,16 @@ from pipeline.store.route import (
     KIND_ASSIGNED,
     KIND_HALO,
     SegmentWriter,
-    spill_paths,
     node_record,
     read_segments,
+    spill_paths,
     write_grouped,
 )
-from storage.atomic import save_npy_atomic
+from storage.commit.atomic import save_npy_atomic
 from storage.errors import StoreError, format_problem
-from storage.npy import load_npy
-from storage.location import open_group_rw
-from storage.partition_store import ArrayWriter, open_store
+from storage.inputs.npy import load_npy
+from storage.locations.location import open_group_rw
+from storage.partitions.store import ArrayWriter, open_store
 
 __all__ = [
     "extract_moves",

@@ -33,8 +33,6 @@ import numpy as np
 import pyarrow.compute as pc
 
 from storage.errors import InputError, format_problem
-from storage.schema import META_NAME
-from storage.fs import Shard, fingerprint, join, resolve, url_of
 from storage.importers.edge_increment import (
     EdgeListIncrement,
     IdMap,
@@ -44,6 +42,8 @@ from storage.importers.edge_increment import (
     read_id_map,
     write_id_map,
 )
+from storage.inputs.schema import META_NAME
+from storage.locations.fs import Shard, fingerprint, join, resolve, url_of
 
 __all__ = ["INGESTED_DIR", "TEXT_WORK_NAME", "TextIngest", "check_id_map", "commit_id_map", "refuse_node_shards",
            "text_ingest"]

@@ -22,13 +22,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.atomic import staged_output
+from storage.commit.atomic import staged_output
 from storage.errors import InputError, format_problem
-from storage.fs import copy_file, copy_side_files, join, resolve
-from storage.input import open_input, open_parquet
-from storage.npy import write_array
+from storage.inputs.directory import open_input, open_parquet
+from storage.inputs.npy import write_array
+from storage.inputs.schema import META_NAME, check_edge_schema
+from storage.locations.fs import copy_file, copy_side_files, join, resolve
 from storage.resources import stage
-from storage.schema import META_NAME, check_edge_schema
 
 __all__ = ["shuffle_edges"]
 

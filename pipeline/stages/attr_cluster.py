@@ -40,7 +40,7 @@ and step 3 labels them in the client: one read in all.
 
 The steps read their rows through one row source (:mod:`pipeline.stages.attr_rows`),
 whatever the input: the node shards, one Dask task per shard, or the validator's
-decoded node table (:mod:`storage.node_table`) that ``asepr partition`` hands over,
+decoded node table (:mod:`storage.inputs.node_table`) that ``asepr partition`` hands over,
 read on threads of the client instead of decoding the shards. The table draws the same
 rows (by shard-order row number) and so gives the same clusters.
 
@@ -69,8 +69,8 @@ from pipeline.stages.attr_rows import NodeRows, ShardRows, TableRows, rows_per_b
 from pipeline.stages.checks import check_float, check_int
 from pipeline.stages.kmeans import assign_nearest, embed, fit_sample, nearest
 from storage.errors import InputError, format_problem
-from storage.fs import Shard
-from storage.node_table import NodeTable
+from storage.inputs.node_table import NodeTable
+from storage.locations.fs import Shard
 from storage.resources import StageClock, stage
 
 if TYPE_CHECKING:
@@ -266,7 +266,7 @@ def attribute_clusters(
     batch_rows
         Maximum rows per record batch (also capped at about 64 MiB per batch).
     table
-        The validator's decoded copy of these shards (:mod:`storage.node_table`): the
+        The validator's decoded copy of these shards (:mod:`storage.inputs.node_table`): the
         sample and the labels read it, on threads of this process, instead of decoding
         the shards. The clusters are the same (the sample draws the same rows).
 

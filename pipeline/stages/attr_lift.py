@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.stream import iter_edge_batches
-from storage.fs import Shard
+from storage.locations.fs import Shard
 
 __all__ = ["AttributeLift", "attribute_lift"]
 

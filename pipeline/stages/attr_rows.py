@@ -10,7 +10,7 @@ into pieces that run as tasks, and each piece reads its rows:
   shard, read by a Dask task (local threads or a cluster); every batch is checked
   (null ids, widths, finite values, the footer's row count), since nothing says the
   shards were validated.
-* :class:`TableRows`: the validator's decoded node table (:mod:`storage.node_table`).
+* :class:`TableRows`: the validator's decoded node table (:mod:`storage.inputs.node_table`).
   A piece (:class:`TablePiece`) is a block of ids, read by a thread of this process;
   the sample draws the same rows (by shard-order row number) as from the shards.
 """
@@ -32,10 +32,10 @@ import pyarrow.parquet as pq
 from pipeline.dask_ops import captured, compute, first_error, share
 from pipeline.stages.kmeans import embed
 from storage.errors import InputError, format_problem
-from storage.fs import Shard
-from storage.input import open_parquet
-from storage.node_table import NodeTable
-from storage.schema import FeatureLayout, check_node_schema, feature_matrix
+from storage.inputs.directory import open_parquet
+from storage.inputs.node_table import NodeTable
+from storage.inputs.schema import FeatureLayout, check_node_schema, feature_matrix
+from storage.locations.fs import Shard
 
 if TYPE_CHECKING:
     import distributed

@@ -25,10 +25,10 @@ import pyarrow as pa
 
 from pipeline.dask_ops import compute, task_prefix, tree_reduce
 from storage.errors import InputError, format_problem
-from storage.fs import Shard
+from storage.inputs.directory import open_parquet
+from storage.integrity.checks import count_ids
+from storage.locations.fs import Shard
 from storage.resources import stage
-from storage.input import open_parquet
-from storage.checks import count_ids
 
 if TYPE_CHECKING:
     import distributed
@@ -138,7 +138,7 @@ def compute_degrees(
     Parameters
     ----------
     edge_shards
-        The edge shards (validated input), e.g. from :func:`storage.fs.discover_shards`.
+        The edge shards (validated input), e.g. from :func:`storage.locations.fs.discover_shards`.
     num_nodes
         N; every id must lie in ``[0, N)``.
     client

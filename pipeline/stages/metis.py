@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.stream import iter_edge_batches
 from pipeline.needs import Need, RunShape
-from storage.fs import Shard
+from pipeline.stream import iter_edge_batches
+from storage.locations.fs import Shard
 
 __all__ = ["metis_membership", "metis_needs"]
 

@@ -39,11 +39,11 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from pipeline.prefetch import PREFETCH_DISTANCE, aligned_zeros, prefetch_write
 from pipeline.config import PartitionConfig
 from pipeline.needs import Need, RunShape
+from pipeline.prefetch import PREFETCH_DISTANCE, aligned_zeros, prefetch_write
 from pipeline.stream import iter_edge_batches, warmup_arrays
-from storage.fs import Shard
+from storage.locations.fs import Shard
 from storage.resources import stage
 
 __all__ = ["ClusterState", "Communities", "cluster_batch", "clustering_needs", "published_cluster_batch",
@@ -65,6 +65,15 @@ class Communities:
 
 # Columns of a ClusterState row.
 _COMMUNITY, _DEGREE, _ATTR, _VOLUME = 0, 1, 2, 3
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _communities(rows, u, v):
+    """The communities of ``u`` and ``v`` and their volumes (a community's volume lives in
+    its own row)."""
+    cu = rows[u, _COMMUNITY]
+    cv = rows[v, _COMMUNITY]
+    return cu, cv, rows[cu, _VOLUME], rows[cv, _VOLUME]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -89,12 +98,9 @@ def cluster_batch(src, dst, rows, cap, cross_cap):
             prefetch_write(rows, rows[dst[i + half], _COMMUNITY])
         u = src[i]
         v = dst[i]
-        cu = rows[u, _COMMUNITY]
-        cv = rows[v, _COMMUNITY]
+        cu, cv, vol_u, vol_v = _communities(rows, u, v)
         if cu == cv:
             continue
-        vol_u = rows[cu, _VOLUME]
-        vol_v = rows[cv, _VOLUME]
         if vol_u >= cap or vol_v >= cap:
             continue
         if vol_u <= vol_v:
@@ -132,12 +138,9 @@ def published_cluster_batch(src, dst, rows, cap, next_id):
                 rows[x, _COMMUNITY] = next_id
                 rows[next_id, _VOLUME] += rows[x, _DEGREE]
                 next_id += 1
-        cu = rows[u, _COMMUNITY]
-        cv = rows[v, _COMMUNITY]
+        cu, cv, vol_u, vol_v = _communities(rows, u, v)
         if cu == cv:
             continue
-        vol_u = rows[cu, _VOLUME]
-        vol_v = rows[cv, _VOLUME]
         if vol_u > cap or vol_v > cap:
             continue
         du = rows[u, _DEGREE]

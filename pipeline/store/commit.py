@@ -2,7 +2,7 @@
 
 ``asepr partition`` (:mod:`pipeline.store.write`), ``asepr ingest`` and ``asepr
 rebalance`` (:mod:`pipeline.increment.generation`) write a new generation of an output
-the same way. Holding the output's lock (:class:`storage.lock.OutputLock`), they work
+the same way. Holding the output's lock (:class:`storage.commit.lock.OutputLock`), they work
 inside ``OUT/.asepr-staging/`` until the commit::
 
     OUT/
@@ -22,7 +22,7 @@ inside ``OUT/.asepr-staging/`` until the commit::
 Commit (:func:`commit`): write the journal, then for each item move the old one into
 ``old/`` and the new one into place, then replace ``manifest.json`` atomically, then
 delete the staging directory. Readers trust the manifest and look in ``old/`` for a
-store of the manifest's generation (:func:`storage.output_stores.resolve_store_url`),
+store of the manifest's generation (:func:`storage.partitions.output_stores.resolve_store_url`),
 so generation g stays readable until the new manifest lands.
 
 A rerun after a crash first finishes or undoes an interrupted commit
@@ -54,12 +54,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.needs import MIB, Need, RunShape
-from storage import failpoints
-from storage.atomic import atomic_file, refuse_symlink, write_json_atomic
-from storage.confine import confined_path
+from storage.commit import failpoints
+from storage.commit.atomic import atomic_file, refuse_symlink, write_json_atomic
+from storage.commit.confine import confined_path
 from storage.errors import AseprError, StoreError, format_problem, os_error_problem
-from storage.fs import resolve, url_of
-from storage.manifest import (
+from storage.inputs.npy import load_npy
+from storage.locations.fs import resolve, url_of
+from storage.locations.location import remove_tree, tree_bytes, tree_exists
+from storage.partitions.manifest import (
     JOURNAL_NAME,
     MANIFEST_NAME,
     NODE_MAP_NAME,
@@ -69,10 +71,8 @@ from storage.manifest import (
     read_manifest,
     write_manifest,
 )
-from storage.npy import load_npy
-from storage.location import remove_tree, tree_bytes, tree_exists
-from storage.partition_store import checksum_problems, open_store
-from storage.state import STATE_NAME
+from storage.partitions.state import STATE_NAME
+from storage.partitions.store import checksum_problems, open_store
 
 __all__ = [
     "NODE_MAP_BYTES",

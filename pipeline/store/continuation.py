@@ -1,6 +1,6 @@
 """The partitioner state as the algorithms see it (docs/design.md#partitioner-state).
 
-:mod:`storage.state` is the on-disk format; this module fills it and reads it back:
+:mod:`storage.partitions.state` is the on-disk format; this module fills it and reads it back:
 
 * :func:`assignment_state` turns a finished :class:`~pipeline.partition.Assignment`
   into the state's arrays and attributes (``asepr partition`` writes it);
@@ -23,8 +23,8 @@ from pipeline.assign import AssignState, KernelSettings
 from pipeline.config import PartitionConfig
 from pipeline.needs import STORE_RATIO, Need, RunShape, held_arrays
 from storage.errors import StoreError, format_problem
-from storage.partition_store import CHUNK_BYTES
-from storage.state import PartitionerState, write_state
+from storage.partitions.state import PartitionerState, write_state
+from storage.partitions.store import CHUNK_BYTES
 
 __all__ = ["Continuation", "assignment_state", "shard_records", "state_needs", "write_assignment_state"]
 

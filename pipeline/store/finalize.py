@@ -10,7 +10,7 @@ chunks of memory per partition) or by :func:`finalize_nodes` (after the node row
 gathered into spill files: :func:`~pipeline.store.write.write_partitions`; ingest has its own;
 O(|V_p|) plus one 64 MiB block). Memory is O(|E_p|) for the CSR; nothing here grows
 with the whole graph except passes over the ``int32 [N]`` master array.
-The layout is documented in :mod:`storage.partition_store`.
+The layout is documented in :mod:`storage.partitions.store`.
 """
 
 from __future__ import annotations
@@ -27,22 +27,22 @@ from typing import Any
 import numpy as np
 import zarr
 
-from pipeline.store.route import KIND_ASSIGNED, KIND_HALO, edge_record, node_record, read_segments
 from pipeline.needs import STORE_RATIO, Need, RunShape
-from storage import failpoints
-from storage.atomic import save_npy_atomic
+from pipeline.store.route import KIND_ASSIGNED, KIND_HALO, edge_record, node_record, read_segments
+from storage.commit import failpoints
+from storage.commit.atomic import save_npy_atomic
 from storage.errors import StoreError, format_problem
-from storage.node_table import NodeTable
-from storage.npy import load_npy
-from storage.partition_store import (
+from storage.inputs.node_table import NodeTable
+from storage.inputs.npy import load_npy
+from storage.locations.location import create_group, open_group_rw, remove_tree, tree_bytes
+from storage.partitions.store import (
+    CHUNK_BYTES,
     STORE_FORMAT,
     STORE_VERSION,
-    CHUNK_BYTES,
     ArrayWriter,
     combine_digests,
     write_array,
 )
-from storage.location import create_group, open_group_rw, remove_tree, tree_bytes
 
 __all__ = ["finalize_edges", "finalize_edges_needs", "finalize_nodes", "finalize_nodes_from_table",
            "finalize_nodes_needs", "finish_store", "row_index", "sweep_groups", "write_structure"]
@@ -406,7 +406,7 @@ def sweep_groups(node_counts: dict[int, int], groups: int) -> list[list[int]]:
 def _table_steps(table: NodeTable, step_bytes: int) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
     """``(start, stop, {x, y, split})`` for consecutive steps of about ``step_bytes`` of
     features (none for 0), the next step read on a thread while the caller uses this
-    one: the table is read with ``O_DIRECT`` (:mod:`storage.node_table`), which has no
+    one: the table is read with ``O_DIRECT`` (:mod:`storage.inputs.node_table`), which has no
     kernel read-ahead, so this is what overlaps the reads with the writes. Two steps are
     in memory at once."""
     if not step_bytes:
@@ -441,7 +441,7 @@ def finalize_nodes_from_table(
     storage_options: dict | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`finalize_nodes` for several partitions, their rows taken from the
-    validator's decoded node table (:mod:`storage.node_table`) in one sequential sweep.
+    validator's decoded node table (:mod:`storage.inputs.node_table`) in one sequential sweep.
 
     A partition's rows are in ``global_nid`` order, so a sweep in id order produces each
     partition's ``x``, ``y`` and ``split`` front to back: they are written a chunk at a
@@ -534,7 +534,7 @@ def finalize_nodes_needs(s: RunShape) -> Need:
     worker; a process's threads share one), each sweeping the decoded node table for
     ``k / sweeps`` partitions: per partition a one-chunk buffer of each of ``x``, ``y``
     and ``split`` (and two more of ``x``: zarr's encoded chunk and the aligned copy that
-    :class:`storage.chunk_stores.DirectLocalStore` writes from) and a slice of
+    :class:`storage.partitions.chunk_stores.DirectLocalStore` writes from) and a slice of
     its ids; two steps of the table (16 MiB of features with their labels and splits:
     the one served and the one read ahead) and the ids taken from one."""
     sweeps = max(1, min(s.k, s.sweeps))

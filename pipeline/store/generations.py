@@ -6,7 +6,7 @@ so a remote output never moves anything. Each generation is written where it sta
 
     OUT/
       manifest.json                  the pointer: written last, in one PUT
-      .asepr.lease                   the writer's lease (storage.lease)
+      .asepr.lease                   the writer's lease (storage.commit.lease)
       gen-00003-1f2e3d4c/            generation 3
         run.json                     run key and generation (resumption), assignment digest
         part-00000.zarr/ ...         written by whoever builds them (Dask tasks)
@@ -14,7 +14,7 @@ so a remote output never moves anything. Each generation is written where it sta
       gen-00002-9a8b7c6d/            generation 2: retired (deleted) once 3 is committed
 
 A reader opens ``manifest.json`` and follows its paths (each relative to ``OUT``, each
-confined to it: :func:`storage.output_stores.resolve_store_url`); it never lists the
+confined to it: :func:`storage.partitions.output_stores.resolve_store_url`); it never lists the
 output, so a half-written prefix is invisible. The commit (:meth:`RemoteStaging.publish`)
 uploads the node map and state from the local scratch, reads the lease back (a writer
 that lost it never commits), writes ``manifest.json`` in one PUT (an object store
@@ -49,14 +49,14 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.store.commit import RUN_NAME, Staging
-from storage import failpoints
-from storage.atomic import dumps_json
+from storage.commit import failpoints
+from storage.commit.atomic import dumps_json
+from storage.commit.lease import LEASE_NAME, Lease
 from storage.errors import AseprError, StoreError, format_problem
-from storage.fs import join, resolve, url_of
-from storage.lease import LEASE_NAME, Lease
-from storage.location import is_local, remove_tree
-from storage.manifest import MANIFEST_NAME, part_name, read_manifest, write_manifest
-from storage.remote import remote_errors_as_problems
+from storage.locations.fs import join, resolve, url_of
+from storage.locations.location import is_local, remove_tree
+from storage.locations.remote import remote_errors_as_problems
+from storage.partitions.manifest import MANIFEST_NAME, part_name, read_manifest, write_manifest
 
 __all__ = ["GENERATION_PATTERN", "RemoteOutput", "RemoteStaging", "begin_remote_run", "generation_dir",
            "named_prefixes", "remote_output"]

@@ -22,15 +22,15 @@ import numpy as np
 
 from pipeline.assign import edge_parts_path
 from pipeline.store.commit import Staging, file_sha256, read_json_object
-from storage.atomic import dumps_json, save_npy_atomic, write_json_atomic
+from storage.commit.atomic import dumps_json, save_npy_atomic, write_json_atomic
 from storage.errors import StoreError
-from storage.fs import Shard, fingerprint, resolve, url_of
-from storage.input import open_parquet
-from storage.manifest import MANIFEST_VERSION
-from storage.partition_store import STORE_VERSION
+from storage.inputs.directory import open_parquet
+from storage.inputs.schema import check_node_schema, feature_matrix
+from storage.locations.fs import Shard, fingerprint, resolve, url_of
+from storage.partitions.manifest import MANIFEST_VERSION
+from storage.partitions.state import state_identity
+from storage.partitions.store import STORE_VERSION
 from storage.resources import stage
-from storage.schema import check_node_schema, feature_matrix
-from storage.state import state_identity
 
 __all__ = ["SavedAssignment", "assignment_digest", "check_halo", "input_info_from_report", "input_info_from_shards",
            "load_assignment", "parts_files", "run_key_of", "save_assignment", "stage_state", "staged_state_ok"]

@@ -4,7 +4,7 @@
 :func:`write_partitions` does so for an :class:`~pipeline.Assignment` you already have,
 and :func:`pipeline.partition_run.partition_to_store` (the whole ``asepr partition`` run)
 after validating and partitioning. Both hold the output's lock
-(:class:`storage.lock.OutputLock`) and commit through the protocol of
+(:class:`storage.commit.lock.OutputLock`) and commit through the protocol of
 :mod:`pipeline.store.commit` (staging, journal, recovery, resumption); what a run records
 to resume is :mod:`pipeline.store.run_record`.
 
@@ -43,10 +43,20 @@ from pipeline.store.commit import (
     recover_journal,
     write_node_map,
 )
+from pipeline.store.finalize import (
+    finalize_edges,
+    finalize_nodes,
+    finalize_nodes_from_table,
+    sweep_groups,
+)
 from pipeline.store.generations import RemoteStaging, begin_remote_run, remote_output
 from pipeline.store.output_dir import writable_output
-from pipeline.store.finalize import finalize_edges, finalize_nodes, finalize_nodes_from_table, sweep_groups
-from pipeline.store.route import edge_spill_paths, gather_node_shard, node_spill_paths, route_edge_shard
+from pipeline.store.route import (
+    edge_spill_paths,
+    gather_node_shard,
+    node_spill_paths,
+    route_edge_shard,
+)
 from pipeline.store.run_record import (
     SavedAssignment,
     assignment_digest,
@@ -60,14 +70,20 @@ from pipeline.store.run_record import (
     staged_state_ok,
 )
 from pipeline.store.tasks import Progress, run_tasks, task_slots, timed, worker_peak_rss
-from storage.decoded import remove_decoded
 from storage.errors import StoreError, format_problem
-from storage.fs import Shard
-from storage.location import is_local_url, remove_tree
-from storage.manifest import MANIFEST_FORMAT, MANIFEST_VERSION, NODE_MAP_NAME, part_name, read_manifest
-from storage.node_table import NodeTable
+from storage.inputs.decoded import remove_decoded
+from storage.inputs.node_table import NodeTable
+from storage.locations.fs import Shard
+from storage.locations.location import is_local_url, remove_tree
+from storage.partitions.manifest import (
+    MANIFEST_FORMAT,
+    MANIFEST_VERSION,
+    NODE_MAP_NAME,
+    part_name,
+    read_manifest,
+)
+from storage.partitions.state import STATE_NAME, state_entry, state_identity
 from storage.resources import peak_rss_bytes
-from storage.state import STATE_NAME, state_entry, state_identity
 
 __all__ = ["Progress", "begin_run", "write_generation", "write_partitions"]
 
@@ -109,7 +125,7 @@ def _route_and_finalize_edges(staging: Staging, saved: SavedAssignment, todo: li
     """Route every edge shard not routed yet, then write the CSR of each partition in ``todo``.
 
     ``decoded_edges``: the edge shards with the validator's decoded copies attached
-    (:mod:`storage.decoded`), which the route reads instead of the Parquet files and
+    (:mod:`storage.inputs.decoded`), which the route reads instead of the Parquet files and
     then deletes.
     """
     k = saved.num_parts

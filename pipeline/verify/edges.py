@@ -55,13 +55,13 @@ from pathlib import Path
 
 import numba
 import numpy as np
-from storage.npy import write_array
 import pyarrow as pa
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
 from pipeline.stream import iter_edge_batches
+from storage.inputs.npy import write_array
 
 __all__ = [
     "EDGE_CHECKS",

@@ -23,9 +23,9 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from storage.input import open_parquet
-from storage.partition_store import PartitionStore
-from storage.schema import check_node_schema, feature_matrix
+from storage.inputs.directory import open_parquet
+from storage.inputs.schema import check_node_schema, feature_matrix
+from storage.partitions.store import PartitionStore
 
 __all__ = [
     "NODE_FIELDS",

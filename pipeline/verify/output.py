@@ -85,13 +85,18 @@ from pipeline.verify.nodes import (
     mismatch_problems,
     node_table_bytes,
 )
-from pipeline.verify.state import ReplicaBits, load_state, state_masters_problems, state_partition_problems
+from pipeline.verify.state import (
+    ReplicaBits,
+    load_state,
+    state_masters_problems,
+    state_partition_problems,
+)
 from pipeline.verify.stores import PartitionScan, owned_edge_keys, scan_partition
-from storage.confine import confined_join
+from storage.commit.confine import confined_join
 from storage.errors import AseprError, InputError, format_problem
-from storage.fs import Shard, discover_shards, fingerprint, join, resolve, url_of
-from storage.input import open_input
-from storage.manifest import NODE_MAP_NAME, OLD_DIR, STAGING_NAME, read_manifest
+from storage.inputs.directory import open_input
+from storage.locations.fs import Shard, discover_shards, fingerprint, join, resolve, url_of
+from storage.partitions.manifest import NODE_MAP_NAME, OLD_DIR, STAGING_NAME, read_manifest
 from storage.resources import stage
 
 __all__ = ["Problem", "VerifyReport", "verify_output"]

@@ -5,7 +5,7 @@ reads each array once through the checked reader (zarr checks every chunk's crc3
 hashes what it read against the store's ``array_checksums`` and checks the CSR
 layout, and returns what the checks across partitions need (:class:`PartitionScan`).
 A store whose chunks are missing, undecodable or altered is described chunk by chunk
-by :func:`storage.partition_store.checksum_problems` (which reads it again), then
+by :func:`storage.partitions.store.checksum_problems` (which reads it again), then
 scanned again with its damaged chunks read as the fill value, so that the problems it
 causes elsewhere (masters, edges, node rows) are reported too.
 """
@@ -18,7 +18,8 @@ import numba
 import numpy as np
 
 from storage.errors import StoreError
-from storage.partition_store import (
+from storage.partitions.output_stores import resolve_store_url
+from storage.partitions.store import (
     EDGE_ARRAYS,
     PartitionStore,
     array_digest,
@@ -26,7 +27,6 @@ from storage.partition_store import (
     combine_digests,
     open_store,
 )
-from storage.output_stores import resolve_store_url
 
 __all__ = ["CSR_ARRAYS", "NODE_ROW_ARRAYS", "Csr", "PartitionScan", "owned_edge_keys", "read_arrays",
            "scan_partition"]

@@ -1,6 +1,6 @@
 """Dataset importers: published graph formats into the asepr input format.
 
-Every importer writes through :class:`storage.input_writer.InputWriter`, so the output
+Every importer writes through :class:`storage.inputs.writer.InputWriter`, so the output
 appears at OUT only when the import (and its validation) succeeded::
 
     OUT/
@@ -33,6 +33,7 @@ from storage.importers.gnn_npz import import_gnn_npz
 from storage.importers.hetero_npz import import_hetero_npz
 from storage.importers.musae import import_musae
 from storage.importers.ogb import import_ogb
+from storage.importers.target import CommonOptions
 
 __all__ = [
     "FORMATS",
@@ -53,30 +54,18 @@ FORMATS: dict[str, Callable[..., dict[str, Any]]] = {
     "ogb": import_ogb,
 }
 
-_COMMON = ("src", "out", "shard_rows", "seed", "overwrite", "storage_options")
-
-
 def _quoted(names) -> str:
     return ", ".join(f'"{n}"' for n in names)
 
 
 def format_options(fmt: str) -> tuple[str, ...]:
-    """The format-specific option names ``fmt`` accepts (besides the common ones)."""
+    """The format-specific option names ``fmt`` accepts (besides the common ones,
+    :class:`~storage.importers.target.CommonOptions`)."""
     params = inspect.signature(FORMATS[fmt]).parameters
-    return tuple(p for p in params if p not in _COMMON)
+    return tuple(name for name, p in params.items() if p.kind is p.KEYWORD_ONLY)
 
 
-def import_dataset(
-    fmt: str,
-    src: str | Path,
-    out: str | Path,
-    *,
-    shard_rows: int = 1_000_000,
-    seed: int = 0,
-    overwrite: bool = False,
-    storage_options: dict | None = None,
-    **options: Any,
-) -> dict[str, Any]:
+def import_dataset(fmt: str, src: str | Path, out: str | Path, **options: Any) -> dict[str, Any]:
     """Import ``src`` in format ``fmt`` into the input directory ``out``.
 
     Parameters
@@ -87,18 +76,11 @@ def import_dataset(
         The source file or directory (path or fsspec URL).
     out
         The input directory to write; must not exist unless ``overwrite``.
-    shard_rows
-        Maximum rows per Parquet shard.
-    seed
-        Seed of the stratified split, where the format ships none.
-    overwrite
-        Replace an existing ``out``.
-    storage_options
-        Passed to fsspec for ``src`` and ``out``.
     **options
-        Format-specific options (see :func:`format_options`), e.g. ``split_index`` for
-        ``hetero-npz``, ``label_column`` for ``musae``, ``header`` or ``node_table`` for
-        ``edgelist``.
+        The options every format takes (:class:`~storage.importers.target.ImportTarget`:
+        ``shard_rows``, ``seed``, ``overwrite``, ``storage_options``) and the format's own
+        (see :func:`format_options`), e.g. ``split_index`` for ``hetero-npz``,
+        ``label_column`` for ``musae``, ``header`` or ``node_table`` for ``edgelist``.
 
     Returns
     -------
@@ -114,7 +96,7 @@ def import_dataset(
     """
     if fmt not in FORMATS:
         raise InputError(f'Unsupported format "{fmt}". Valid choices are {_quoted(FORMATS)}.')
-    valid = format_options(fmt)
+    valid = format_options(fmt) + tuple(CommonOptions.__annotations__)
     unknown = sorted(set(options) - set(valid))
     if unknown:
         raise InputError(
@@ -125,11 +107,4 @@ def import_dataset(
                 "drop the options this format does not use.",
             )
         )
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise InputError(format_problem("option seed", "an integer", repr(seed)))
-    if isinstance(shard_rows, bool) or not isinstance(shard_rows, int) or shard_rows < 1:
-        raise InputError(format_problem("option shard_rows", "a positive row count", repr(shard_rows)))
-    return FORMATS[fmt](
-        src, out, shard_rows=shard_rows, seed=seed, overwrite=overwrite,
-        storage_options=storage_options, **options,
-    )
+    return FORMATS[fmt](src, out, **options)

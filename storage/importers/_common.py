@@ -2,7 +2,7 @@
 
 Everything here is format-agnostic. An importer module reads its format, then uses
 these helpers to canonicalise edges, encode labels, draw the seeded stratified split
-and stream node rows into an :class:`~storage.input_writer.InputWriter`.
+and stream node rows into an :class:`~storage.inputs.writer.InputWriter`.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from storage.errors import (
     StoreError,
     format_problem,
 )
-from storage.fs import resolve, url_of
-from storage.npy import load_npy, npz_member
-from storage.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from storage.inputs.npy import load_npy, npz_member
+from storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from storage.locations.fs import resolve, url_of
 
 __all__ = [
     "DEFAULT_FRACTIONS",

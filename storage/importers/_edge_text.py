@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 
 from storage.errors import InputError, InputNotFoundError, SchemaError, format_problem
-from storage.fs import url_of
+from storage.locations.fs import url_of
 
 __all__ = [
     "DELIMITERS",

@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from storage.errors import InputError, SchemaError, format_problem
 import storage.importers._common as _common
+from storage.errors import InputError, SchemaError, format_problem
 from storage.importers._edge_text import compression_of, first_bad
 
 __all__ = ["NodeTable", "load_node_table"]

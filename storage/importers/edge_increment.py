@@ -45,14 +45,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storage.atomic import write_bytes_atomic
+from storage.commit.atomic import write_bytes_atomic
 from storage.errors import InputError, SchemaError, format_problem
-from storage.fs import join, resolve, url_of
 from storage.importers._common import ID_MAP_NAME
 from storage.importers._edge_text import (
-    StringIds, compression_of, first_bad, list_edge_files, no_nulls, read_batches, sniff,
+    StringIds,
+    compression_of,
+    first_bad,
+    list_edge_files,
+    no_nulls,
+    read_batches,
+    sniff,
 )
-from storage.schema import META_NAME, SPLIT_NONE, node_schema
+from storage.inputs.schema import META_NAME, SPLIT_NONE, node_schema
+from storage.locations.fs import join, resolve, url_of
 
 __all__ = ["ID_MAP_NAME", "EdgeListIncrement", "IdMap", "constant_features", "id_map_digest", "map_edge_list",
            "read_id_map", "text_edge_files", "text_first_line", "write_id_map"]

@@ -21,7 +21,7 @@ The optional node table (:mod:`storage.importers._node_table`) adds nodes, featu
 labels, a split and categorical columns; it is held in memory. Without one, every node
 gets the feature vector ``[1.0]``, label -1 and split -1 (meta ``"features": "constant"``).
 
-Written (see :mod:`storage.input_writer` for the shard layout)::
+Written (see :mod:`storage.inputs.writer` for the shard layout)::
 
     OUT/
       edges/part-*.parquet   src, dst int64 in stream order [, weight float32, ts int64]
@@ -38,15 +38,14 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.errors import InputError, SchemaError, format_problem
-from storage.fs import resolve, url_of
 import storage.importers._common as _common
+from storage.errors import InputError, SchemaError, format_problem
 from storage.importers._edge_text import (
     DELIMITERS,
     EdgeFile,
@@ -58,9 +57,11 @@ from storage.importers._edge_text import (
     sniff,
 )
 from storage.importers._node_table import NodeTable, load_node_table
-from storage.input_writer import InputWriter
+from storage.importers.target import CommonOptions, ImportTarget
+from storage.inputs.schema import SPLIT_NONE
+from storage.inputs.writer import InputWriter
+from storage.locations.fs import resolve, url_of
 from storage.resources import stage
-from storage.schema import SPLIT_NONE
 
 __all__ = ["import_edgelist"]
 
@@ -254,35 +255,22 @@ def _options(header, delimiter, undirected, drop_self_loops, block_size):
     return header, delimiter, undirected, drop_self_loops, int(block_size)
 
 
-def import_edgelist(
-    src: str | Path,
-    out: str | Path,
-    *,
-    shard_rows: int = 1_000_000,
-    seed: int = 0,
-    overwrite: bool = False,
-    storage_options: dict | None = None,
-    header: bool | None = None,
-    delimiter: str | None = None,
-    node_table: str | Path | None = None,
-    label_column: str | None = None,
-    undirected: bool | None = None,
-    drop_self_loops: bool | None = None,
-    block_size: int | None = None,
-    name: str | None = None,
-) -> dict[str, Any]:
-    """Import an edge list (file, directory or glob), streaming it twice.
+def import_edgelist(src: str | Path, out: str | Path, *, header: bool | None = None,
+                    delimiter: str | None = None, node_table: str | Path | None = None,
+                    label_column: str | None = None, undirected: bool | None = None,
+                    drop_self_loops: bool | None = None, block_size: int | None = None,
+                    name: str | None = None, **common: Unpack[CommonOptions]) -> dict[str, Any]:
+    """Import an edge list (file, directory or glob), streaming it twice, and return the
+    committed ``meta.json``.
 
     Parameters
     ----------
     src
         The edge file(s).
-    out
-        The input directory to write (must not exist unless ``overwrite``).
-    shard_rows, overwrite, storage_options
-        Passed to :class:`~storage.input_writer.InputWriter`.
-    seed
-        Seed of the stratified split when the node table has labels but no split.
+    out, **common
+        The input directory to write, and the options every importer takes
+        (:class:`~storage.importers.target.ImportTarget`); ``seed``: seed of the stratified
+        split when the node table has labels but no split.
     header
         Whether the first data line is a header; default: guessed per file.
     delimiter
@@ -300,33 +288,27 @@ def import_edgelist(
         Bytes per CSV block read (default 16 MiB); memory per block scales with it.
     name
         Dataset name for ``meta.json``; default the file or directory stem.
-
-    Returns
-    -------
-    dict
-        The committed ``meta.json``.
     """
     header, delimiter, undirected, drop_self_loops, block_size = _options(
         header, delimiter, undirected, drop_self_loops, block_size
     )
-    fs, path, url, files = _edge_files(src, node_table, storage_options)
+    target = ImportTarget.of(out, common)
+    fs, path, url, files = _edge_files(src, node_table, target.storage_options)
     dataset = _common.dataset_name(path, name)
-    _common.check_out(out, storage_options, overwrite)
 
     with stage(f"import {FORMAT} {url}", log) as info:
         plans = _sniff_all(fs, files, header, delimiter)
         scan = _scan(fs, plans, block_size)
-        nodes = _resolve_nodes(scan, node_table, storage_options, label_column, url)
+        nodes = _resolve_nodes(scan, node_table, target.storage_options, label_column, url)
         lookup = _Lookup(nodes.node_ids, nodes.remapped, nodes.table.url if nodes.table is not None else None)
         _check_edges_in_table(fs, plans, nodes, lookup, block_size)
-        labels, split, split_meta = _labels_and_split(nodes.table, nodes.num_nodes, seed)
+        labels, split, split_meta = _labels_and_split(nodes.table, nodes.num_nodes, target.seed)
 
         table = nodes.table
-        with InputWriter(
-            out, feat_dim=table.feat_dim if table is not None else 1, shard_rows=shard_rows,
+        with target.writer(
+            table.feat_dim if table is not None else 1,
             edge_columns=plans[0].extras if plans else (),
             node_extra=table.extras if table is not None else [],
-            overwrite=overwrite, storage_options=storage_options,
         ) as writer:
             dropped = _write_edges(writer, _edges(fs, plans, nodes.id_type, lookup, block_size), drop_self_loops)
             _write_nodes(writer, nodes.num_nodes, table, labels, split)

@@ -4,7 +4,7 @@ The file (shchur/gnn-benchmark) holds a CSR adjacency (``adj_data``, ``adj_indic
 ``adj_indptr``, ``adj_shape``), a CSR feature matrix (``attr_*``) and ``labels``. Other
 keys, among them object arrays that would need pickle (``class_names``), are never read.
 
-Written (see :mod:`storage.input_writer` for the shard layout)::
+Written (see :mod:`storage.inputs.writer` for the shard layout)::
 
     OUT/
       edges/part-*.parquet   src < dst: each undirected edge once, no self-loops, sorted
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
-from storage.errors import InputError, SchemaError, format_problem
 import storage.importers._common as _common
-from storage.input_writer import InputWriter
+from storage.errors import InputError, SchemaError, format_problem
+from storage.importers.target import CommonOptions, ImportTarget, write_in_memory
 from storage.resources import stage
 
 __all__ = ["import_gnn_npz"]
@@ -103,47 +103,32 @@ def _features(npz, url: str, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return attr_indptr, attr_indices, attr_data, feat_dim
 
 
-def import_gnn_npz(
-    src: str | Path,
-    out: str | Path,
-    *,
-    shard_rows: int = 1_000_000,
-    seed: int = 0,
-    overwrite: bool = False,
-    storage_options: dict | None = None,
-    name: str | None = None,
-    undirected: bool | None = None,
-    drop_self_loops: bool | None = None,
-) -> dict[str, Any]:
-    """Import a gnn-benchmark ``.npz`` (or a directory holding exactly one).
+def import_gnn_npz(src: str | Path, out: str | Path, *, name: str | None = None,
+                   undirected: bool | None = None, drop_self_loops: bool | None = None,
+                   **common: Unpack[CommonOptions]) -> dict[str, Any]:
+    """Import a gnn-benchmark ``.npz`` (or a directory holding exactly one) and return the
+    committed ``meta.json``.
 
     Parameters
     ----------
     src
         The ``.npz`` file, or a directory with one ``.npz`` in it.
-    out
-        The input directory to write (must not exist unless ``overwrite``).
-    shard_rows, overwrite, storage_options
-        Passed to :class:`~storage.input_writer.InputWriter`.
-    seed
-        Seed of the stratified 60/20/20 split (the format ships no split).
+    out, **common
+        The input directory to write, and the options every importer takes
+        (:class:`~storage.importers.target.ImportTarget`); ``seed``: seed of the stratified
+        60/20/20 split (the format ships no split).
     name
         Dataset name for ``meta.json``; default the file stem.
     undirected, drop_self_loops
         Accepted for a uniform CLI; only True is legal (the graph is always symmetrised,
         self-loops are always dropped).
-
-    Returns
-    -------
-    dict
-        The committed ``meta.json``.
     """
     _common.fixed_option(undirected, "undirected", True, FORMAT, "the graph is symmetrised")
     _common.fixed_option(drop_self_loops, "drop_self_loops", True, FORMAT, "self-loops are always dropped")
-    fs, path, url = _common.resolve_src(src, storage_options, "gnn-benchmark npz")
+    target = ImportTarget.of(out, common)
+    fs, path, url = target.source(src, "gnn-benchmark npz")
     dataset = _common.dataset_name(path, name)
     path, url = _common.single_file(fs, path, url, ".npz", "gnn-benchmark npz")
-    _common.check_out(out, storage_options, overwrite)
 
     with stage(f"import {FORMAT} {url}", log) as info, _common.open_npz(fs, path, url) as npz:
         adj_indptr, adj_indices, n = _adjacency(npz, url)
@@ -156,25 +141,19 @@ def import_gnn_npz(
         counts["stored_symmetric"] = counts["reverse_pairs"] * 2 == (
             counts["raw_entries"] - counts["self_loops_dropped"] - counts["exact_duplicates"]
         )
-        split = _common.stratified_split(labels, seed)
-
-        with InputWriter(
-            out, feat_dim=feat_dim, shard_rows=shard_rows, overwrite=overwrite,
-            storage_options=storage_options,
-        ) as writer:
-            writer.write_edges(src_nid, dst_nid)
-            _common.write_csr_nodes(
-                writer, attr_indptr, attr_indices, attr_data.astype(np.float64), labels, split
-            )
-            meta = writer.commit(
-                {
-                    "name": dataset,
-                    "undirected": True,
-                    "num_classes": _common.num_classes_of(labels),
-                    "source": {"format": FORMAT, "path": str(src), "file": url},
-                    "split": _common.stratified_split_meta(seed, labels),
-                    "counts": counts,
-                }
-            )
+        split = _common.stratified_split(labels, target.seed)
+        meta = write_in_memory(
+            target, feat_dim, src_nid, dst_nid,
+            lambda writer: _common.write_csr_nodes(
+                writer, attr_indptr, attr_indices, attr_data.astype(np.float64), labels, split),
+            {
+                "name": dataset,
+                "undirected": True,
+                "num_classes": _common.num_classes_of(labels),
+                "source": {"format": FORMAT, "path": str(src), "file": url},
+                "split": _common.stratified_split_meta(target.seed, labels),
+                "counts": counts,
+            },
+        )
         info.update(nodes=meta["num_nodes"], edges=meta["num_edges"])
     return meta

@@ -5,7 +5,7 @@ The file (yandex-research/heterophilous-graphs) holds ``node_features`` (N x d),
 ``train_masks`` / ``val_masks`` / ``test_masks`` (S x N bool, one row per published
 split).
 
-Written (see :mod:`storage.input_writer` for the shard layout)::
+Written (see :mod:`storage.inputs.writer` for the shard layout)::
 
     OUT/
       edges/part-*.parquet   src < dst: each undirected edge once, no self-loops, sorted
@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 
-from storage.errors import InputError, SchemaError, format_problem
 import storage.importers._common as _common
-from storage.input_writer import InputWriter
+from storage.errors import InputError, SchemaError, format_problem
+from storage.importers.target import CommonOptions, ImportTarget, write_in_memory
+from storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from storage.resources import stage
-from storage.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 
 __all__ = ["import_hetero_npz"]
 
@@ -140,50 +140,34 @@ def _features(npz, url: str, n: int) -> np.ndarray:
     return feat
 
 
-def import_hetero_npz(
-    src: str | Path,
-    out: str | Path,
-    *,
-    shard_rows: int = 1_000_000,
-    seed: int = 0,
-    overwrite: bool = False,
-    storage_options: dict | None = None,
-    split_index: int | None = None,
-    name: str | None = None,
-    undirected: bool | None = None,
-    drop_self_loops: bool | None = None,
-) -> dict[str, Any]:
-    """Import a heterophilous-graphs ``.npz`` (or a directory holding exactly one).
+def import_hetero_npz(src: str | Path, out: str | Path, *, split_index: int | None = None,
+                      name: str | None = None, undirected: bool | None = None,
+                      drop_self_loops: bool | None = None, **common: Unpack[CommonOptions]) -> dict[str, Any]:
+    """Import a heterophilous-graphs ``.npz`` (or a directory holding exactly one) and
+    return the committed ``meta.json``.
 
     Parameters
     ----------
     src
-        The ``.npz`` file, or a directory with one ``.npz`` in it.
-    out
-        The input directory to write (must not exist unless ``overwrite``).
-    shard_rows, overwrite, storage_options
-        Passed to :class:`~storage.input_writer.InputWriter`.
-    seed
-        Unused (the split is published); accepted for a uniform call.
+        The heterophilous-graphs ``.npz`` file, or a directory holding one.
+    out, **common
+        The input directory to write, and the options every importer takes
+        (:class:`~storage.importers.target.ImportTarget`); ``seed``: unused (the split is
+        published); accepted for a uniform call.
     split_index
         Which published split to keep (default 0).
     name
         Dataset name for ``meta.json``; default the file stem.
     undirected, drop_self_loops
         Accepted for a uniform CLI; only True is legal.
-
-    Returns
-    -------
-    dict
-        The committed ``meta.json``.
     """
     _common.fixed_option(undirected, "undirected", True, FORMAT, "the graph is undirected")
     _common.fixed_option(drop_self_loops, "drop_self_loops", True, FORMAT, "self-loops are always dropped")
     split_index = _split_index_option(split_index)
-    fs, path, url = _common.resolve_src(src, storage_options, "heterophilous npz")
+    target = ImportTarget.of(out, common)
+    fs, path, url = target.source(src, "heterophilous npz")
     dataset = _common.dataset_name(path, name)
     path, url = _common.single_file(fs, path, url, ".npz", "heterophilous npz")
-    _common.check_out(out, storage_options, overwrite)
 
     with stage(f"import {FORMAT} {url}", log) as info, _common.open_npz(fs, path, url) as npz:
         labels = _common.npz_labels(npz, "node_labels", url)
@@ -192,21 +176,17 @@ def import_hetero_npz(
         src_nid, dst_nid, counts = _undirected_edges(npz, url, n)
         feat = _features(npz, url, n)
 
-        with InputWriter(
-            out, feat_dim=feat.shape[1], shard_rows=shard_rows, overwrite=overwrite,
-            storage_options=storage_options,
-        ) as writer:
-            writer.write_edges(src_nid, dst_nid)
-            _common.write_dense_nodes(writer, feat, labels, split)
-            meta = writer.commit(
-                {
-                    "name": dataset,
-                    "undirected": True,
-                    "num_classes": _common.num_classes_of(labels),
-                    "source": {"format": FORMAT, "path": str(src), "file": url},
-                    "split": {"kind": "published", "index": split_index, "num_published": num_splits},
-                    "counts": counts,
-                }
-            )
+        meta = write_in_memory(
+            target, feat.shape[1], src_nid, dst_nid,
+            lambda writer: _common.write_dense_nodes(writer, feat, labels, split),
+            {
+                "name": dataset,
+                "undirected": True,
+                "num_classes": _common.num_classes_of(labels),
+                "source": {"format": FORMAT, "path": str(src), "file": url},
+                "split": {"kind": "published", "index": split_index, "num_published": num_splits},
+                "counts": counts,
+            },
+        )
         info.update(nodes=meta["num_nodes"], edges=meta["num_edges"])
     return meta

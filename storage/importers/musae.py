@@ -9,7 +9,7 @@ SRC is a directory (benedekrozemberczki/MUSAE) with three files:
 - ``*.json``: node id (a string) -> list of active binary feature indices (repeats
   allowed; a feature is 1.0 however often it is listed).
 
-Written (see :mod:`storage.input_writer` for the shard layout)::
+Written (see :mod:`storage.inputs.writer` for the shard layout)::
 
     OUT/
       edges/part-*.parquet   src < dst: each undirected edge once, no self-loops, sorted
@@ -24,16 +24,16 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from storage.errors import InputError, InputNotFoundError, SchemaError, format_problem
-from storage.fs import url_of
 import storage.importers._common as _common
-from storage.input_writer import InputWriter
+from storage.errors import InputError, InputNotFoundError, SchemaError, format_problem
+from storage.importers.target import CommonOptions, ImportTarget, write_in_memory
+from storage.locations.fs import url_of
 from storage.resources import stage
 
 __all__ = ["LABEL_COLUMNS", "import_musae"]
@@ -212,46 +212,30 @@ def _edges(fs, path: str, url: str, n: int) -> tuple[np.ndarray, np.ndarray, dic
     return _common.canonical_undirected(src_raw, dst_raw, n)
 
 
-def import_musae(
-    src: str | Path,
-    out: str | Path,
-    *,
-    shard_rows: int = 1_000_000,
-    seed: int = 0,
-    overwrite: bool = False,
-    storage_options: dict | None = None,
-    label_column: str | None = None,
-    name: str | None = None,
-    undirected: bool | None = None,
-    drop_self_loops: bool | None = None,
-) -> dict[str, Any]:
-    """Import a MUSAE dataset directory.
+def import_musae(src: str | Path, out: str | Path, *, label_column: str | None = None,
+                 name: str | None = None, undirected: bool | None = None, drop_self_loops: bool | None = None,
+                 **common: Unpack[CommonOptions]) -> dict[str, Any]:
+    """Import a MUSAE dataset directory; returns the committed ``meta.json``.
 
     Parameters
     ----------
     src
         The directory holding ``*_edges.csv``, ``*_target.csv`` and ``*.json``.
-    out
-        The input directory to write (must not exist unless ``overwrite``).
-    shard_rows, overwrite, storage_options
-        Passed to :class:`~storage.input_writer.InputWriter`.
-    seed
-        Seed of the stratified 60/20/20 split (MUSAE ships no split).
+    out, **common
+        The input directory to write, and the options every importer takes
+        (:class:`~storage.importers.target.ImportTarget`); ``seed``: seed of the stratified
+        60/20/20 split (MUSAE ships no split).
     label_column
         Label column of the target file; default the first of :data:`LABEL_COLUMNS`.
     name
         Dataset name for ``meta.json``; default the directory name.
     undirected, drop_self_loops
         Accepted for a uniform CLI; only True is legal.
-
-    Returns
-    -------
-    dict
-        The committed ``meta.json``.
     """
     _common.fixed_option(undirected, "undirected", True, FORMAT, "the graph is symmetrised")
     _common.fixed_option(drop_self_loops, "drop_self_loops", True, FORMAT, "self-loops are always dropped")
-    fs, path, url = _common.resolve_src(src, storage_options, "MUSAE directory")
+    target = ImportTarget.of(out, common)
+    fs, path, url = target.source(src, "MUSAE directory")
     if not fs.isdir(path):
         raise InputError(
             format_problem(
@@ -263,7 +247,6 @@ def import_musae(
     edges_path, edges_url = _find(fs, path, url, "_edges.csv", "edge")
     target_path, target_url = _find(fs, path, url, "_target.csv", "target")
     json_path, json_url = _find(fs, path, url, ".json", "features")
-    _common.check_out(out, storage_options, overwrite)
 
     with stage(f"import {FORMAT} {url}", log) as info:
         labels, classes, label_column = _labels(fs, target_path, target_url, label_column)
@@ -277,31 +260,26 @@ def import_musae(
             )
         counts.update(feat_counts)
         feat_dim = int(indices.max()) + 1 if len(indices) else 0
-        split = _common.stratified_split(labels, seed)
+        split = _common.stratified_split(labels, target.seed)
 
-        with InputWriter(
-            out, feat_dim=feat_dim, shard_rows=shard_rows, overwrite=overwrite,
-            storage_options=storage_options,
-        ) as writer:
-            writer.write_edges(src_nid, dst_nid)
+        def write_nodes(writer) -> None:
             _common.write_csr_nodes(writer, indptr, indices, None, labels, split)
             if classes is not None:
                 writer.write_json(_common.LABEL_MAP_NAME, _common.label_map(label_column, classes))
-            meta = writer.commit(
-                {
-                    "name": dataset,
-                    "undirected": True,
-                    "num_classes": len(classes) if classes is not None else _common.num_classes_of(labels),
-                    "label_column": label_column,
-                    "source": {
-                        "format": FORMAT,
-                        "path": str(src),
-                        "files": {"edges": edges_url, "target": target_url, "features": json_url},
-                    },
-                    "split": _common.stratified_split_meta(seed, labels),
-                    "counts": counts,
-                    **({"label_map": _common.LABEL_MAP_NAME} if classes is not None else {}),
-                }
-            )
+
+        meta = write_in_memory(target, feat_dim, src_nid, dst_nid, write_nodes, {
+            "name": dataset,
+            "undirected": True,
+            "num_classes": len(classes) if classes is not None else _common.num_classes_of(labels),
+            "label_column": label_column,
+            "source": {
+                "format": FORMAT,
+                "path": str(src),
+                "files": {"edges": edges_url, "target": target_url, "features": json_url},
+            },
+            "split": _common.stratified_split_meta(target.seed, labels),
+            "counts": counts,
+            **({"label_map": _common.LABEL_MAP_NAME} if classes is not None else {}),
+        })
         info.update(nodes=meta["num_nodes"], edges=meta["num_edges"])
     return meta

@@ -14,7 +14,7 @@ A dataset folder as OGB's download unpacks it (``DIR`` = ``.../ogbn_arxiv``)::
                                    their negatives (``edge``/``edge_neg``, or
                                    ``source_node``/``target_node``/``target_node_neg``)
 
-Written (see :mod:`storage.input_writer`)::
+Written (see :mod:`storage.inputs.writer`)::
 
     OUT/edges/part-*.parquet       the edges of edge.csv.gz, in order (for a link dataset
                                    these are OGB's training edges)
@@ -41,7 +41,7 @@ from __future__ import annotations
 import gzip
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import pyarrow as pa
@@ -49,10 +49,11 @@ import pyarrow.csv as pacsv
 
 import storage.importers._common as _common
 from storage.errors import InputError, InputNotFoundError, SchemaError, format_problem
-from storage.fs import join
-from storage.input_writer import InputWriter
+from storage.importers.target import CommonOptions, ImportTarget
+from storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from storage.inputs.writer import InputWriter
+from storage.locations.fs import join
 from storage.resources import stage
-from storage.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 
 __all__ = ["import_ogb"]
 
@@ -289,30 +290,19 @@ def _write_nodes(writer: InputWriter, fs, raw: str, n: int, d: int, labels: np.n
         writer.write_nodes(ids, np.zeros((len(ids), 0), dtype=np.float32), labels[ids], split[ids])
 
 
-def import_ogb(
-    src: str | Path,
-    out: str | Path,
-    *,
-    shard_rows: int = 1_000_000,
-    seed: int = 0,
-    overwrite: bool = False,
-    storage_options: dict | None = None,
-    name: str | None = None,
-    split_scheme: str | None = None,
-    undirected: bool | None = None,
-) -> dict[str, Any]:
-    """Import an OGB node- or link-property dataset folder (see the module docstring).
+def import_ogb(src: str | Path, out: str | Path, *, name: str | None = None, split_scheme: str | None = None,
+               undirected: bool | None = None, **common: Unpack[CommonOptions]) -> dict[str, Any]:
+    """Import an OGB node- or link-property dataset folder (see the module docstring) and
+    return the committed ``meta.json``.
 
     Parameters
     ----------
     src
         The dataset folder (holding ``raw/`` and ``split/``).
-    out
-        The input directory to write (must not exist unless ``overwrite``).
-    shard_rows, overwrite, storage_options
-        Passed to :class:`~storage.input_writer.InputWriter`.
-    seed
-        Unused: OGB publishes its splits.
+    out, **common
+        The input directory to write, and the options every importer takes
+        (:class:`~storage.importers.target.ImportTarget`); ``seed``: unused: OGB publishes
+        its splits.
     name
         Dataset name; default the folder's name with ``_`` read as ``-`` (``ogbn-arxiv``).
     split_scheme
@@ -320,18 +310,13 @@ def import_ogb(
     undirected
         Whether each edge stands for both directions; default from OGB's catalogue
         (:data:`UNDIRECTED`), False for a dataset it does not list.
-
-    Returns
-    -------
-    dict
-        The committed ``meta.json``.
     """
-    fs, path, url = _common.resolve_src(src, storage_options, "OGB dataset folder")
+    target = ImportTarget.of(out, common)
+    fs, path, url = target.source(src, "OGB dataset folder")
     dataset = _common.dataset_name(path, name) if name is not None else path.rstrip("/").rpartition("/")[2].replace("_", "-")
     undirected = _common.bool_option(undirected, "undirected", dataset in UNDIRECTED)
     raw = join(path, "raw")
     _need(fs, join(raw, "edge.csv.gz"), "the edges")
-    _common.check_out(out, storage_options, overwrite)
     with stage(f"import {FORMAT} {url}", log) as info:
         n, m = _count(fs, raw, "num-node-list.csv.gz"), _count(fs, raw, "num-edge-list.csv.gz")
         scheme, task = _scheme(fs, path, split_scheme)
@@ -341,8 +326,7 @@ def import_ogb(
         tables = _eval_tables(fs, folder, n) if task == "link" else {}
         feat_path = join(raw, "node-feat.csv.gz")
         d = _width(fs, feat_path, feat_path) if fs.exists(feat_path) else 0
-        with InputWriter(out, feat_dim=d, shard_rows=shard_rows, overwrite=overwrite,
-                         storage_options=storage_options) as writer:
+        with target.writer(d) as writer:
             _write_edges(writer, fs, raw, n, m)
             _write_nodes(writer, fs, raw, n, d, labels, split)
             for side, table in tables.items():

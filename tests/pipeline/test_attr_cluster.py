@@ -22,11 +22,11 @@ from pipeline.stages.attr_cluster import (
     attribute_clusters,
     sample_rows,
 )
+from pipeline.stages.attr_column import column_clusters
 from pipeline.stages.attr_rows import scatter_labels
 from pipeline.stages.kmeans import fit_sample, kmeans_pp
-from pipeline.stages.attr_column import column_clusters
 from storage.errors import InputError, SchemaError
-from storage.fs import discover_shards
+from storage.locations.fs import discover_shards
 from tests.storage.helpers import node_table
 
 NUM_BLOBS = 5
@@ -443,7 +443,7 @@ def test_sample_rows():
 
 def decoded_table(shards: list, directory: Path):
     """The decoded node table of ``shards`` (as the validator writes it), opened."""
-    from storage.node_table import NodeTable, NodeTableWriter
+    from storage.inputs.node_table import NodeTable, NodeTableWriter
 
     directory.mkdir()
     n = sum(pq.ParquetFile(s.path).metadata.num_rows for s in shards)

@@ -13,12 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.assign import AssignState, EdgePartSink, KernelSettings, edge_parts_path, stream_assign
+from pipeline.assign import (
+    AssignState,
+    EdgePartSink,
+    KernelSettings,
+    edge_parts_path,
+    stream_assign,
+)
 from pipeline.assign.hybrid import choose_threshold, held_bytes, hybrid_stream_assign
 from pipeline.assign.kernel import MODES
 from pipeline.stream import iter_edge_batches
 from storage.errors import InputError
-from storage.fs import Shard
+from storage.locations.fs import Shard
 
 
 def write_shards(root: Path, src: np.ndarray, dst: np.ndarray, shard_rows: int) -> list[Shard]:

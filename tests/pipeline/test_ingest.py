@@ -15,14 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline import ingest
-from pipeline.stages.attr_cluster import AttrModel
 from pipeline.config import PartitionConfig
-from pipeline.verify import verify_output
 from pipeline.partition_run import partition_to_store
+from pipeline.stages.attr_cluster import AttrModel
+from pipeline.verify import verify_output
 from storage.errors import InputError, InputNotFoundError, SchemaError, StoreError
-from storage.manifest import LOCK_NAME, STAGING_NAME, read_manifest, write_manifest
-from storage.output_stores import open_partition
-from storage.state import read_state
+from storage.partitions.manifest import LOCK_NAME, STAGING_NAME, read_manifest, write_manifest
+from storage.partitions.output_stores import open_partition
+from storage.partitions.state import read_state
 from tests.pipeline.crash import Crash, crash_at
 from tests.pipeline.ingest_cases import edge_multiset, input_edges, split_case
 from tests.storage.helpers import edge_table, node_table
@@ -436,7 +436,7 @@ def test_outputs_that_cannot_be_ingested_into(gen1, tmp_path, case):
 def test_a_second_writer_is_refused(gen1, tmp_path, case):
     import os
 
-    from storage.lock import OutputLock
+    from storage.commit.lock import OutputLock
 
     out = _copy(gen1, tmp_path / "out")
     with OutputLock(out), pytest.raises(StoreError, match=f"pid {os.getpid()}"):

@@ -19,7 +19,7 @@ from pipeline.partition_run import partition_to_store
 from pipeline.verify import verify_output
 from storage.errors import InputError, SchemaError
 from storage.importers import import_dataset
-from storage.manifest import LOCK_NAME, STAGING_NAME, read_manifest
+from storage.partitions.manifest import LOCK_NAME, STAGING_NAME, read_manifest
 from tests.pipeline.crash import Crash, crash_at
 from tests.pipeline.ingest_cases import edge_multiset
 

@@ -11,8 +11,6 @@ import pytest
 from pipeline import ALGORITHMS, PartitionConfig, partition, replica_sets
 from storage import InputError
 
-from tests.pipeline.conftest import SYNTH_EDGES as M, SYNTH_NODES as N  # the `inputs` fixture's graph
-
 
 def _edges(path):
     table = pq.read_table(path / "edges")
@@ -216,7 +214,7 @@ def test_without_validation_num_nodes_must_come_from_meta(tmp_path):
 
 
 def test_an_opened_input_is_listed_once_and_timed_by_stage(inputs):
-    from storage.input import open_input
+    from storage.inputs.directory import open_input
 
     source = open_input(inputs[8])
     with partition(source, 2, algo="2ps-l") as a:
@@ -234,7 +232,7 @@ def test_stream_ranges_cover_the_shards_in_order_and_order_free_passes_agree(inp
     # balanced by rows; masters and 1-hop locality counted over the ranges on threads
     # equal the single-thread pass.
     from pipeline.stream import map_shard_ranges, shard_ranges
-    from storage.input import open_input
+    from storage.inputs.directory import open_input
 
     shards = open_input(inputs[8]).edge_shards
     ranges = shard_ranges(shards, ways)

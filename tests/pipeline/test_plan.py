@@ -12,7 +12,7 @@ from pipeline.config import PartitionConfig
 from pipeline.inputs.synth import SynthConfig, generate
 from pipeline.plan import InputSizes, RunPlan, human_bytes, input_sizes, plan_partition, plan_run
 from storage.errors import InputError
-from storage.manifest import read_manifest
+from storage.partitions.manifest import read_manifest
 from tests.storage.helpers import write_input
 from workflows.cli import main
 

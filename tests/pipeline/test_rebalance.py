@@ -10,13 +10,13 @@ import pytest
 
 from pipeline import ingest, rebalance
 from pipeline.config import PartitionConfig
-from pipeline.stages.metrics import drift_metrics
 from pipeline.inputs.synth import SynthConfig, generate
-from pipeline.verify import verify_output
 from pipeline.partition_run import partition_to_store
+from pipeline.stages.metrics import drift_metrics
+from pipeline.verify import verify_output
 from storage.errors import StoreError
-from storage.manifest import STAGING_NAME, read_manifest
-from storage.state import read_state
+from storage.partitions.manifest import STAGING_NAME, read_manifest
+from storage.partitions.state import read_state
 from tests.pipeline.crash import Crash, crash_at
 from tests.pipeline.ingest_cases import edge_multiset, skewed_edges
 

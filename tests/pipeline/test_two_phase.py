@@ -12,7 +12,7 @@ import pytest
 from pipeline import partition
 from pipeline.stages.attr_cluster import AttrClusters
 from pipeline.stages.degrees import compute_degrees
-from storage.input import open_input, read_meta
+from storage.inputs.directory import open_input, read_meta
 from tests.pipeline.test_assign import community_terms, run_kernel
 
 TWO_PHASE = ["2ps-l", "2ps-hdrf"]
@@ -109,7 +109,7 @@ CELLS = [
 
 
 def test_two_phase_matches_the_reference_rf(datasets_dir, tmp_path_factory, monkeypatch):
-    from workflows.bench import ordered_inputs
+    from workflows.bench.partition import ordered_inputs
 
     monkeypatch.setenv("ASEPR_DATASETS", str(datasets_dir))
     reference = _reference(datasets_dir)

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from pipeline.config import PartitionConfig
 from pipeline.inputs.synth import SynthConfig, generate
+from pipeline.partition_run import partition_to_store
 from pipeline.verify import verify_output
 from pipeline.verify.edges import (
     MERSENNE_61,
@@ -36,9 +37,8 @@ from pipeline.verify.edges import (
     miss_bound,
     mulmod61,
 )
-from pipeline.partition_run import partition_to_store
 from storage.errors import InputError
-from storage.partition_store import combine_digests, write_array
+from storage.partitions.store import combine_digests, write_array
 
 _N = 3_000
 

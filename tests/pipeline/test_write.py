@@ -17,16 +17,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import storage.partition_store
+import storage.partitions.store
 from pipeline.config import ALGORITHMS, PartitionConfig
 from pipeline.partition import partition
-from pipeline.verify import verify_output
 from pipeline.partition_run import partition_to_store
 from pipeline.store.write import write_partitions
+from pipeline.verify import verify_output
 from storage.errors import AseprError, InputError, SchemaError, StoreError
-from storage.manifest import STAGING_NAME, read_manifest
-from storage.output_stores import open_partition
-from storage.partition_store import combine_digests, zarr_array_digest
+from storage.partitions.manifest import STAGING_NAME, read_manifest
+from storage.partitions.output_stores import open_partition
+from storage.partitions.store import combine_digests, zarr_array_digest
 from tests.pipeline.crash import Crash, crash_at
 from tests.storage.helpers import edge_table, node_table, write_input
 
@@ -290,7 +290,7 @@ def test_disk_full_mid_write_leaves_the_previous_generation(tmp_path, small_inpu
     root, arrays = small_input
     out = tmp_path / "out"
     first = partition_to_store(root, out, PartitionConfig(num_parts=3, algo="hash"))
-    real = storage.partition_store._write_block
+    real = storage.partitions.store._write_block
     calls = {"n": 0}
 
     def full_disk(array, start, block):
@@ -299,7 +299,7 @@ def test_disk_full_mid_write_leaves_the_previous_generation(tmp_path, small_inpu
             raise OSError(errno.ENOSPC, "No space left on device", str(array.path))
         return real(array, start, block)
 
-    monkeypatch.setattr(storage.partition_store, "_write_block", full_disk)
+    monkeypatch.setattr(storage.partitions.store, "_write_block", full_disk)
     with pytest.raises(StoreError) as info:
         partition_to_store(root, out, PartitionConfig(num_parts=4, algo="hash"), overwrite=True)
     message = str(info.value)
@@ -397,7 +397,7 @@ def test_node_rows_in_any_order_reach_their_partitions(tmp_path):
 def test_the_decoded_edge_copy_is_removed_and_a_killed_runs_copy_too(tmp_path, small_input):
     # The validator's decoded copy lives in the locked output while the streams read it;
     # a run leaves none behind, removes one a killed run left, and gives the same stores.
-    from storage.decoded import DECODED_PREFIX
+    from storage.inputs.decoded import DECODED_PREFIX
 
     out = tmp_path / "out"
     first = partition_to_store(small_input[0], out, PartitionConfig(num_parts=3))
@@ -515,10 +515,10 @@ def test_node_map_and_node_sweep_refuse_damaged_id_files(tmp_path):
     # wrong length, or ids out of order, is a StoreError naming it, not a wrong map.
     from pipeline.store.commit import Staging, node_map_from_ids
     from pipeline.store.finalize import finalize_nodes_from_table
-    from storage.input import open_input
-    from storage.node_table import NodeTable
-    from storage.partition_store import create_store
-    from storage.decoded_copy import validate_and_copy
+    from storage.inputs.decoded_copy import validate_and_copy
+    from storage.inputs.directory import open_input
+    from storage.inputs.node_table import NodeTable
+    from storage.partitions.store import create_store
 
     staging = Staging(tmp_path / "out")
     staging.root.mkdir(parents=True)
@@ -584,7 +584,13 @@ def test_spill_segments_round_trip(tmp_path, dtype):
     # length (empty, short, long, records of 17 + 4d bytes) read back exactly, per
     # partition and kind in spill order, from several spill files; a short file is
     # refused by name.
-    from pipeline.store.route import EDGE_RECORD, EDGE_RECORD32, SegmentWriter, node_record, read_segments
+    from pipeline.store.route import (
+        EDGE_RECORD,
+        EDGE_RECORD32,
+        SegmentWriter,
+        node_record,
+        read_segments,
+    )
 
     record = {"edge32": EDGE_RECORD32, "edge64": EDGE_RECORD, "node": node_record(5)}[dtype]
     rng = np.random.default_rng(1)

@@ -15,16 +15,16 @@ import uuid
 import fsspec
 import pytest
 
-import storage.lease
+import storage.commit.lease
 from pipeline.config import PartitionConfig
 from pipeline.partition_run import partition_to_store
 from pipeline.plan import plan_partition
 from pipeline.store.generations import GENERATION_PATTERN, named_prefixes
 from pipeline.verify import verify_output
+from storage.commit.lease import LEASE_NAME, Lease
 from storage.errors import StoreError
-from storage.lease import LEASE_NAME, Lease
-from storage.manifest import read_manifest
-from storage.output_stores import open_partition
+from storage.partitions.manifest import read_manifest
+from storage.partitions.output_stores import open_partition
 from tests.pipeline.crash import Crash, crash_at
 from tests.pipeline.test_write import make_input
 
@@ -34,7 +34,7 @@ CONFIG = PartitionConfig(num_parts=3, algo="hash", seed=0)
 @pytest.fixture(autouse=True)
 def short_settle(monkeypatch):
     """In-process writes land at once: a short settle keeps the tests fast."""
-    monkeypatch.setattr(storage.lease, "DEFAULT_SETTLE_S", 0.05)
+    monkeypatch.setattr(storage.commit.lease, "DEFAULT_SETTLE_S", 0.05)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_killed_before_the_manifest_leaves_the_previous_generation_and_the_rerun
     with pytest.raises(Crash):
         partition_to_store(graph, out, CONFIG, overwrite=True)
     monkeypatch.undo()
-    monkeypatch.setattr(storage.lease, "DEFAULT_SETTLE_S", 0.05)
+    monkeypatch.setattr(storage.commit.lease, "DEFAULT_SETTLE_S", 0.05)
     # The pointer still names generation 1, whose stores are untouched and readable.
     assert read_manifest(out) == first
     assert verify_output(out, input_url=graph).ok
@@ -112,7 +112,7 @@ def test_an_abandoned_prefix_of_another_run_is_deleted(graph, out, monkeypatch):
     with pytest.raises(Crash):
         partition_to_store(graph, out, PartitionConfig(num_parts=2, algo="hash", seed=0), overwrite=True)
     monkeypatch.undo()
-    monkeypatch.setattr(storage.lease, "DEFAULT_SETTLE_S", 0.05)
+    monkeypatch.setattr(storage.commit.lease, "DEFAULT_SETTLE_S", 0.05)
     stale = [n for n in _names(out) if n.startswith("gen-00002-")]
     again = partition_to_store(graph, out, CONFIG, overwrite=True)  # another configuration
     assert again["run"]["resumed_partitions"] == []
@@ -312,10 +312,11 @@ def test_cli_ingest_and_rebalance_on_an_object_store(graph, out, capsys):
 def test_ingest_into_an_object_store_output_writes_the_next_generation_prefix(graph, out, tmp_path):
     """ingest rebuilds only the changed partitions into a new prefix; the manifest keeps
     naming the old prefix for the stores it kept, which is therefore not retired."""
-    from pipeline.increment.ingest import ingest
-    from tests.storage.helpers import edge_table
     import numpy as np
     import pyarrow.parquet as pq
+
+    from pipeline.increment.ingest import ingest
+    from tests.storage.helpers import edge_table
 
     first = partition_to_store(graph, out, PartitionConfig(num_parts=3, algo="asep", seed=0))
     new = tmp_path / "new"
@@ -391,7 +392,7 @@ def test_an_ingest_killed_before_its_manifest_is_resumed_by_the_same_command(gra
     with pytest.raises(Crash):
         ingest(out, new)
     monkeypatch.undo()
-    monkeypatch.setattr(storage.lease, "DEFAULT_SETTLE_S", 0.05)
+    monkeypatch.setattr(storage.commit.lease, "DEFAULT_SETTLE_S", 0.05)
     assert read_manifest(out) == first and verify_output(out).ok
     abandoned = [n for n in _names(out) if n.startswith("gen-00002-")]
     assert len(abandoned) == 1

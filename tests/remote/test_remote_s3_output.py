@@ -19,8 +19,8 @@ from pipeline.config import PartitionConfig
 from pipeline.partition_run import partition_to_store
 from pipeline.verify import verify_output
 from storage.errors import StoreError
-from storage.manifest import read_manifest
-from storage.output_stores import open_partition
+from storage.partitions.manifest import read_manifest
+from storage.partitions.output_stores import open_partition
 from tests.pipeline.test_write import make_input
 from tests.remote.s3server import S3Location
 from tests.remote.writers import BARRIER_TIMEOUT_S, racing_partitioner
@@ -177,11 +177,11 @@ def test_the_server_killed_mid_partition_then_back_the_rerun_completes(graph, ow
     """The server dies after the first store of generation 2: the writer fails with a
     clear error after the client's bounded retries, generation 1 stays readable once the
     server is back, and the same command resumes the finished store."""
-    import storage.lease
-    from storage import failpoints
-    from storage.remote import RemoteStoreError
+    import storage.commit.lease
+    from storage.commit import failpoints
+    from storage.locations.remote import RemoteStoreError
 
-    monkeypatch.setattr(storage.lease, "DEFAULT_TTL_S", 4.5)
+    monkeypatch.setattr(storage.commit.lease, "DEFAULT_TTL_S", 4.5)
     bounded = {"config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1}}
     server = own_s3_server
     name = f"w{uuid.uuid4().hex[:12]}"

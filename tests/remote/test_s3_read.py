@@ -9,11 +9,11 @@ import pytest
 import s3fs
 
 from storage.errors import StoreError
-from storage.manifest import read_manifest
-from storage.output_stores import open_partition
-from storage.remote import RemoteStoreError, parse_storage_options
+from storage.locations.remote import RemoteStoreError, parse_storage_options
+from storage.partitions.manifest import read_manifest
+from storage.partitions.output_stores import open_partition
 from tests.remote.conftest import put_tree
-from workflows.bench_read import bench_read
+from workflows.bench.read import bench_read
 from workflows.cli import main
 
 
@@ -118,7 +118,7 @@ def test_a_store_that_hangs_is_a_clear_error_after_bounded_retries(own_s3_server
 
 
 def test_only_a_failed_request_is_blamed_on_the_store():
-    from storage.remote import remote_error_problem
+    from storage.locations.remote import remote_error_problem
 
     assert isinstance(remote_error_problem(ConnectionRefusedError(111, "refused"), "s3://b/out"), RemoteStoreError)
     try:
@@ -155,7 +155,7 @@ def test_a_partition_on_the_store_is_read_with_the_requests_of_all_its_arrays_in
     from zarr.storage import FsspecStore
 
     url, options = cora_on_s3
-    monkeypatch.setattr("storage.checked_array.BLOCK_CHUNKS", 1)  # one block per chunk
+    monkeypatch.setattr("storage.integrity.checked_array.BLOCK_CHUNKS", 1)  # one block per chunk
     store = open_partition(url, 1, storage_options=options)
     assert store.read_workers > 1 and open_partition(cora_local_out, 1).read_workers == 1
     assert store.x.shape[0] > store.x.chunks[0]  # nodes/x is several blocks: their rows must not mix

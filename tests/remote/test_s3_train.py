@@ -13,7 +13,7 @@ import s3fs
 import torch
 
 from storage.errors import StoreError
-from storage.remote import STORAGE_OPTIONS_VARIABLE
+from storage.locations.remote import STORAGE_OPTIONS_VARIABLE
 from tests.training.conftest import fork_ranks
 from training.checkpoint import RunDir
 from training.comm import Comm

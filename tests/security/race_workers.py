@@ -9,8 +9,8 @@ BARRIER_TIMEOUT_S = 120
 
 
 def contender(directory: str, rounds: int, start, attempted, released, results) -> None:
+    from storage.commit.lock import OutputLock
     from storage.errors import StoreError
-    from storage.lock import OutputLock
 
     for r in range(rounds):
         try:

@@ -19,14 +19,20 @@ import pytest
 
 from pipeline.config import PartitionConfig
 from pipeline.increment.ingest import ingest
-from pipeline.verify import verify_output
 from pipeline.partition_run import partition_to_store
-from storage.atomic import save_npy_atomic, write_bytes_atomic, write_json_atomic
-from storage.confine import confined_path
+from pipeline.verify import verify_output
+from storage.commit.atomic import save_npy_atomic, write_bytes_atomic, write_json_atomic
+from storage.commit.confine import confined_path
+from storage.commit.lock import OutputLock
 from storage.errors import StoreError
-from storage.lock import OutputLock
-from storage.manifest import JOURNAL_NAME, LOCK_NAME, MANIFEST_NAME, STAGING_NAME, read_manifest
-from storage.state import read_state
+from storage.partitions.manifest import (
+    JOURNAL_NAME,
+    LOCK_NAME,
+    MANIFEST_NAME,
+    STAGING_NAME,
+    read_manifest,
+)
+from storage.partitions.state import read_state
 from tests.storage.helpers import edge_table, write_input
 from workflows.cli import main
 

@@ -19,16 +19,16 @@ import pyarrow.parquet as pq
 import pytest
 import zarr
 
-import storage.partition_store as ps
+import storage.partitions.store as ps
 from pipeline.config import PartitionConfig
 from pipeline.increment.ingest import ingest
-from pipeline.verify import verify_output
 from pipeline.partition_run import partition_to_store
+from pipeline.verify import verify_output
 from storage.errors import StoreError
-from storage.manifest import read_manifest
-from storage.checked_array import CheckedArray
-from storage.output_stores import open_partition
-from storage.partition_store import create_store, open_group_readonly, open_store, write_array
+from storage.integrity.checked_array import CheckedArray
+from storage.partitions.manifest import read_manifest
+from storage.partitions.output_stores import open_partition
+from storage.partitions.store import create_store, open_group_readonly, open_store, write_array
 from tests.storage.helpers import edge_table
 from training.data import load_local_graph
 from workflows.cli import main

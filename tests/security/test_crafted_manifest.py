@@ -16,7 +16,7 @@ import pytest
 
 from pipeline import ingest, verify_output
 from storage.errors import StoreError
-from storage.manifest import MANIFEST_NAME, read_manifest
+from storage.partitions.manifest import MANIFEST_NAME, read_manifest
 from tests.security import increments
 from workflows.cli import main
 

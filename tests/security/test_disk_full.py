@@ -24,7 +24,7 @@ from pipeline.config import PartitionConfig
 from pipeline.partition_run import partition_to_store
 from storage.errors import AseprError, FileSystemError, StoreError, os_error_problem
 from storage.importers import import_dataset
-from storage.manifest import read_manifest
+from storage.partitions.manifest import read_manifest
 from tests.security.tmpfs import fill, mounted_tmpfs
 from tests.storage.helpers import edge_table
 from training.checkpoint import RunDir

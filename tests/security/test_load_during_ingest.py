@@ -20,7 +20,7 @@ import pytest
 
 from pipeline import ingest, verify_output
 from storage.errors import StoreError
-from storage.manifest import read_manifest
+from storage.partitions.manifest import read_manifest
 from tests.security import increments
 from training.data import load_local_graph
 

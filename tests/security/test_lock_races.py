@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from storage.manifest import LOCK_NAME, read_manifest
+from storage.partitions.manifest import LOCK_NAME, read_manifest
 from tests.security import increments, race_workers
 from tests.security.race_workers import BARRIER_TIMEOUT_S
+
 
 def dead_pid() -> int:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -96,7 +97,7 @@ def tiny_output(tmp_path_factory) -> dict:
 
 def _race_ingests(tiny: dict, workdir: Path, rounds: int) -> None:
     from pipeline import verify_output
-    from storage.fs import discover_shards, fingerprint
+    from storage.locations.fs import discover_shards, fingerprint
 
     ctx = mp.get_context("spawn")
     start, done = ctx.Barrier(3), ctx.Barrier(3)

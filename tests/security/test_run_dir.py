@@ -23,7 +23,7 @@ import torch
 
 from pipeline.config import PartitionConfig
 from pipeline.partition_run import partition_to_store
-from storage.errors import AseprError, StoreError
+from storage.errors import StoreError
 from storage.importers import import_dataset
 from tests.training.conftest import REPO, wait_ranks
 from tests.training.conftest import spawn_ranks as spawn_trainer_ranks

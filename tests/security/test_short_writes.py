@@ -2,7 +2,7 @@
 
 ``ndarray.tofile`` and ``np.save`` write through C ``fwrite`` and report a full disk as
 ``OSError: N requested and M written`` (no errno, no file), which read as "fix the
-cause". The project's writers (:func:`storage.npy.write_array`, :func:`storage.npy.save_npy`
+cause". The project's writers (:func:`storage.inputs.npy.write_array`, :func:`storage.inputs.npy.save_npy`
 and everything built on them) report ``ENOSPC`` and the file's path instead.
 """
 
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from pipeline.store.route import SegmentWriter
-from storage.atomic import save_npy_atomic
+from storage.commit.atomic import save_npy_atomic
 from storage.errors import FileSystemError, os_errors_as_problems
-from storage.npy import save_npy, write_array
+from storage.inputs.npy import save_npy, write_array
 from tests.security.tmpfs import fill, mounted_tmpfs
 
 BIG = np.arange(1 << 17, dtype=np.int64)  # 1 MiB, more than the full disk has left

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage import EdgeDedup, InputError, validate_input
-from storage.clean import clean_input
+from storage.inputs.clean import clean_input
 from tests.storage.helpers import write_input
 from workflows.cli import main
 

@@ -18,8 +18,14 @@ from storage import (
     discover_shards,
     read_meta,
 )
-from storage import failpoints
-from storage.atomic import atomic_file, save_npy_atomic, staged_output, write_bytes_atomic, write_json_atomic
+from storage.commit import failpoints
+from storage.commit.atomic import (
+    atomic_file,
+    save_npy_atomic,
+    staged_output,
+    write_bytes_atomic,
+    write_json_atomic,
+)
 
 
 def _touch(path, data=b"x"):
@@ -114,7 +120,7 @@ def test_failpoints_pause_kill_and_ignore(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="ASEPR_FAILPOINTS"):
         failpoints.parse("swap=stop")
     marker = tmp_path / "marker"
-    script = "from storage import failpoints\nfailpoints.failpoint('other')\nfailpoints.failpoint('{}')\n"
+    script = "from storage.commit import failpoints\nfailpoints.failpoint('other')\nfailpoints.failpoint('{}')\n"
     env = dict(os.environ, ASEPR_FAILPOINTS="a=kill,b=pause", ASEPR_FAILPOINT_MARKER=str(marker))
     killed = subprocess.run([sys.executable, "-c", script.format("a")], env=env)
     assert killed.returncode == -9 and not marker.exists()

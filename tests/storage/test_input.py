@@ -8,9 +8,17 @@ import fsspec
 import pyarrow.parquet as pq
 import pytest
 
-from storage import InputDir, InputError, InputNotFoundError, open_input, open_parquet, read_meta, validate_input
-from storage import input as input_module
-from storage import validate as validate_module
+from storage import (
+    InputDir,
+    InputError,
+    InputNotFoundError,
+    open_input,
+    open_parquet,
+    read_meta,
+    validate_input,
+)
+from storage.inputs import directory as input_module
+from storage.integrity import validate as validate_module
 from tests.storage.helpers import edge_table, write_input
 
 

@@ -14,7 +14,7 @@ import torch
 
 from storage.errors import InputError, InputNotFoundError, SchemaError
 from storage.importers import import_dataset
-from storage.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from workflows.cli import main as cli_main
 
 ogb_node = pytest.importorskip("ogb.nodeproppred", reason="needs the ogb package (asepr[test] has it)")

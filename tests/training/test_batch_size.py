@@ -11,11 +11,19 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.training.conftest import fork_ranks
 from training.centralized import load_input_graph
 from training.checkpoint import RunDir
 from training.comm import Comm
-from training.config import (AUTO_BATCH_MAX, AUTO_BATCH_MIN, AUTO_BATCH_STEPS, TrainConfig, load_config,
-                             parse_batch_size, resolve_batch_size)
+from training.config import (
+    AUTO_BATCH_MAX,
+    AUTO_BATCH_MIN,
+    AUTO_BATCH_STEPS,
+    TrainConfig,
+    load_config,
+    parse_batch_size,
+    resolve_batch_size,
+)
 from training.data import load_local_graph
 from training.distributed import global_weights, train_rounds
 from training.fds.trainer import fds_config
@@ -23,8 +31,6 @@ from training.local import steps_per_round
 from training.main import add_train_arguments, config_from_args
 from training.rounds import batch_columns
 from training.tasks import make_task
-
-from tests.training.conftest import fork_ranks
 
 SMALL = TrainConfig(hidden=16, rounds=1, local_epochs=1, threads=1, seed=5, feature_norm="none", reconcile="avg",
                     eval_mode="local", fanouts=(3, 3))

@@ -17,7 +17,7 @@ from training.comm import Comm
 from training.config import TrainConfig
 from training.data import load_local_graph, rank_partitions
 from training.eval_sample import auc_interval, draw_sample, sample_keys, wilson_interval
-from training.inference import ExactInference, Evaluator
+from training.inference import Evaluator, ExactInference
 from training.main import format_row
 from training.models import GNN, graph_operator
 from training.tasks import NodeTask

@@ -101,7 +101,7 @@ def test_runs_that_cannot_be_compared_are_refused_or_left_out(tmp_path):
 
 
 def test_bench_train_reports_ogbs_metric_beside_its_own(tmp_path):
-    from workflows.bench_train import bench_train
+    from workflows.bench.train import bench_train
 
     ogbn_arxiv_like(tmp_path / "ogb")
     import_dataset("ogb", tmp_path / "ogb" / "ogbn_arxiv", tmp_path / "ogbn-arxiv")
@@ -116,7 +116,7 @@ def test_bench_train_reports_ogbs_metric_beside_its_own(tmp_path):
 
 
 def test_the_report_names_runs_that_were_not_scored():
-    from workflows.train_report import ogb_rows, ogb_section
+    from workflows.bench.train_report import ogb_rows, ogb_section
 
     base = {"dataset": "d", "k": 2, "strategy": "avg", "partitioner": "asep", "seed": 0}
     none = {**base, "ogb_metric": None, "ogb_error": None}

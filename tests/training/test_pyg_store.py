@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch_geometric.loader import LinkLoader, NeighborLoader, NodeLoader
-from torch_geometric.sampler import NegativeSampling
 from torch_geometric.nn import SAGEConv
+from torch_geometric.sampler import NegativeSampling
 
 from pipeline.config import PartitionConfig
 from pipeline.partition_run import partition_to_store

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from workflows.bench_all import DEFAULT_STRATEGY
+from workflows.bench.suite import DEFAULT_STRATEGY
 from workflows.cli import main
 
 

@@ -9,8 +9,15 @@ import math
 import pyarrow.parquet as pq
 import pytest
 
-from workflows.bench import parquet_table
-from workflows.train_report import headline, modelled_seconds, over_seeds, spread, summarise_run, table_rows
+from workflows.bench.tables import parquet_table
+from workflows.bench.train_report import (
+    headline,
+    modelled_seconds,
+    over_seeds,
+    spread,
+    summarise_run,
+    table_rows,
+)
 
 
 def _row(strategy, k, seed, test, seconds, nbytes, partitioner="asep"):

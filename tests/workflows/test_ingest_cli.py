@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.verify import verify_output
-from storage.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
-from storage.output_stores import open_partition
-from storage.state import read_state
+from storage.partitions.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
+from storage.partitions.output_stores import open_partition
+from storage.partitions.state import read_state
 from tests.pipeline.ingest_cases import skewed_edges, split_case
 from tests.storage.helpers import edge_table
 from tests.workflows.helpers import spawn_paused, wait_for_pause

@@ -14,11 +14,11 @@ import zarr
 
 from pipeline.config import PartitionConfig
 from pipeline.inputs.synth import SynthConfig, generate
-from pipeline.verify import verify_output
 from pipeline.partition_run import partition_to_store
+from pipeline.verify import verify_output
 from storage.importers import import_dataset
-from storage.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
-from storage.output_stores import open_partition
+from storage.partitions.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
+from storage.partitions.output_stores import open_partition
 from tests.storage.helpers import write_input
 from tests.workflows.helpers import spawn_paused, wait_for_pause
 from workflows.cli import main
@@ -65,7 +65,7 @@ def test_partition_inspect_verify(small_input, tmp_path, capsys):
 
 
 def test_bench_read_loads_every_array_cold_and_warm(small_input, tmp_path, capsys):
-    from workflows.bench_read import bench_read
+    from workflows.bench.read import bench_read
 
     out = tmp_path / "out"
     assert main(["partition", str(small_input), str(out), "-k", "2", "--algo", "hash", "--workers", "0"]) == 0

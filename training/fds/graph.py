@@ -30,9 +30,9 @@ import torch
 
 from storage import SPLIT_TRAIN
 from storage.errors import InputError, format_problem
-from storage.input import open_input, open_parquet
+from storage.inputs.directory import open_input, open_parquet
+from storage.inputs.schema import check_node_schema, feature_matrix
 from storage.resources import peak_rss_bytes
-from storage.schema import check_node_schema, feature_matrix
 from training.fds.partition import PartitionBook, iter_input_edges
 
 __all__ = ["FdsGraph", "load_fds_graph"]

@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from storage.atomic import save_npy_atomic
+from storage.commit.atomic import save_npy_atomic
+from storage.errors import InputError, StoreError, format_problem
+from storage.inputs.directory import InputDir, open_input, open_parquet
+from storage.inputs.npy import load_npy
 from training.config import FDS_PARTITIONERS
 from training.hashing import splitmix64
-from storage.errors import InputError, StoreError, format_problem
-from storage.input import InputDir, open_input, open_parquet
-from storage.npy import load_npy
 
 __all__ = [
     "METIS_MAX_EDGES",

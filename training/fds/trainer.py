@@ -61,10 +61,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from storage import failpoints
+import training.checkpoint as ckpt
+from storage.commit import failpoints
 from storage.errors import format_problem
-from storage.input import open_input
-from training.checkpoint import RunDir, TrainerError, expect_keys, expect_tensor, load_optimizer_state
+from storage.inputs.directory import open_input
+from training.checkpoint import RunDir, TrainerError
 from training.comm import Comm
 from training.config import TrainConfig
 from training.data import build_local_graph, prepare_features
@@ -284,10 +285,10 @@ def _restore(loop: _FdsLoop, runs: RunDir, config: TrainConfig, comm: Comm) -> N
     latest = runs.check_resume(config, comm.world_size)
     g_path, r_path = runs.global_path(latest), runs.rank_path(latest, comm.rank)
     g, r = runs.load_global(latest), runs.load_rank(latest, comm.rank)
-    expect_keys(g_path, g, ("optimizer", "metrics_rows", "elapsed"))
-    expect_keys(r_path, r, ("bytes", "rows_fetched", "rows_served"))
-    unflatten_into(loop.model, expect_tensor(g_path, g, "global", (num_parameters(loop.model),)).to(torch.float32))
-    load_optimizer_state(g_path, loop.optimizer, g["optimizer"])
+    ckpt.expect_keys(g_path, g, ("optimizer", "metrics_rows", "elapsed"))
+    ckpt.expect_keys(r_path, r, ("bytes", "rows_fetched", "rows_served"))
+    unflatten_into(loop.model, ckpt.expect_tensor(g_path, g, "global", (num_parameters(loop.model),)).to(torch.float32))
+    ckpt.load_optimizer_state(g_path, loop.optimizer, g["optimizer"])
     comm.bytes.load_state_dict(r["bytes"])
     loop.fetcher.rows_fetched, loop.fetcher.rows_served = int(r["rows_fetched"]), int(r["rows_served"])
     loop.rows, loop.elapsed, loop.start_round = list(g["metrics_rows"]), float(g["elapsed"]), latest + 1

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import PartitionConfig, partition, partition_to_store
-from storage.output_stores import open_partition
+from storage.partitions.output_stores import open_partition
 
 ALGOS = ("asep", "2ps-hdrf", "hdrf")
 

@@ -8,18 +8,23 @@ whose cached inputs and 2ps-hdrf rows it reads):
 A variant is a dict of PartitionConfig fields; `"_published": true` swaps ASEP's
 structural clustering for the published 2PS-L one (exploration only).
 """
-import sys, json, time, itertools
+import itertools
+import json
+import sys
+import time
 from dataclasses import replace
 from pathlib import Path
-import numpy as np, pandas as pd
+
+import numpy as np
+import pandas as pd
+
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 from pipeline.config import PartitionConfig
 from pipeline.partition import partition
-from pipeline.stages.degrees import compute_degrees
 from pipeline.stages.attr_cluster import attribute_clusters
-from storage.input import open_input
-from storage.input import read_meta
+from pipeline.stages.degrees import compute_degrees
+from storage.inputs.directory import open_input, read_meta
 from workflows.bench import ordered_inputs
 
 CACHE = ROOT / "docs/results/partition/inputs"

@@ -40,7 +40,7 @@ from pipeline.stages.attr_lift import attribute_lift
 from pipeline.stages.degrees import compute_degrees
 from pipeline.stages.mapping import map_communities, vertex_terms
 from pipeline.stages.struct_cluster import structural_clusters
-from storage.input import open_input, open_parquet
+from storage.inputs.directory import open_input, open_parquet
 from storage.resources import peak_rss_bytes
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -42,7 +42,7 @@ def _cpu() -> float:
 def _cluster(path: Path, k: int, base) -> tuple[dict, object]:
     """Cluster one input as ``asepr partition`` would; the row and the clusters."""
     from pipeline import attribute_clusters
-    from storage.input import open_input, read_meta
+    from storage.inputs.directory import open_input, read_meta
 
     source = open_input(path)
     num_nodes = int(read_meta(path)["num_nodes"])
@@ -62,7 +62,7 @@ def _cluster(path: Path, k: int, base) -> tuple[dict, object]:
 
 def _rf(path: Path, k: int, attr, base) -> float:
     from pipeline import compute_degrees, partition
-    from storage.input import open_input, read_meta
+    from storage.inputs.directory import open_input, read_meta
 
     source = open_input(path)
     degrees = compute_degrees(source.edge_shards, int(read_meta(path)["num_nodes"]))

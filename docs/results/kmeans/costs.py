@@ -19,9 +19,9 @@ import numpy as np
 from pipeline.stages.attr_cluster import READ_COST
 from pipeline.stages.attr_rows import ShardPiece
 from pipeline.stages.kmeans import nearest
-from storage.fs import discover_shards
-from storage.input import open_parquet
-from storage.schema import check_node_schema, feature_matrix
+from storage.inputs.directory import open_parquet
+from storage.inputs.schema import check_node_schema, feature_matrix
+from storage.locations.fs import discover_shards
 
 HERE = Path(__file__).resolve().parent
 

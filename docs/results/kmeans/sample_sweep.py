@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.stages.kmeans import embed, fit_sample, nearest
-from storage.fs import discover_shards
-from storage.input import open_parquet
-from storage.schema import check_node_schema, feature_matrix
+from storage.inputs.directory import open_parquet
+from storage.inputs.schema import check_node_schema, feature_matrix
+from storage.locations.fs import discover_shards
 
 HERE = Path(__file__).resolve().parent
 

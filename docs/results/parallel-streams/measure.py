@@ -26,10 +26,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from parallel import replay_state, simulate_parallel_streams
 
 from pipeline import PartitionConfig, attribute_clusters, compute_degrees, partition
-from parallel import replay_state, simulate_parallel_streams
-from storage.input import open_input, read_meta
+from storage.inputs.directory import open_input, read_meta
 from storage.resources import peak_rss_bytes
 from workflows.bench import ordered_inputs
 

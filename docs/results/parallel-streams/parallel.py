@@ -55,8 +55,8 @@ from pipeline.prefetch import aligned_zeros
 from pipeline.stages.mapping import vertex_terms
 from pipeline.stream import EdgeBatch, warmup_arrays
 from storage.errors import InputError, format_problem
-from storage.fs import Shard
-from storage.input import open_parquet
+from storage.inputs.directory import open_parquet
+from storage.locations.fs import Shard
 
 if TYPE_CHECKING:
     from pipeline.partition import Assignment

@@ -18,10 +18,6 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from pipeline import PartitionConfig, partition, replica_sets
-from pipeline.assign import MODES, AssignState, KernelSettings, assign_batch
-from pipeline.assign.kernel import KernelArgs
 from parallel import (
     iter_epochs,
     iter_share,
@@ -29,13 +25,17 @@ from parallel import (
     simulate_parallel_streams,
     stream_shares,
 )
+
+from pipeline import PartitionConfig, partition, replica_sets
+from pipeline.assign import MODES, AssignState, KernelSettings, assign_batch
+from pipeline.assign.kernel import KernelArgs
 from pipeline.assign.state import PDEG
 from pipeline.stream import iter_edge_batches
 from storage import InputError
-from storage.fs import Shard
-from storage.input import open_input
-
-from tests.pipeline.conftest import SYNTH_EDGES as M, SYNTH_NODES as N  # the `inputs` fixture's graph
+from storage.inputs.directory import open_input
+from storage.locations.fs import Shard
+from tests.pipeline.conftest import SYNTH_EDGES as M  # the `inputs` fixture's graph
+from tests.pipeline.conftest import SYNTH_NODES as N
 
 
 def _run(edge_shards, state, kernel, streams, sync_edges, batch_rows=256):

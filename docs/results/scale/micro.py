@@ -16,9 +16,9 @@ import time
 import numpy as np
 
 from pipeline.stream import iter_edge_batches
-from storage.decoded import decoded_shards
-from storage.input import open_input
-from storage.decoded_copy import validate_and_copy
+from storage.inputs.decoded import decoded_shards
+from storage.inputs.decoded_copy import validate_and_copy
+from storage.inputs.directory import open_input
 
 
 def best(fn, repeat: int = 3) -> float:

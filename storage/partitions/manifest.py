@@ -1,0 +1,194 @@
+"""``manifest.json``: what a partition output holds, written last and atomically.
+
+An output directory is trusted only through its manifest: a reader opens the stores
+the manifest lists and nothing else, and a store whose ``generation`` attribute
+differs from the manifest's is not part of that generation. The manifest is replaced
+in one rename locally, in one PUT on an object store (:func:`write_manifest`), so a
+reader sees the previous generation or the next one, never a mix. On an object store
+its paths name the generation's prefix (``gen-00003-1f2e3d4c/part-00000.zarr``,
+:mod:`pipeline.store.generations`).
+
+Document shape (``format_version`` 1)::
+
+    {
+      "format": "asepr-partitions",
+      "format_version": 1,
+      "generation": 3,                  # 1 for the first run, +1 per committed run
+      "created": "2026-01-31T12:00:00+00:00",
+      "num_parts": 4, "num_nodes": 2708, "num_edges": 5278, "feat_dim": 1433,
+      "undirected": true, "halo": 0,
+      "algorithm": "asep",
+      "config": {...},                  # PartitionConfig.to_dict() as it ran
+      "input": {"url": "...", "edges": [{"url", "rows", "sha256"}], "nodes": [...]},
+      "metrics": {...}, "timings": {...},
+      "node_map": {"path": "node_map.parquet", "sha256": "..."},
+      "partitions": [{"part_id": 0, "path": "part-00000.zarr", "generation": 3,
+                      "checksum": "sha256:...", "counts": {...}, "bytes": 123}, ...],
+      "run_key": "..."                  # hash of format, config and input fingerprints
+    }
+
+Names of the other bookkeeping entries of an output directory (the lock file, the
+staging directory of a run in progress) live here too, so that readers and the
+writer agree on them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from storage.commit.atomic import dumps_json, write_bytes_atomic
+from storage.errors import StoreError, format_problem
+from storage.locations.fs import join, resolve, url_of
+
+__all__ = [
+    "JOURNAL_NAME",
+    "LOCK_NAME",
+    "MANIFEST_FORMAT",
+    "MANIFEST_NAME",
+    "MANIFEST_VERSION",
+    "NODE_MAP_NAME",
+    "OLD_DIR",
+    "STAGING_NAME",
+    "part_name",
+    "read_manifest",
+    "write_manifest",
+]
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_FORMAT = "asepr-partitions"
+MANIFEST_VERSION = 1
+NODE_MAP_NAME = "node_map.parquet"
+#: The lock file of the (single) writer.
+LOCK_NAME = ".asepr.lock"
+#: Everything a run in progress writes lives below this hidden directory.
+STAGING_NAME = ".asepr-staging"
+#: During a commit, the previous generation's stores wait here until the new manifest lands.
+OLD_DIR = "old"
+#: The commit journal: the manifest about to be written, present only while swapping.
+JOURNAL_NAME = "commit.json"
+
+_REQUIRED = ("format", "format_version", "generation", "num_parts", "partitions")
+#: The most partitions an output can have (``PartitionConfig`` allows no more).
+MAX_PARTS = 32767
+
+
+def part_name(part_id: int) -> str:
+    """The directory name of partition ``part_id`` (``part-00007.zarr``)."""
+    return f"part-{int(part_id):05d}.zarr"
+
+
+def read_manifest(
+    out: str | Path, *, storage_options: dict | None = None, missing_ok: bool = False
+) -> dict[str, Any] | None:
+    """Read and check the manifest of the output directory ``out``.
+
+    Parameters
+    ----------
+    out
+        The output directory (path or fsspec URL).
+    missing_ok
+        Return None instead of raising when there is no manifest.
+
+    Raises
+    ------
+    StoreError
+        No manifest (unless ``missing_ok``), unreadable JSON, or a manifest of another
+        format or a newer format version.
+    """
+    fs, path = resolve(out, storage_options)
+    mpath = join(path, MANIFEST_NAME)
+    url = url_of(fs, mpath)
+    if not fs.exists(mpath):
+        if missing_ok:
+            return None
+        staging = fs.exists(join(path, STAGING_NAME))
+        raise StoreError(
+            format_problem(
+                f"output {url_of(fs, path)}",
+                f"a committed partition output with a {MANIFEST_NAME}",
+                "no manifest" + (" (a run was interrupted before its first commit)" if staging else ""),
+                "run `asepr partition INPUT OUT -k K` (it resumes an interrupted run).",
+            )
+        )
+    try:
+        with fs.open(mpath, "rb") as fh:
+            manifest = json.loads(fh.read())
+    except (OSError, ValueError) as exc:
+        raise StoreError(
+            format_problem(
+                f"file {url}",
+                "a JSON manifest",
+                f"unreadable content ({exc})",
+                "re-run `asepr partition ... --overwrite` to rewrite the output.",
+            )
+        ) from exc
+    if not isinstance(manifest, dict) or any(k not in manifest for k in _REQUIRED):
+        found = sorted(manifest) if isinstance(manifest, dict) else type(manifest).__name__
+        raise StoreError(
+            format_problem(
+                f"file {url}",
+                f"a JSON object with the keys {list(_REQUIRED)}",
+                f"{found}",
+                "this is not an asepr partition manifest; point at the output of `asepr partition`.",
+            )
+        )
+    if manifest["format"] != MANIFEST_FORMAT:
+        raise StoreError(
+            format_problem(
+                f"file {url}, key 'format'", f'"{MANIFEST_FORMAT}"', repr(manifest["format"]),
+                "point at the output directory of `asepr partition`.",
+            )
+        )
+    if int(manifest["format_version"]) > MANIFEST_VERSION:
+        raise StoreError(
+            format_problem(
+                f"file {url}, key 'format_version'",
+                f"a version <= {MANIFEST_VERSION}",
+                str(manifest["format_version"]),
+                "upgrade asepr to read this output.",
+            )
+        )
+    _check_partitions(manifest, url)
+    return manifest
+
+
+def _check_partitions(manifest: dict[str, Any], url: str) -> None:
+    """``num_parts`` in range and one entry per partition, ``part_id`` 0, 1, .. in order.
+
+    Checked once here so that no reader sizes an array by a crafted ``num_parts`` or
+    looks up a partition the entries do not hold.
+    """
+    fix = "the manifest was edited or damaged; rerun `asepr partition ... --overwrite` to rewrite the output."
+    k = manifest["num_parts"]
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_PARTS:
+        raise StoreError(format_problem(f"file {url}, key 'num_parts'", f"an integer from 1 to {MAX_PARTS}",
+                                        repr(k)[:60], fix))
+    entries = manifest["partitions"]
+    if not isinstance(entries, list) or len(entries) != k:
+        found = f"{len(entries)} entries" if isinstance(entries, list) else type(entries).__name__
+        raise StoreError(format_problem(f"file {url}, key 'partitions'",
+                                        f"a list of {k} entries (one per partition, as 'num_parts' says)",
+                                        found, fix))
+    for i, entry in enumerate(entries):
+        part_id = entry.get("part_id") if isinstance(entry, dict) else None
+        if isinstance(part_id, bool) or part_id != i:
+            raise StoreError(format_problem(
+                f"file {url}, key 'partitions[{i}].part_id'",
+                f"{i} (the entries are unique and in partition order)",
+                repr(part_id)[:60] if isinstance(entry, dict) else f"an entry that is no object ({type(entry).__name__})",
+                fix,
+            ))
+
+
+def write_manifest(out: str | Path, manifest: dict[str, Any], *, storage_options: dict | None = None) -> None:
+    """Replace ``out/manifest.json`` atomically (:func:`storage.commit.atomic.write_bytes_atomic`).
+
+    Raises
+    ------
+    StoreError
+        ``out/manifest.json`` is a symbolic link (refused, never followed).
+    """
+    fs, path = resolve(out, storage_options)
+    write_bytes_atomic(join(path, MANIFEST_NAME), dumps_json(manifest), fs=fs)
