@@ -85,12 +85,7 @@ from pipeline.verify.nodes import (
     mismatch_problems,
     node_table_bytes,
 )
-from pipeline.verify.state import (
-    ReplicaBits,
-    load_state,
-    state_masters_problems,
-    state_partition_problems,
-)
+from pipeline.verify.state import ReplicaBits, load_state, state_masters_problems, state_partition_problems
 from pipeline.verify.stores import PartitionScan, owned_edge_keys, scan_partition
 from storage.commit.confine import confined_join
 from storage.errors import AseprError, InputError, format_problem
