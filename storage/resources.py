@@ -28,12 +28,12 @@ def tune_malloc(arenas: int | None = None) -> bool:
       a run starts fresh worker threads, and glibc gives threads their own arenas (up
       to 8 per core), each keeping what its threads freed: resident memory ratchets up
       stage by stage. With as many arenas as cores, a stage reuses what the previous one
-      freed, so a run peaks lower and runs no slower (``docs/results/scale/s14/README.md``).
+      freed, so a run peaks lower and runs no slower (``docs/results/implementation-choices``).
     - **Batches reused, not remapped.** glibc maps every block above its (dynamic)
       threshold afresh and unmaps it when freed, so each decoded batch of a stream
       landed in new pages that the kernel zeroes on the first touch (zeroing pages is
       the largest symbol of a 20M-edge run's profile,
-      ``docs/results/scale/s15/perf-20m.txt``, most of it now the O(|V|) arrays). With
+      ``docs/results/scale/perf-20m.txt``, most of it now the O(|V|) arrays). With
       the threshold fixed at :data:`MMAP_THRESHOLD` and :data:`TRIM_THRESHOLD` kept at
       a heap's top, the batches reuse the heap's pages.
 

@@ -87,7 +87,7 @@ _RESUMABLE = frozenset({"rounds", "timeout_s", "threads", "device", "eval_every"
 #: run. The results pages that used them keep their commands (docs/results/train-*).
 REMOVED_FIELDS: dict[str, Any] = {
     # Did not help (docs/results/train-scaffold, train-scaffold-global, train-tuning/drift,
-    # train-link-remote): the options and their code are gone.
+    # earlier link-prediction runs): the options and their code are gone.
     "scaffold_memory": 0.0, "scaffold_shrink": False, "scaffold_threshold": 0.0, "scaffold_control": "path",
     "scaffold_batches": 0, "scaffold_weigh_segments": True, "sync_warmup": 0.0, "negative_pool": 0,
     "remote_negatives": 0.5,

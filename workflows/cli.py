@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from storage.commit.holder import set_command_name
 from storage.errors import AseprError, os_errors_as_problems
 from storage.resources import tune_malloc
 from workflows.extras import missing_extra, require_extra
@@ -285,6 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args)
+    set_command_name(f"asepr {args.command}")  # what a lock or lease records: the name, never the arguments
     handler = getattr(args, "handler", None) or _COMMANDS[args.command]
     try:
         with os_errors_as_problems():  # a full disk or an unwritable directory: the project's error
@@ -309,7 +311,7 @@ def run() -> None:
     Every command has finished its work when :func:`main` returns (its files written
     and closed, its threads and worker processes joined), so the interpreter's teardown
     (collecting every object, unloading the modules) only adds time, noticeably after a
-    large ``asepr partition`` (``docs/results/scale/s15/README.md``). The output streams and the log handlers are
+    large ``asepr partition`` (``docs/results/scale/README.md``). The output streams and the log handlers are
     flushed first; a command that left a child process running exits normally.
     """
     code = main()

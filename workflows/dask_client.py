@@ -8,7 +8,7 @@ stages run on threads of this process).
 Without ``--workers`` a machine of up to two cores runs on threads: there, worker
 processes only compete with the driver's streaming stages for the same two cores, and
 their start-up and the transfers between processes cost more than they return
-(``docs/results/scale/workers.md``). Larger machines start up to four worker
+(``docs/results/implementation-choices/workers.md``). Larger machines start up to four worker
 processes.
 """
 

@@ -20,7 +20,7 @@ one 32-byte row per vertex, :class:`ClusterState`: ``(community, degree, attr,
 volume of the community this vertex founded)``. An edge then touches four cache lines
 (the rows of u, v and of their two communities) instead of eight separate arrays'
 lines, and the kernel prefetches them a fixed distance ahead (about twice as fast as
-separate arrays: ``docs/results/speed/kernel-history.md``).
+separate arrays: ``docs/results/implementation-choices/kernel-layout.md``).
 
 The published 2PS-L clustering (Mayer et al., ICDE 2022), which the baselines ``2ps-l``
 and ``2ps-hdrf`` run (:func:`published_clusters`), differs in three rules: a vertex

@@ -143,7 +143,7 @@ def read_segments(
 
 def _group_by(part: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray]:
     # Partition ids fit int16 (k <= 32767), for which numpy's stable sort is a radix
-    # sort: 3 against 42 CPU ms for a 1M-row batch (docs/results/scale/micro.md).
+    # sort: 3 against 42 CPU ms for a 1M-row batch (docs/results/implementation-choices/micro.md).
     key = part.astype(np.int16, copy=False)
     order = np.argsort(key, kind="stable")
     bounds = np.searchsorted(key[order], np.arange(num_parts + 1))

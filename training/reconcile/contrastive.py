@@ -28,7 +28,7 @@ def con_weight(task: str) -> float:
     link loss's grows with |z|: at μ = 1 it was 10× the link loss's on Cora and, Adam
     following the larger one, kept the link loss at chance (2 ln 2); at 0.01 it is a
     tenth of it (docs/results/train-tuning). ``con`` did not help in the ablation
-    (docs/results/train-ablation-s11), so μ and τ are fixed settings."""
+    (docs/results/train-ablation), so μ and τ are fixed settings."""
     return 1.0 if task == "node" else 0.01
 
 

@@ -12,7 +12,7 @@ averaged with the FedAvg weights into the new global model. S = :data:`KD_STEPS`
 larger student rate moved the distilled model away from the average it starts at and
 lost accuracy against plain ``avg`` (docs/results/train-tuning, "The distillation
 student's learning rate"). ``kd`` did not help on the tuning graphs or in the ablation
-(docs/results/train-ablation-s11), so these are fixed settings.
+(docs/results/train-ablation), so these are fixed settings.
 """
 
 from __future__ import annotations
