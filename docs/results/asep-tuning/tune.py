@@ -1,6 +1,6 @@
 """Tune ASEP variants against the faithful 2ps-hdrf on the streams of `asepr bench partition`.
 
-Usage (from the repository root, after `asepr bench partition --out docs/results/partition`,
+Usage (from the repository root, after `asepr bench partition --out docs/results/partition-quality`,
 whose cached inputs and 2ps-hdrf rows it reads):
 
     python docs/results/asep-tuning/tune.py "$(cat docs/results/asep-tuning/sweep.json)"
@@ -25,10 +25,10 @@ from pipeline.partition import partition
 from pipeline.stages.attr_cluster import attribute_clusters
 from pipeline.stages.degrees import compute_degrees
 from storage.inputs.directory import open_input, read_meta
-from workflows.bench import ordered_inputs
+from workflows.bench.partition import ordered_inputs
 
-CACHE = ROOT / "docs/results/partition/inputs"
-base_rows = pd.read_parquet(ROOT / "docs/results/partition/partition.parquet")
+CACHE = ROOT / "docs/results/partition-quality/inputs"
+base_rows = pd.read_parquet(ROOT / "docs/results/partition-quality/partition.parquet")
 
 def baseline(ds, order, k, algo="2ps-hdrf"):
     r = base_rows[(base_rows.dataset == ds) & (base_rows.order == order) & (base_rows.k == k) & (base_rows.algo == algo)]

@@ -5,7 +5,7 @@ Builds the kernel state exactly as ``pipeline.partition._assign`` does for
 ``asepr bench partition`` computes them, attribute lift, structural clusters, community
 mapping, vertex terms), then runs :func:`pipeline.assign.hybrid.hybrid_stream_assign`
 at several budgets on the streams of ``asepr bench partition`` (natural order and the
-seed-0 shuffle, cached under docs/results/partition/inputs).
+seed-0 shuffle, cached under docs/results/partition-quality/inputs).
 
 Usage (from the repository root)::
 
@@ -44,7 +44,7 @@ from storage.inputs.directory import open_input, open_parquet
 from storage.resources import peak_rss_bytes
 
 ROOT = Path(__file__).resolve().parents[3]
-INPUTS = ROOT / "docs/results/partition/inputs"
+INPUTS = ROOT / "docs/results/partition-quality/inputs"
 SHARED_INPUTS = {
     "natural": "{name}",
     "shuffled": {"amazon-computers": "amazon-computers-cb213647-shuffled-0",

@@ -74,7 +74,7 @@ def _rf(path: Path, k: int, attr, base) -> float:
 def run(label: str, datasets: list[str], synthetic: list[str], cache: Path) -> None:
     import pipeline
     from pipeline import PartitionConfig
-    from workflows.bench import ordered_inputs
+    from workflows.bench.partition import ordered_inputs
 
     base = PartitionConfig(num_parts=2, seed=0)
     out = HERE / f"rows-{label}.json"
@@ -97,7 +97,7 @@ def run(label: str, datasets: list[str], synthetic: list[str], cache: Path) -> N
 
 def seeds(label: str, dataset: str, cache: Path, num_seeds: int = 8) -> None:
     from pipeline import PartitionConfig
-    from workflows.bench import ordered_inputs
+    from workflows.bench.partition import ordered_inputs
 
     path = ordered_inputs(dataset, ("natural",), cache, 0)["natural"]
     rows = []

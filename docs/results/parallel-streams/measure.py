@@ -8,10 +8,10 @@ assumed). Rows go to ``parallel-streams.csv`` and the table to ``table.md``.
 
 Usage (from the repository root)::
 
-    python docs/results/parallel-streams/measure.py --work /work/scratch/s7/streams/work \\
+    python docs/results/parallel-streams/measure.py --work WORK \\
         --inputs amazon-computers coauthor-physics --orders shuffled natural -k 4 16 \\
         --sync-edges 1000 10000 100000 1000000
-    python docs/results/parallel-streams/measure.py --work /work/scratch/s7/streams/work \\
+    python docs/results/parallel-streams/measure.py --work WORK \\
         --inputs /work/scratch/s50 --orders natural -k 16 --sync-edges 10000 100000 1000000 --append
 """
 
@@ -31,7 +31,7 @@ from parallel import replay_state, simulate_parallel_streams
 from pipeline import PartitionConfig, attribute_clusters, compute_degrees, partition
 from storage.inputs.directory import open_input, read_meta
 from storage.resources import peak_rss_bytes
-from workflows.bench import ordered_inputs
+from workflows.bench.partition import ordered_inputs
 
 HERE = Path(__file__).resolve().parent
 COLUMNS = ["input", "order", "edges", "nodes", "k", "algo", "streams", "sync_edges", "epochs", "rf", "rf_change_pct",

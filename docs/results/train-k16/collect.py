@@ -2,7 +2,7 @@
 
 usage: python collect.py OUT_ROOT [HEADLINE_PARQUET]
   OUT_ROOT/DATASET/RUN/{train.parquet,train_rounds.parquet}, as commands.sh writes them;
-  HEADLINE_PARQUET: the headline's train.parquet (../train-headline-s10/train.parquet), for
+  HEADLINE_PARQUET: the headline's train.parquet (../train-headline/train.parquet), for
   the amazon-computers k = 8 cell rerun under the automatic batch size.
 """
 
@@ -14,7 +14,7 @@ from statistics import mean
 
 import pyarrow.parquet as pq
 
-from workflows.bench_protocol import protocol_columns
+from workflows.bench.protocol import protocol_columns
 
 FLAGS = {"base": "", "bs64": "--batch-size 64", "lr02": "--lr 0.02", "fedadam": "--server-opt fedadam",
          "corr": "--reconcile avg+scaffold+corr", "sync5": "--sync-every 5", "slr2": "--server-lr 2",
@@ -78,7 +78,7 @@ def _s(value) -> str:
 
 
 def protocol_table(runs, central) -> None:
-    """Modelled cluster time to 95 % / 99 % of centralized's best validation (workflows.bench_protocol)."""
+    """Modelled cluster time to 95 % / 99 % of centralized's best validation (workflows.bench.protocol)."""
     print("| graph | run | strategy | k | seed | test at best val | best val epoch | compute s "
           "| cluster s to 95 % @10G | cluster s to 99 % @1G | cluster s to 99 % @10G | cluster s to 99 % @100G |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -38,4 +38,4 @@ run b256 coauthor-physics avg+scaffold -- --batch-size 256  # the previous defau
 # The one headline cell whose ranks resolve below 256 (amazon-computers, k = 8), 3 seeds:
 run k8auto amazon-computers avg+scaffold -- -k 8 --seeds 0 1 2
 run k8b256 amazon-computers avg+scaffold -- -k 8 --batch-size 256  # the previous default, same code, seed 0
-python collect.py "$OUT" ../train-headline-s10/train.parquet
+python collect.py "$OUT" ../train-headline/train.parquet

@@ -63,8 +63,8 @@ def headline_table(title: str, runs: list[str]) -> None:
     if not parts:
         return
     df = pd.concat(parts)
-    path_runs = pd.read_parquet(HERE / "../train-headline-s9/train.parquet")
-    # centralized, avg and fds: the runs of ../train-headline-s9, which the bench reused here.
+    path_runs = pd.read_parquet(HERE / "../train-scaffold/headline-ungated/train.parquet")
+    # centralized, avg and fds: the runs of ../train-scaffold/headline-ungated, reused here.
     others = path_runs[path_runs.strategy != "avg+scaffold"]
     both = pd.concat([df[df.strategy == "avg+scaffold"], others])
     cells = both.groupby(["dataset", "k", "strategy"]).test_at_best_val.agg(["mean", "count"])
@@ -72,7 +72,7 @@ def headline_table(title: str, runs: list[str]) -> None:
     print()
     print(f"{title}:")
     print()
-    print("| cell | this `avg+scaffold` | seeds | path (`../train-headline-s9`) | fds | centralized | avg | "
+    print("| cell | this `avg+scaffold` | seeds | path (`../train-scaffold/headline-ungated`) | fds | centralized | avg | "
           "− fds | − centralized |")
     print("|---" * 9 + "|")
     mine = df[df.strategy == "avg+scaffold"].groupby(["dataset", "k"]).size()

@@ -8,7 +8,7 @@ write
     every chunk's content kept in the array's attrs);
   * ``crc32c, LocalStore``: zarr's own write, the same chunks and compressors followed by
     ``Crc32cCodec``, through ``zarr.storage.LocalStore``;
-  * ``crc32c, DirectLocalStore``: the same through ``storage.partitions.chunk_stores.DirectLocalStore``.
+  * ``crc32c, DirectLocalStore``: the same through ``storage.chunk_stores.DirectLocalStore``.
 
 read (every array whole, then every array chunk by chunk as the trainers' feature store
 reads it), cold (each file dropped from the page cache with ``posix_fadvise`` first) and
@@ -16,12 +16,12 @@ warm (read again at once):
   * ``format 2``: ``CheckedArray`` over the format-2 store (a listing of the store, zarr's
     read, a CRC-32C over each decoded chunk);
   * ``crc32c``: plain zarr arrays whose codec chain checks each chunk, opened through
-    ``storage.partitions.chunk_stores.RequireChunks`` (a missing chunk is an error);
+    ``storage.chunk_stores.RequireChunks`` (a missing chunk is an error);
   * ``unchecked``: plain zarr over the format-2 store, no check at all (the floor).
 
-It needs the format-2 modules (``storage/integrity/checked_array.py`` with ``ChunkCrcs`` and
+It needs the format-2 modules (``storage/checked_array.py`` with ``ChunkCrcs`` and
 ``StoredKeys``, ``storage/direct_chunks.py``), which store format 3 removed, next to
-today's ``storage/partitions/chunk_stores.py``, and a format-2 store to take the arrays from; the
+the first ``storage/chunk_stores.py`` (the commit of store format 3), and a format-2 store to take the arrays from; the
 README of this directory gives the commands.
 """
 
@@ -40,9 +40,10 @@ import zarr
 from zarr.codecs import Crc32cCodec
 from zarr.storage import LocalStore
 
-from storage.integrity.checked_array import CheckedArray, StoredKeys
-from storage.partitions.chunk_stores import DirectLocalStore, RequireChunks
-from storage.partitions.store import create_store, open_store, write_array
+# The tree of store format 2 (see the docstring): its flat storage/ layout.
+from storage.checked_array import CheckedArray, StoredKeys
+from storage.chunk_stores import DirectLocalStore, RequireChunks
+from storage.partition_store import create_store, open_store, write_array
 
 BLOCK_BYTES = 64 << 20
 

@@ -2,7 +2,7 @@
 import functools
 import sys
 
-import workflows.bench_train as bt
+import workflows.bench.train as bt
 from pipeline.config import PartitionConfig
 from workflows.cli import main
 

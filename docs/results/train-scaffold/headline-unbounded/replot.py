@@ -1,5 +1,5 @@
 """Redraw a bench-train directory's plots from its train_rounds.parquet with the current
-plotting code (one line per seed): python docs/results/train-headline/replot.py [DIR]
+plotting code (one line per seed): python docs/results/train-scaffold/headline-unbounded/replot.py [DIR]
 (from the repository root; DIR defaults to this script's directory).
 
 The benchmark's own plots joined the seeds of a strategy into one line; the curves
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from workflows.bench_train import plot_curves
+from workflows.bench.train import plot_curves
 
 here = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
 curves = pq.read_table(here / "train_rounds.parquet").to_pylist()
