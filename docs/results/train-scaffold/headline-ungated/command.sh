@@ -1,7 +1,7 @@
 #!/bin/bash
 # The headline on today's partitions with today's default (ungated avg+scaffold): every run
 # already exists (centralized and fds from the headline of 2026-11-30, k = 8 avg and avg+scaffold from
-# ../asep-tuning/training/ on today's partitions, k = 4 avg from the gated run, k = 4 avg+scaffold ungated), so
+# ../../asep-tuning/training/ on today's partitions, k = 4 avg from the gated run, k = 4 avg+scaffold ungated), so
 # bench train reuses them and writes the report.
 set -e
 F=/work/scratch/lead/headline-final; G=/work/scratch/lead/headline; U=/work/scratch/lead/ungated-k4
