@@ -29,6 +29,7 @@ from typing import Any
 
 import fsspec
 
+from storage.commit.holder import set_command_name
 from storage.errors import AseprError, format_problem, os_errors_as_problems
 from storage.locations.remote import add_storage_options_flag, remote_errors_as_problems
 from training.config import (
@@ -269,6 +270,7 @@ def _train(args: argparse.Namespace, config: TrainConfig) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
+    set_command_name("asepr train")  # what the run directory's lock records: never the arguments
     level = logging.WARNING if args.quiet or not args.verbose else (logging.INFO if args.verbose == 1 else logging.DEBUG)
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import torch.distributed as dist

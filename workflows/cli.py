@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from storage.commit.holder import set_command_name
 from storage.errors import AseprError, os_errors_as_problems
 from storage.resources import tune_malloc
 from workflows.extras import missing_extra, require_extra
@@ -285,6 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args)
+    set_command_name(f"asepr {args.command}")  # what a lock or lease records: the name, never the arguments
     handler = getattr(args, "handler", None) or _COMMANDS[args.command]
     try:
         with os_errors_as_problems():  # a full disk or an unwritable directory: the project's error

@@ -6,7 +6,10 @@ serve s3`` silently overwrites an object that s3fs opens with ``"xb"``. So the w
 exclusion rests on what every object store does give, a read that sees the last
 completed PUT, and on time: Fischer's timed mutual exclusion.
 
-``OUT/.asepr.lease`` holds ``{token, host, pid, command, renewed_at, ttl}``. To take it,
+``OUT/.asepr.lease`` holds ``{token, host, pid, command, renewed_at, ttl}``; ``command``
+is the command's name only (``asepr partition``, :mod:`storage.commit.holder`): every
+reader of the bucket can read the lease, and a command line may carry credentials. To
+take it,
 a writer
 
 1. reads the lease; one that is held (not expired, and not left by a dead process on
@@ -32,15 +35,16 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import secrets
 import socket
-import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from storage.commit.atomic import pid_alive
+from storage.commit.holder import command_name, holder_command
 from storage.errors import StoreError, format_problem
 
 if TYPE_CHECKING:
@@ -58,7 +62,8 @@ DEFAULT_TTL_S = 120.0
 DEFAULT_SETTLE_S = 2.0
 #: Claims whose read -> write took longer than ``settle / 2`` before the run is refused.
 _ATTEMPTS = 5
-
+#: The most bytes of a lease object that are read: a record is a few hundred.
+_MAX_RECORD_BYTES = 1 << 14
 
 
 class Lease:
@@ -84,7 +89,7 @@ class Lease:
         self.fs, self.path, self.url = fs, path, url
         self.ttl, self.settle = float(ttl), float(settle)
         self.token = secrets.token_hex(16)
-        self.command = command if command is not None else " ".join(sys.argv)[:300]
+        self.command = holder_command(command) if command is not None else command_name()
         self._held = False
         self._lost: str | None = None
         self._stop = threading.Event()
@@ -108,17 +113,17 @@ class Lease:
             The object is not a lease record (it names the object and how to clear it).
         """
         try:
-            raw = self.fs.cat(self.path)
+            raw = self.fs.cat_file(self.path, start=0, end=_MAX_RECORD_BYTES + 1)
         except FileNotFoundError:
             return None
-        try:
-            record = json.loads(raw)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict) or not isinstance(record.get("token"), str):
+        record = _parse_record(raw)
+        if record is None:
             raise StoreError(format_problem(
-                f"lease {self.url}", "a JSON lease record {token, host, pid, command, renewed_at, ttl}",
-                f"{raw[:60]!r}", f"make sure no asepr command writes this output, then delete {self.url}."))
+                f"lease {self.url}",
+                "a JSON lease record {token: text, host: text, pid: integer, command: text, renewed_at: "
+                "seconds, ttl: seconds > 0}",
+                f"{raw[:60]!r}" + (" (and more)" if len(raw) > 60 else ""),
+                f"make sure no asepr command writes this output, then delete {self.url}."))
         return record
 
     def _free(self, record: dict[str, Any] | None) -> bool:
@@ -126,15 +131,10 @@ class Lease:
         made again), expired, or a dead process of this host."""
         if record is None or record.get("token") == self.token:
             return True
-        try:
-            expires = float(record["renewed_at"]) + float(record["ttl"])
-        except (KeyError, TypeError, ValueError):
-            expires = 0.0
-        if time.time() > expires:
+        if time.time() > record["renewed_at"] + record["ttl"]:
             log.warning("taking over the expired lease %s of %s", self.url, _holder(record))
             return True
-        if record.get("host") == socket.gethostname() and isinstance(record.get("pid"), int) \
-                and not pid_alive(record["pid"]):
+        if record["host"] == socket.gethostname() and not pid_alive(record["pid"]):
             log.warning("taking over the lease %s of a process that is gone: %s", self.url, _holder(record))
             return True
         return False
@@ -144,7 +144,7 @@ class Lease:
             f"output lease {self.url}", "no other writer of this output",
             f"held by {_holder(record)}",
             "wait for that command to finish (or stop it); a lease of a killed writer expires "
-            f"{record.get('ttl', self.ttl):.0f} s after its last renewal and is then taken over."))
+            f"{_number(record.get('ttl')) or self.ttl:.0f} s after its last renewal and is then taken over."))
 
     # --- taking, renewing, releasing ---------------------------------------------------
 
@@ -204,7 +204,7 @@ class Lease:
         """
         record = None if self._lost else self.read()
         if self._held and not self._lost and record is not None and record.get("token") == self.token \
-                and time.time() <= float(record.get("renewed_at", 0)) + float(record.get("ttl", 0)):
+                and time.time() <= record["renewed_at"] + record["ttl"]:
             return
         found = self._lost or (f"held by {_holder(record)}" if record else "no lease")
         raise StoreError(format_problem(
@@ -233,8 +233,34 @@ class Lease:
         self.release()
 
 
+def _number(value: object) -> float | None:
+    """``value`` as a finite number of seconds; None for anything else (text, a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _parse_record(raw: bytes) -> dict[str, Any] | None:
+    """The lease record in ``raw``, its times as floats; None when ``raw`` is no lease record
+    (no JSON, too long, nested too deep for the parser, or a field of the wrong type: a
+    ``ttl`` of ``"100000"`` would otherwise fail the arithmetic of every later check)."""
+    if len(raw) > _MAX_RECORD_BYTES:
+        return None
+    try:
+        record = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("token"), str):
+        return None
+    renewed, ttl, pid = _number(record.get("renewed_at")), _number(record.get("ttl")), record.get("pid")
+    if renewed is None or ttl is None or ttl <= 0 or isinstance(pid, bool) or not isinstance(pid, int) \
+            or not isinstance(record.get("host"), str):
+        return None
+    return {**record, "renewed_at": renewed, "ttl": ttl}
+
+
 def _holder(record: dict[str, Any] | None) -> str:
     if not record:
         return "nobody"
-    return (f"pid {record.get('pid')} on host {record.get('host')} "
-            f"(command: {str(record.get('command'))[:120]})")
+    return (f"pid {record.get('pid')} on host {str(record.get('host'))[:80]} "
+            f"(command: {holder_command(record.get('command'))})")

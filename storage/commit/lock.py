@@ -1,7 +1,9 @@
 """One writer per output directory: an OS lock on a file that names its owner.
 
 ``OUT/.asepr.lock`` is held with ``fcntl.flock`` (exclusive, non-blocking) and holds
-the owner's pid, host, process start time and command line. The kernel decides who
+the owner's pid, host, process start time and command name (``asepr partition``, never
+its arguments, which may carry credentials: :mod:`storage.commit.holder`). The file is
+private to its owner (mode 0600): a lock left by a killed writer stays on disk. The kernel decides who
 holds it: two processes can never both hold the lock, and a dead holder's lock is
 released by the kernel when the process goes. A contender never renames or deletes
 the lock file; only the holder removes it, while still holding the lock, when it
@@ -20,6 +22,7 @@ symbolic link) is refused with a message that names it and says how to clear it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -27,20 +30,21 @@ import logging
 import os
 import secrets
 import socket
-import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psutil
 
+from storage.commit.holder import command_name, holder_command
 from storage.errors import StoreError, format_problem
 from storage.partitions.manifest import LOCK_NAME
 
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["OutputLock"]
+__all__ = ["OutputLock", "waiting_file_lock"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +53,8 @@ log = logging.getLogger(__name__)
 _RECORD_WAIT_S = 2.0
 #: Attempts at locking a path whose file the holder keeps replacing.
 _ATTEMPTS = 100
+#: The lock file's mode: its owner's alone.
+_MODE = 0o600
 
 
 def _process_start(pid: int) -> float | None:
@@ -66,7 +72,7 @@ def _parse(raw: bytes) -> dict | str | None:
         return None
     try:
         owner = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return f"content that is not JSON ({raw[:40]!r})"
     if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int) or not owner.get("host"):
         return f"JSON without the owner's pid and host ({str(owner)[:60]})"
@@ -99,7 +105,7 @@ class OutputLock:
             "host": socket.gethostname(),
             "started": _process_start(os.getpid()),
             "acquired": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "command": " ".join(sys.argv),
+            "command": command_name(),
             "token": self.token,
         }
 
@@ -133,7 +139,7 @@ class OutputLock:
 
     def _open(self) -> int:
         try:
-            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, _MODE)
         except OSError as exc:
             if exc.errno == errno.ELOOP or self.path.is_symlink():
                 raise StoreError(self._foreign_message("a symbolic link")) from exc
@@ -192,6 +198,8 @@ class OutputLock:
                 self.path, owner.get("pid"), owner.get("host"),
             )
         record = json.dumps(self._owner_record(), indent=2).encode()
+        with contextlib.suppress(OSError):  # another user's file: theirs to restrict
+            os.fchmod(fd, _MODE)  # a lock file left by an older asepr was world-readable
         os.ftruncate(fd, 0)
         os.pwrite(fd, record, 0)
 
@@ -230,6 +238,7 @@ class OutputLock:
             process = f"pid {pid} on host {host} (started {time.strftime('%Y-%m-%dT%H:%M:%S%z', time.localtime(started))})"
         else:
             process = f"pid {pid} on host {host}"
+        process += f", command {holder_command(owner.get('command'))}"
         return format_problem(
             f"{self.what} {self.directory}",
             "no other writer",
@@ -256,3 +265,39 @@ class OutputLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+@contextlib.contextmanager
+def waiting_file_lock(path: str | Path, *, what: str) -> Iterator[None]:
+    """Hold an exclusive OS lock on the local file ``path`` for the block, waiting for it.
+
+    For a short read-modify-write of a shared file (an input's id map, which ingests
+    into different outputs of one input update): the writers take turns rather than
+    refuse each other. The lock file is created private (mode 0600) and never removed
+    (removing it would let a waiting writer lock a file nobody else sees); the kernel
+    releases the lock of a writer that dies.
+
+    Raises
+    ------
+    StoreError
+        The lock file cannot be created (naming it and ``what`` it guards), or is a
+        symbolic link.
+    """
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, _MODE)
+    except OSError as exc:
+        found = "a symbolic link" if exc.errno == errno.ELOOP or path.is_symlink() else f"{exc.strerror or exc}"
+        raise StoreError(format_problem(
+            f"lock file {path} (of {what})", "a lock file asepr can create and write", found,
+            f"make the directory {path.parent} writable for this user, or remove {path} if it is a link.",
+        )) from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("waiting for %s: another asepr process holds %s", what, path)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor releases the lock

@@ -69,6 +69,8 @@ class RcloneS3:
     process: subprocess.Popen | None = None
     log_path: Path | None = None
     buckets: list[str] = field(default_factory=list)
+    #: The secret key the server accepts (a test that looks for it in what was written sets its own).
+    secret: str = SECRET_KEY
 
     @property
     def endpoint(self) -> str:
@@ -76,7 +78,7 @@ class RcloneS3:
 
     def storage_options(self, **extra: Any) -> dict[str, Any]:
         """What s3fs needs to reach the server (``extra`` added, e.g. ``config_kwargs``)."""
-        return {"key": ACCESS_KEY, "secret": SECRET_KEY, "client_kwargs": {"endpoint_url": self.endpoint}, **extra}
+        return {"key": ACCESS_KEY, "secret": self.secret, "client_kwargs": {"endpoint_url": self.endpoint}, **extra}
 
     def bucket(self, name: str | None = None) -> S3Location:
         """A new, empty bucket: ``s3://NAME`` and its options.
@@ -105,7 +107,7 @@ class RcloneS3:
             with open(self.log_path, "wb") as log:
                 self.process = subprocess.Popen(
                     [binary, "serve", "s3", "--addr", f"127.0.0.1:{self.port}",
-                     "--auth-key", f"{ACCESS_KEY},{SECRET_KEY}", str(self.root)],
+                     "--auth-key", f"{ACCESS_KEY},{self.secret}", str(self.root)],
                     stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "RCLONE_CONFIG": str(config)},
                     start_new_session=True, preexec_fn=_die_with_parent,
                 )
