@@ -38,15 +38,12 @@ SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam")
 #: The named strategies the benchmark compares (any "+"-combination containing avg is valid).
 STRATEGIES = ("avg", "avg+kd", "avg+con", "avg+kd+con", "avg+corr", "avg+scaffold")
 
-#: ``batch_size="auto"``: each rank's batch gives it at least this many optimiser steps
-#: per epoch of its own training set, between :data:`AUTO_BATCH_MIN` and
-#: :data:`AUTO_BATCH_MAX` seeds (:func:`resolve_batch_size`). Chosen on the tuning graphs
-#: at k = 16 (docs/results/train-k16): amazon-photo's ranks hold 186-493 training nodes,
-#: where batches of 64 (4.5 steps per epoch on the mean rank) gained 4.2 points over 256
-#: (1-2 steps); 4 steps give batches of 47-124 there.
+#: ``batch_size="auto"``: the centralized run's batch gives it at least this many optimiser
+#: steps per epoch, between :data:`AUTO_BATCH_MIN` and :data:`AUTO_BATCH_MAX` seeds
+#: (:func:`resolve_batch_size`); each rank of a node task takes its share of that batch.
 AUTO_BATCH_STEPS = 4
-#: The largest automatic batch: the fixed default of before, so a rank with at least
-#: ``AUTO_BATCH_STEPS · 256 - 3`` training seeds trains exactly as it did.
+#: The largest automatic batch: a centralized run with at least ``AUTO_BATCH_STEPS · 256 - 3``
+#: training seeds trains with 256.
 AUTO_BATCH_MAX = 256
 #: The smallest automatic batch (a rank with a handful of training seeds).
 AUTO_BATCH_MIN = 16
@@ -67,14 +64,28 @@ def parse_batch_size(text: str) -> int | str:
     return value
 
 
-def resolve_batch_size(batch_size: int | str, num_train: int) -> int:
-    """The seeds per step of a rank holding ``num_train`` training seeds (nodes, or edges
-    for link prediction): ``batch_size`` itself when it is an integer (0: full-batch), and
-    for ``"auto"`` ``min(256, max(16, ceil(num_train / 4)))``: at least
-    :data:`AUTO_BATCH_STEPS` steps per epoch on a small rank, the batch of 256 on a large one."""
+def resolve_batch_size(batch_size: int | str, num_train: int, total_train: int | None = None) -> int:
+    """The seeds per step of a rank holding ``num_train`` of the ``total_train`` training
+    seeds of all ranks (nodes, or edges for link prediction; ``None``: this rank holds them
+    all): ``batch_size`` itself when it is an integer (0: full-batch).
+
+    ``"auto"``: the centralized batch ``B = min(256, max(16, ceil(total_train / 4)))`` (at
+    least :data:`AUTO_BATCH_STEPS` steps per epoch), and this rank's share of it,
+    ``ceil(B · num_train / total_train)``, at least :data:`AUTO_BATCH_MIN`. Every rank then
+    takes about as many optimiser steps per epoch as the centralized run, whatever the
+    number of ranks: averaging W ranks' steps of ``B / W`` seeds is one step of ``B``.
+    With batches of 256 on every rank, W ranks take W times fewer steps per epoch than
+    the centralized run, and the global model falls behind it at large W
+    (docs/results/train-k16).
+    """
     if batch_size != "auto":
         return int(batch_size)
-    return min(AUTO_BATCH_MAX, max(AUTO_BATCH_MIN, math.ceil(int(num_train) / AUTO_BATCH_STEPS)))
+    num_train = int(num_train)
+    total = num_train if total_train is None else max(int(total_train), num_train)
+    central = min(AUTO_BATCH_MAX, max(AUTO_BATCH_MIN, math.ceil(total / AUTO_BATCH_STEPS)))
+    if total <= 0:
+        return central
+    return min(central, max(AUTO_BATCH_MIN, math.ceil(central * num_train / total)))
 
 
 # Fields that may differ between a run and its resumption (they do not change the result).
@@ -178,15 +189,13 @@ class TrainConfig:
         Mini-batches of ``batch_size`` seeds (training nodes, or training edges for link
         prediction) with a uniform neighbour sampler of ``fanouts`` per layer (one per
         layer, default ``(10, 10)``); 0 trains full-batch on the local partition. The
-        default ``"auto"`` resolves on each rank from its own training set
-        (:func:`resolve_batch_size`): ``min(256, max(16, ceil(n_train / 4)))``, at least 4
-        optimiser steps per epoch. With many partitions a rank holds a few hundred
-        training nodes, and batches of 256 gave it one or two steps per epoch (5.8
-        points below centralized at k = 16 on amazon-photo after 30 epochs); a rank with
-        1021 training seeds or more trains with 256 as before. The centralized run shares
-        the rule (one rank holding every training seed: 256 on any graph with 1021 or
-        more); fds, a trainer of its own with a step per batch on every rank together,
-        keeps its batch of 256.
+        default ``"auto"`` (:func:`resolve_batch_size`) gives the centralized run
+        ``min(256, max(16, ceil(n_train / 4)))`` seeds per step and each rank of a node
+        task its share of that batch, in proportion to its training seeds (at least 16):
+        every rank then takes about as many steps per epoch as the centralized run. A
+        link-prediction rank resolves the centralized rule on its own training edges
+        (its cells were measured under that rule). fds, a trainer of its own with a step
+        per batch on every rank together, keeps its batch of 256.
     sync_every
         N > 0 (default 10 for node classification): every rank takes the same number of
         optimiser steps per round

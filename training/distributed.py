@@ -69,7 +69,7 @@ from training.config import TrainConfig
 from training.data import LocalGraph, load_local_graph, prepare_features, rank_partitions
 from training.device import backend_for, resolve_device
 from training.inference import Evaluator
-from training.local import batch_stream, steps_per_round, sync_segments, train_local
+from training.local import batch_stream, share_training_seeds, steps_per_round, sync_segments, train_local
 from training.models import build_model, flatten, num_parameters, unflatten_into
 from training.protocol import ComputeClock, patience_spent
 from training.reconcile import Reconciler
@@ -242,6 +242,7 @@ def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) ->
 
     all_ranks_ready(comm, "agree on the features and labels", check)
     task = make_task(graph, config, num_classes)
+    share_training_seeds(task, comm)
     torch.manual_seed(config.seed)
     model = build_model(config, in_dim, task.out_dim).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)

@@ -22,7 +22,7 @@ import torch
 
 from training.reconcile.contrastive import CON_TAU, con_weight, contrastive_loss
 
-__all__ = ["batch_stream", "steps_per_round", "sync_segments", "train_local"]
+__all__ = ["batch_stream", "share_training_seeds", "steps_per_round", "sync_segments", "train_local"]
 
 
 def _forward(model, x, batch):
@@ -37,6 +37,16 @@ def _forward(model, x, batch):
 def _frozen_layers(global_model, previous_model, x, batch):
     """The layer outputs of the global and the previous model on ``batch`` (no gradients)."""
     return _forward(global_model, x, batch)[1], _forward(previous_model, x, batch)[1]
+
+
+def share_training_seeds(task, comm) -> None:
+    """Tell a node task how many training seeds all ranks hold together (a collective), so
+    that its automatic batch is its share of the centralized run's
+    (:func:`training.config.resolve_batch_size`). Tasks without ``total_train`` (link
+    prediction) resolve their batch on their own training set."""
+    if hasattr(task, "total_train"):
+        total = torch.tensor([float(task.num_train)], dtype=torch.float64)
+        task.total_train = int(comm.all_reduce(total, "control")[0])
 
 
 def steps_per_round(task, config, comm) -> int:

@@ -113,6 +113,8 @@ class NodeTask:
         self.mp = graph_operator(config.model, self.edge_index, graph.num_nodes)
         self.train_idx = torch.nonzero(graph.train_mask).view(-1)
         self.master_idx = torch.nonzero(graph.is_master).view(-1)
+        #: Every rank's training seeds together (one rank: its own); the trainer sets it.
+        self.total_train = len(self.train_idx)
         self._sampler = None
 
     @property
@@ -130,8 +132,9 @@ class NodeTask:
 
     @property
     def batch_size(self) -> int:
-        """Seeds per step on this rank (``config.batch_size`` resolved on its training set)."""
-        return resolve_batch_size(self.config.batch_size, self.num_train)
+        """Seeds per step on this rank: ``config.batch_size`` resolved on its share of all
+        ranks' training seeds (:attr:`total_train`, set by the trainer)."""
+        return resolve_batch_size(self.config.batch_size, self.num_train, self.total_train)
 
     def _sampler_(self) -> NeighborSampler:
         if self._sampler is None:

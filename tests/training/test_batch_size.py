@@ -1,4 +1,4 @@
-"""``batch_size="auto"``: each rank's batch from its own training set (training.config.resolve_batch_size)."""
+"""``batch_size="auto"``: each rank's share of the centralized batch (training.config.resolve_batch_size)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from training.config import (
 from training.data import load_local_graph
 from training.distributed import global_weights, train_rounds
 from training.fds.trainer import fds_config
-from training.local import steps_per_round
+from training.local import share_training_seeds, steps_per_round
 from training.main import add_train_arguments, config_from_args
 from training.rounds import batch_columns
 from training.tasks import make_task
@@ -43,6 +43,22 @@ def test_auto_is_the_default_and_resolves_to_a_quarter_of_the_rank_between_16_an
     assert [resolve_batch_size("auto", n) for n in (0, 1, 64, 65, 186, 493, 1020, 1021, 20694)] == \
         [16, 16, 16, 17, 47, 124, 255, 256, 256]
     assert [resolve_batch_size(b, 500) for b in (0, 64, 256, 1024)] == [0, 64, 256, 1024]
+    # a rank's share: amazon-photo at k = 16 (4,590 training nodes, 186-493 per rank)
+    assert [resolve_batch_size("auto", n, 4590) for n in (0, 186, 287, 493, 4590)] == [16, 16, 17, 28, 256]
+    assert [resolve_batch_size(b, 186, 4590) for b in (0, 64)] == [0, 64]
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.integers(min_value=1, max_value=200_000), st.integers(min_value=1, max_value=64), st.data())
+def test_every_rank_takes_about_the_centralized_runs_steps_per_epoch(total, ranks, data):
+    share = data.draw(st.integers(min_value=1, max_value=total))
+    central = resolve_batch_size("auto", total)
+    b = resolve_batch_size("auto", share, total)
+    assert b == resolve_batch_size("auto", share, total) and AUTO_BATCH_MIN <= b <= central
+    central_steps, steps = total / central, share / b
+    if b > AUTO_BATCH_MIN:  # not held up by the smallest batch: the centralized run's steps or fewer
+        assert steps <= central_steps and steps >= central_steps * (b - 1) / b
+    assert resolve_batch_size("auto", total, total) == central  # one rank holding every seed
 
 
 @settings(deadline=None, max_examples=200)
@@ -102,17 +118,18 @@ def test_fds_keeps_its_batch_of_256_and_full_batch_stays_1024():
 def _ranks_resolve(rank, world, out, config):
     graph = load_local_graph(out, [rank])
     task = make_task(graph, config, 7)
-    n = int(graph.train_mask.sum())
-    assert task.num_train == n and task.batch_size == resolve_batch_size("auto", n) < 256
+    share_training_seeds(task, Comm())
+    n, total = int(graph.train_mask.sum()), task.total_train
+    assert task.num_train == n and task.batch_size == resolve_batch_size("auto", n, total) < 256
     assert sum(1 for _ in task.batches(torch.Generator().manual_seed(0))) == math.ceil(n / task.batch_size)
     columns = batch_columns(task.num_train, task.batch_size, Comm())
     seeds, sizes = columns["train_seeds"], columns["batch_sizes"]
-    assert seeds[rank] == n and sizes == [resolve_batch_size("auto", s) for s in seeds]
+    assert seeds[rank] == n and sum(seeds) == total and sizes == [resolve_batch_size("auto", s, total) for s in seeds]
     # the synchronised round: local_epochs epochs of the whole training set at the ranks' own batches
     assert steps_per_round(task, config, Comm()) == math.ceil(config.local_epochs * sum(seeds) / sum(sizes))
 
 
-def test_each_rank_resolves_its_own_batch_and_the_round_counts_their_sum(cora_parts):
+def test_each_rank_resolves_its_share_and_the_round_counts_their_sum(cora_parts):
     # Cora at k = 4: 300-500 training nodes per rank, batches below 256
     fork_ranks(4, _ranks_resolve, cora_parts(4), dataclasses.replace(SMALL, local_epochs=2))
 
