@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pipeline.config import PartitionConfig
 
-__all__ = ["EDGE_ROW", "MIB", "STORE_RATIO", "STREAM_BATCHES", "Need", "RunShape", "held_arrays"]
+__all__ = ["EDGE_ROW", "MIB", "STATE_TREE", "STORE_RATIO", "STORE_TREE", "STREAM_BATCHES", "Need", "RunShape",
+           "held_arrays"]
 
 MIB = 1 << 20
 
@@ -27,11 +28,21 @@ STREAM_BATCHES = 5
 EDGE_ROW = 16
 
 #: Compression ratios (raw / stored) of the store codecs, from storage.partitions.store's
-#: measurement; arrays it does not list take the ratio of the closest listed one. Dense
-#: features are stored raw (blosc saves less than storage.partitions.store.MIN_SAVING on
-#: them): 1.0, the most disk they can take.
+#: measurement; arrays it does not list take the ratio of the closest listed one. The
+#: features' ratio depends on the graph (1.0 for dense random floats, which blosc cannot
+#: shrink by storage.partitions.store.MIN_SAVING, 20-200 for sparse binary ones): the
+#: plan measures it on a sample (``RunShape.x_ratio``); "x" is its default, the most
+#: disk they can take.
 STORE_RATIO = {"x": 1.0, "global_nid": 7.1, "indptr": 7.1, "indices": 1.53, "y": 19.6, "flags": 8.0,
                "state": 2.0}
+
+#: Disk a Zarr tree takes besides its arrays' bytes, as ``du`` counts it: every
+#: directory is a 4 KiB block and every file rounds up to whole blocks. A partition store
+#: (3 groups and 7 arrays: 18 directories, 17 files while each array is one chunk) takes
+#: about 130 KiB more than its bytes, ``state.zarr`` about 210 KiB; on a small graph
+#: that is most of the output (measured on the outputs of docs/results/plan-accuracy).
+STORE_TREE = 130 * 1024
+STATE_TREE = 210 * 1024
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,7 @@ class RunShape:
     label_threads: int = 1  # threads labelling the decoded node table (pipeline.stages.attr_rows)
     sweeps: int = 1  # node-table sweeps at once (one per worker; local threads share one)
     ways: int = 1  # threads of an order-free edge pass (pipeline.stream.map_shard_ranges)
+    x_ratio: float = 1.0  # raw / stored bytes of the features (pipeline.plan_inputs.feature_store_ratio)
 
     @property
     def words(self) -> int:

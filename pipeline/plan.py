@@ -1,7 +1,8 @@
 """``pipeline.plan``: the memory and disk plan of an ``asepr partition`` run, before it starts.
 
-The plan is computed from |V| and |E| (``meta.json`` and the Parquet footers, never the
-edges themselves), k, the feature width d and the :class:`~pipeline.config.PartitionConfig`
+The plan is computed from |V| and |E| (``meta.json`` and the Parquet footers), two
+estimates from samples of the input (:mod:`pipeline.plan_inputs`: the features' stored
+size and the replication factor), k, the feature width d and the :class:`~pipeline.config.PartitionConfig`
 (algorithm, batch rows, k-means and projection settings), the halo and where the Dask
 tasks run. It gives, per stage, the peak resident memory of the driver process and of
 the local Dask workers, and the bytes the stage writes. ``asepr partition`` prints it
@@ -28,11 +29,12 @@ were fitted on measured runs (``docs/results/plan``): the memory a process keeps
 freeing it (:data:`RETAINED`; :func:`_compose` says how later stages reuse it), the
 worker baselines, and what reading a node shard costs (:data:`NODE_READ_FACTOR`).
 
-The replication factor RF is unknown before the run. The plan takes random edge
-hashing's at the mean degree, ``k (1 - (1 - 1/k) ** (2|E|/|V|))``, which bounds
-hashing's own RF (the expression is concave in the degree) and lies above what the
-streaming algorithms reach, unless a known RF is given. RF sets the masters' counters
-and the node rows of the stores.
+The replication factor RF is unknown before the run. The plan estimates it from a
+sample of the edge stream (:func:`pipeline.plan_inputs.estimate_rf`: a streaming
+algorithm that replicates at least as much as the one planned, run on up to 2M edge
+rows, extrapolated when that is a share of the stream, at most random hashing's bound
+``k (1 - (1 - 1/k) ** (2|E|/|V|))``), unless a known RF is given (``--plan-rf``); the
+plan prints which. RF sets the masters' counters and the node rows of the stores.
 
 Disk: everything is staged under ``OUT/`` until the commit (the decoded node table
 ``|V|·(4d + 9)``, edge partitions 2 B per edge, routed edges 8 B per edge row and halo
@@ -40,7 +42,11 @@ copy (16 B past 2**31 nodes), the ``global_nid`` lists, the new stores, ``state.
 the node map; the decoded edge copy, 8 B per edge, only until the route has read it),
 so the output's filesystem needs their sum; attribute clustering writes nothing (it
 fits on an in-memory sample, then labels the decoded table in one pass). Store sizes
-use the compression ratios measured in :mod:`storage.partitions.store`.
+use the compression ratios measured in :mod:`storage.partitions.store`, except the
+features', which depends on the graph and is measured with the store's codec on a
+sample of node rows (:func:`pipeline.plan_inputs.feature_store_ratio`), and count the
+blocks the stores' directories and files take (:data:`pipeline.needs.STORE_TREE`).
+How close the plan comes: ``docs/results/plan-accuracy``.
 """
 
 from __future__ import annotations
@@ -56,6 +62,14 @@ from pipeline.machine import free_disk_bytes, free_memory_bytes
 from pipeline.needs import MIB, Need, RunShape
 from pipeline.partition import fallback_needs
 from pipeline.partition_run import validate_needs
+from pipeline.plan_inputs import (
+    InputSizes,
+    RFEstimate,
+    estimate_rf,
+    feature_store_ratio,
+    input_sizes,
+    planning_rf,
+)
 from pipeline.stages.attr_cluster import kmeans_needs
 from pipeline.stages.attr_column import column_needs
 from pipeline.stages.attr_rows import label_threads
@@ -70,12 +84,12 @@ from pipeline.store.finalize import finalize_edges_needs, finalize_nodes_needs
 from pipeline.store.route import route_needs
 from pipeline.stream import stream_ways
 from storage.errors import AseprError, InputError, format_problem
-from storage.inputs.directory import InputDir, open_input, open_parquet
-from storage.inputs.schema import check_node_schema, feature_matrix
+from storage.inputs.directory import InputDir, open_input
 from storage.locations.location import is_local_url
 
 __all__ = [
     "InputSizes",
+    "RFEstimate",
     "RunPlan",
     "StagePlan",
     "check_plan",
@@ -123,106 +137,6 @@ def human_bytes(n: float) -> str:
     return f"{n:.2f} TiB"
 
 
-# --- what the plan is computed from -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class InputSizes:
-    """The sizes of an input, read from its ``meta.json`` and its Parquet footers.
-
-    Attributes
-    ----------
-    num_nodes, num_edges
-        |V| and |E| (edge rows).
-    feat_dim
-        d, the feature width.
-    edge_shards, node_shards
-        Shard counts.
-    max_edge_shard_rows, max_node_shard_rows
-        Rows of the largest shard of each kind (a task holds at most one shard).
-    max_node_shard_bytes
-        File bytes of the largest node shard (default: its rows at 4d + 17 bytes).
-    undirected
-        ``meta.json``'s ``undirected``.
-    """
-
-    num_nodes: int
-    num_edges: int
-    feat_dim: int
-    edge_shards: int = 1
-    node_shards: int = 1
-    max_edge_shard_rows: int = 0
-    max_node_shard_rows: int = 0
-    max_node_shard_bytes: int = 0
-    undirected: bool = False
-
-    def __post_init__(self) -> None:
-        # Unknown shard sizes: one shard holds everything (the most a task can hold).
-        if self.max_edge_shard_rows <= 0:
-            object.__setattr__(self, "max_edge_shard_rows", self.num_edges)
-        if self.max_node_shard_rows <= 0:
-            object.__setattr__(self, "max_node_shard_rows", self.num_nodes)
-        if self.max_node_shard_bytes <= 0:
-            object.__setattr__(self, "max_node_shard_bytes", self.max_node_shard_rows * (4 * self.feat_dim + 17))
-
-
-def _feat_dim_from_schema(source: InputDir) -> int:
-    """d from the first node shard whose schema (or first row, for ``list``) tells it."""
-    for shard in source.node_shards:
-        pf = open_parquet(shard)
-        layout, _, _ = check_node_schema(pf.schema_arrow, shard.url)
-        if layout.dim is not None:
-            return int(layout.dim)
-        for batch in pf.iter_batches(batch_size=1, columns=list(layout.columns)):
-            if batch.num_rows:
-                return int(feature_matrix(batch, layout).shape[1])
-    return 0
-
-
-def input_sizes(source: str | Path | InputDir, storage_options: dict | None = None) -> InputSizes:
-    """|V|, |E|, d and the shard sizes of an input, from metadata only.
-
-    The row counts come from the Parquet footers (one small read per shard), |V| from
-    ``meta.json`` when it records it, d from ``meta.json`` or the node schema. No edge
-    or feature row is read.
-
-    Parameters
-    ----------
-    source
-        The input directory, or one already opened (:func:`storage.inputs.directory.open_input`).
-    storage_options
-        Passed to fsspec.
-
-    Returns
-    -------
-    InputSizes
-    """
-    source = open_input(source, storage_options)
-    edge_rows = [open_parquet(s).metadata.num_rows for s in source.edge_shards]
-    node_rows = [open_parquet(s).metadata.num_rows for s in source.node_shards]
-    num_nodes = source.num_nodes if source.num_nodes is not None else sum(node_rows)
-    feat_dim = source.meta.get("feat_dim") or _feat_dim_from_schema(source)
-    return InputSizes(
-        num_nodes=int(num_nodes), num_edges=int(sum(edge_rows)), feat_dim=int(feat_dim),
-        edge_shards=len(edge_rows), node_shards=len(node_rows),
-        max_edge_shard_rows=max(edge_rows, default=0), max_node_shard_rows=max(node_rows, default=0),
-        max_node_shard_bytes=max((s.size for s in source.node_shards), default=0), undirected=source.undirected,
-    )
-
-
-def planning_rf(num_nodes: int, num_edges: int, num_parts: int) -> float:
-    """The RF the plan assumes: random edge hashing's at the mean degree ``2|E|/|V|``.
-
-    ``k (1 - (1 - 1/k) ** mean_degree)``, at least 1. Hashing's expected RF is concave
-    in the degree, so this bounds its RF over any degree sequence of that mean; the
-    streaming algorithms replicate less than hashing.
-    """
-    if num_nodes <= 0 or num_parts <= 1:
-        return 1.0
-    mean_degree = 2.0 * num_edges / num_nodes
-    return max(1.0, num_parts * (1.0 - (1.0 - 1.0 / num_parts) ** mean_degree))
-
-
 # --- the plan ---------------------------------------------------------------------------------
 
 
@@ -267,6 +181,9 @@ class RunPlan:
         One :class:`StagePlan` per stage, in run order.
     replication_factor
         The RF assumed; ``rf_source`` says where it came from.
+    feature_ratio, feature_rows
+        How many times smaller than float32 the stores hold the features, and the
+        node rows that ratio was measured on (0: not measured, 1.0 assumed).
     workers, threads, remote
         Local worker processes (0: tasks on ``threads`` driver threads), or tasks on a
         remote cluster (not planned here).
@@ -301,6 +218,8 @@ class RunPlan:
     free_memory: int | None = None
     free_disk: int | None = None
     notes: tuple[str, ...] = field(default=())
+    feature_ratio: float = 1.0
+    feature_rows: int = 0
 
     @property
     def peak(self) -> StagePlan:
@@ -347,6 +266,15 @@ class RunPlan:
         return _table(self)
 
 
+def _stored(plan: RunPlan) -> str:
+    """How the features will be stored, as the plan's first line says it."""
+    if not plan.feature_rows:
+        return "float32"
+    if plan.feature_ratio <= 1.0:
+        return f"float32, stored raw: the codec saves too little on a sample of {plan.feature_rows:,} rows"
+    return f"float32, stored {plan.feature_ratio:.1f}x smaller as measured on a sample of {plan.feature_rows:,} rows"
+
+
 def _table(plan: RunPlan) -> str:
     s, c = plan.sizes, plan.config
     if plan.remote:
@@ -356,7 +284,7 @@ def _table(plan: RunPlan) -> str:
     else:
         where = f"tasks on {plan.threads} thread(s) of this process"
     lines = [
-        f"plan: {s.num_nodes:,} nodes, {s.num_edges:,} edges, d = {s.feat_dim} (float32), k = {c.num_parts}, "
+        f"plan: {s.num_nodes:,} nodes, {s.num_edges:,} edges, d = {s.feat_dim} ({_stored(plan)}), k = {c.num_parts}, "
         f"{c.algo}, halo {plan.halo}, batch rows {c.batch_rows:,}; {where}",
         f"  RF planned {plan.replication_factor:.2f} ({plan.rf_source})",
         f"  {'stage':24s} {'driver':>10s} {'workers':>10s} {'peak RSS':>10s} {'written':>10s}",
@@ -449,8 +377,10 @@ def plan_run(
     workers: int = 0,
     threads: int | None = None,
     remote: bool = False,
-    replication_factor: float | None = None,
+    replication_factor: float | RFEstimate | None = None,
     driver_base: int | None = None,
+    feature_ratio: float = 1.0,
+    feature_rows: int = 0,
 ) -> RunPlan:
     """The plan of partitioning an input of ``sizes`` with ``config`` (no I/O).
 
@@ -470,10 +400,16 @@ def plan_run(
     remote
         The tasks run on a remote cluster: only the driver is planned.
     replication_factor
-        A known RF (from an earlier run); default :func:`planning_rf`.
+        A known RF (``--plan-rf``, from an earlier run), an estimate
+        (:func:`pipeline.plan_inputs.estimate_rf`), or None for random hashing's bound
+        at the mean degree (:func:`planning_rf`).
     driver_base
         The driver process's resident bytes before the run (default
         :data:`DRIVER_BASE`, a fresh ``asepr`` process).
+    feature_ratio, feature_rows
+        How many times smaller the stores hold the features than float32
+        (:func:`pipeline.plan_inputs.feature_store_ratio`), and the rows it was
+        measured on; the default 1.0 is the most disk they can take.
 
     Returns
     -------
@@ -484,11 +420,13 @@ def plan_run(
     if replication_factor is None:
         rf, rf_source = planning_rf(sizes.num_nodes, sizes.num_edges, run.num_parts), \
             "random hashing at the mean degree, an upper bound for the streaming algorithms"
+    elif isinstance(replication_factor, RFEstimate):
+        rf, rf_source = replication_factor.value, "estimated: " + replication_factor.source
     elif not 1.0 <= replication_factor <= max(1, run.num_parts):
         raise InputError(format_problem("--plan-rf", f"a replication factor in [1, k = {run.num_parts}]",
                                         repr(replication_factor)))
     else:
-        rf, rf_source = float(replication_factor), "given"
+        rf, rf_source = float(replication_factor), "given with --plan-rf"
     d = max(1, sizes.feat_dim)
     d_emb = run.projection_dim if d > run.projection_threshold else d
     shape = RunShape(
@@ -501,6 +439,7 @@ def plan_run(
         label_threads=label_threads(),
         sweeps=workers or 1,
         ways=max(1, min(stream_ways(), max(1, sizes.edge_shards))),
+        x_ratio=max(1.0, float(feature_ratio)),
     )
     threads = threads or os.cpu_count() or 1
     needs = _stage_needs(run, shape)
@@ -525,6 +464,7 @@ def plan_run(
         sizes=sizes, config=run, stages=stages, replication_factor=rf, rf_source=rf_source,
         workers=0 if remote else workers, threads=threads, remote=remote, halo=int(halo),
         staging_bytes=int(staging), committed_bytes=int(committed), scratch_bytes=int(scratch), notes=tuple(notes),
+        feature_ratio=shape.x_ratio, feature_rows=int(feature_rows),
     )
 
 
@@ -542,7 +482,10 @@ def plan_partition(
 ) -> RunPlan:
     """The plan of ``asepr partition SOURCE OUT`` on this machine, with its free resources.
 
-    Reads only ``meta.json`` and the Parquet footers of ``source``, and writes nothing.
+    Reads ``meta.json``, the Parquet footers, about one store chunk of node rows (the
+    features' stored size) and up to :data:`pipeline.plan_inputs.SAMPLE_EDGES` edge
+    rows (the replication factor, unless ``replication_factor`` is given) of
+    ``source``, and writes nothing.
 
     Parameters
     ----------
@@ -558,10 +501,14 @@ def plan_partition(
     -------
     RunPlan
     """
+    base = process_baseline()  # before the samples load the kernels (KERNELS_BASE counts them)
     source = open_input(source, storage_options)
     sizes = input_sizes(source)
-    plan = plan_run(sizes, config.resolved(source), halo=halo, workers=workers, remote=remote,
-                    replication_factor=replication_factor, driver_base=process_baseline())
+    resolved = config.resolved(source)
+    ratio, rows = feature_store_ratio(source, sizes.feat_dim)
+    rf = replication_factor if replication_factor is not None else estimate_rf(source, resolved, sizes)
+    plan = plan_run(sizes, resolved, halo=halo, workers=workers, remote=remote, replication_factor=rf,
+                    driver_base=base, feature_ratio=ratio, feature_rows=rows)
     return plan.with_resources(out, remote_output=not is_local_url(out, storage_options), scratch=scratch)
 
 

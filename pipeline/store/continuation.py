@@ -21,7 +21,7 @@ import numpy as np
 
 from pipeline.assign import AssignState, KernelSettings
 from pipeline.config import PartitionConfig
-from pipeline.needs import STORE_RATIO, Need, RunShape, held_arrays
+from pipeline.needs import STATE_TREE, STORE_RATIO, Need, RunShape, held_arrays
 from storage.errors import StoreError, format_problem
 from storage.partitions.state import PartitionerState, write_state
 from storage.partitions.store import CHUNK_BYTES
@@ -240,7 +240,10 @@ class Continuation:
 def state_needs(run: PartitionConfig, s: RunShape) -> Need:
     """Memory and disk of :func:`write_assignment_state`: the finished assignment
     (``replicas``, ``master``, ``labels``) written to ``state.zarr`` chunk by chunk, and
-    ``master.npy``."""
+    ``master.npy``. The attribute clusters' centroids (and the random projection
+    before them, ``d x d'``, when the features were projected) are stored with them:
+    random floats, stored raw, and on a small graph of wide features most of the state."""
     arrays = held_arrays(run, s) + 8 * s.words * s.n + 12 * s.n
-    state = arrays / STORE_RATIO["state"]
+    attributes = 0 if run.attr_column else 4 * s.d_emb * (run.attr_clusters + (s.d if s.d_emb != s.d else 0))
+    state = arrays / STORE_RATIO["state"] + attributes + STATE_TREE
     return Need(driver=arrays + 4 * CHUNK_BYTES, written=state + 4 * s.n, kept=state)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from pipeline.needs import STORE_RATIO, Need, RunShape
+from pipeline.needs import STORE_RATIO, STORE_TREE, Need, RunShape
 from pipeline.store.route import KIND_ASSIGNED, KIND_HALO, edge_record, node_record, read_segments
 from storage.commit import failpoints
 from storage.commit.atomic import save_npy_atomic
@@ -525,7 +525,8 @@ def finalize_edges_needs(s: RunShape) -> Need:
     ``local_of_global`` int64[N]; ``global_nid``, ``indptr``, the counts (24 B per node)."""
     task = 32 * s.e_p + 14 * s.n + 24 * s.n_p
     stores = s.k * (s.n_p * (8 / STORE_RATIO["global_nid"] + 8 / STORE_RATIO["indptr"] + 1 / STORE_RATIO["flags"])
-                    + s.e_p * (4 / STORE_RATIO["indices"] + (1 / STORE_RATIO["flags"] if s.halo_copies else 0)))
+                    + s.e_p * (4 / STORE_RATIO["indices"] + (1 / STORE_RATIO["flags"] if s.halo_copies else 0))
+                    + STORE_TREE)
     return Need(task=task, tasks=s.k, written=stores + s.k * 8 * s.n_p, kept=stores)
 
 
@@ -544,5 +545,5 @@ def finalize_nodes_needs(s: RunShape) -> Need:
     buffers = (3 * min(s.n_p * 4 * s.d, CHUNK_BYTES) + min(s.n_p * 8, CHUNK_BYTES) + min(s.n_p, CHUNK_BYTES)
                + 8 * 65_536)
     task = per_sweep * buffers + 2 * step_rows * (4 * s.d + 9) + 8 * min(s.n_p, step_rows)
-    stores = s.k * s.n_p * (4 * s.d / STORE_RATIO["x"] + 8 / STORE_RATIO["y"] + 1 / STORE_RATIO["flags"])
+    stores = s.k * s.n_p * (4 * s.d / s.x_ratio + 8 / STORE_RATIO["y"] + 1 / STORE_RATIO["flags"])
     return Need(task=task, tasks=sweeps, written=stores, kept=stores)

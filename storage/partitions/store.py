@@ -104,6 +104,7 @@ __all__ = [
     "open_finished_group",
     "open_group_readonly",
     "open_store",
+    "stored_ratio",
     "write_array",
     "zarr_array_digest",
 ]
@@ -151,12 +152,28 @@ def _codec(name: str) -> BloscCodec:
 MIN_SAVING = 1 / 8
 
 
-def _compressible(name: str, sample: np.ndarray) -> bool:
-    """Whether blosc (:func:`_codec`'s settings) saves :data:`MIN_SAVING` on ``sample``."""
+def _packed_bytes(name: str, sample: np.ndarray) -> tuple[int, int]:
+    """``(raw, packed)`` bytes of ``sample`` under blosc with :func:`_codec`'s settings."""
     shuffle = numcodecs.Blosc.BITSHUFFLE if name in _BITSHUFFLED else numcodecs.Blosc.SHUFFLE
     raw = np.ascontiguousarray(sample)
-    packed = numcodecs.Blosc(cname="lz4", clevel=5, shuffle=shuffle).encode(raw)
-    return len(packed) <= (1 - MIN_SAVING) * raw.nbytes
+    return raw.nbytes, len(numcodecs.Blosc(cname="lz4", clevel=5, shuffle=shuffle).encode(raw))
+
+
+def _compressible(name: str, sample: np.ndarray) -> bool:
+    """Whether blosc (:func:`_codec`'s settings) saves :data:`MIN_SAVING` on ``sample``."""
+    raw, packed = _packed_bytes(name, sample)
+    return packed <= (1 - MIN_SAVING) * raw
+
+
+def stored_ratio(name: str, sample: np.ndarray) -> float:
+    """How many times smaller than its raw bytes array ``name`` is stored, judged on
+    ``sample`` (rows of it, about one chunk): blosc's ratio where :class:`ArrayWriter`
+    would compress, 1.0 where it would store the array raw. A plan sizes the stores
+    with it before any is written (:mod:`pipeline.plan`)."""
+    if not np.asarray(sample).size:
+        return 1.0
+    raw, packed = _packed_bytes(name, sample)
+    return raw / max(1, packed) if packed <= (1 - MIN_SAVING) * raw else 1.0
 
 
 def _chunks(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
@@ -525,6 +542,9 @@ def open_store(path: str | Path, *, storage_options: dict | None = None,
                 f"{where}, array {name}, zarr.json codecs", "a chain that ends with zarr's crc32c codec",
                 repr([type(c).__name__ for c in array.compressors]), DAMAGED_STORE_FIX))
         arrays[name] = CheckedArray(name, array, where, fill_damaged=not verify)
+    rules = store_rules(len(arrays["nodes/global_nid"]), len(arrays["edges/indices"]))
+    for name, array in arrays.items():
+        array.rule = rules.get(name)  # every read checked against the layout (not with verify=False)
     return PartitionStore(
         part_id=int(attrs["part_id"]),
         num_parts=int(attrs["num_parts"]),
