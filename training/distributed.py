@@ -278,17 +278,19 @@ def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generat
 
 
 def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm, gen: torch.Generator,
-                         rnd: int) -> tuple[float, float, dict[str, float]]:
+                         rnd: int) -> tuple[float, float, dict[str, float], float]:
     """Steps 1–3 of a round: local training, then reconciliation (after every segment of
-    ``sync_every`` steps); returns (loss, weight, the last reconciliation's losses). The
-    loss is the last epoch's mean, or with ``sync_every`` the mean over the round's steps."""
+    ``sync_every`` steps); returns (loss, weight, the last reconciliation's losses, drift).
+    The loss is the last epoch's mean, or with ``sync_every`` the mean over the round's
+    steps; the drift is ‖θ_r − θ_g‖ at each synchronisation (the local model against the
+    global model its segment started from), averaged over the round's synchronisations."""
     weight = float(loop.task.num_train)
     if config.sync_every:
         segments = sync_segments(loop.steps_per_round, config.sync_every)
         stream = batch_stream(loop.task, gen)
     else:
         segments, stream = [None], None
-    loss_sum, loss_steps = 0.0, 0
+    loss_sum, loss_steps, drifts = 0.0, 0, []
     for index, steps in enumerate(segments):
         unflatten_into(loop.model, loop.global_flat)
         con_models = {}
@@ -304,10 +306,11 @@ def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm, gen: torc
         if loss == loss:  # a rank without training data returns NaN
             loss_sum, loss_steps = loss_sum + loss * (steps or 1), loss_steps + (steps or 1)
         local_flat = flatten(loop.model)
+        drifts.append(float(torch.linalg.vector_norm(local_flat.double() - loop.global_flat.double())))
         loop.global_flat, losses = loop.reconciler(loop.global_flat, local_flat, weight, gen,
                                                    end_of_round=index == len(segments) - 1)
         loop.previous_flat = local_flat
-    return loss_sum / loss_steps if loss_steps else float("nan"), weight, losses
+    return loss_sum / loss_steps if loss_steps else float("nan"), weight, losses, sum(drifts) / len(drifts)
 
 
 def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: int) -> dict[str, Any] | None:
@@ -317,7 +320,7 @@ def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: i
     torch.manual_seed(round_seed(config.seed, rnd, comm.rank))
     gen = torch.Generator().manual_seed(round_seed(config.seed, rnd, comm.rank, 1))
     loop.clock.start()
-    loss, weight, losses = _local_and_reconcile(loop, config, comm, gen, rnd)
+    loss, weight, losses, drift = _local_and_reconcile(loop, config, comm, gen, rnd)
     loop.clock.stop()
     loop.elapsed += time.perf_counter() - t0
     if not evaluates(config, rnd):
@@ -331,7 +334,7 @@ def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: i
                       generation=generation, elapsed=loop.elapsed, eval_seconds=eval_seconds,
                       loss=_weighted_mean(loss, weight, comm), kd_loss=losses["kd_loss"], metric=loop.task.metric,
                       metrics={**metrics, "corr_loss": losses["corr_loss"]} if config.uses_corr else metrics,
-                      eval_mode=config.eval_mode, train_peak=train_peak)
+                      eval_mode=config.eval_mode, train_peak=train_peak, drift=drift)
     row["compute_s_cum_max"] = loop.clock.settle(comm)
     loop.rows.append(row)
     return row

@@ -63,6 +63,16 @@ Memory columns (each rank's own RSS high-water mark, ``VmHWM``, see :func:`rank_
                                evaluation to the peak before it (1 when the evaluation
                                stayed below what training had used)
 =============================  ======================================================
+
+Drift columns (the round loop of :mod:`training.distributed` only; docs/design.md#diagnostics):
+
+=============================  ======================================================
+``drift_mean``, ``drift_max``  the row's round's drift of each rank, mean and largest
+                               over ranks: the L2 norm ‖θ_r − θ_g‖ of the rank's local
+                               parameters at a synchronisation minus the global
+                               parameters its local training started from, averaged
+                               over the round's synchronisations
+=============================  ======================================================
 """
 
 from __future__ import annotations
@@ -83,8 +93,8 @@ from training.checkpoint import RunDir, TrainerError
 from training.comm import Comm
 from training.config import TrainConfig
 
-__all__ = ["EVAL", "all_ranks_ready", "batch_columns", "bytes_columns", "commit_round", "evaluates", "evaluates_epoch",
-           "metrics_row", "available_cores", "idle_cores", "local_ranks", "peak_columns", "placement_columns",
+__all__ = ["EVAL", "all_ranks_ready", "batch_columns", "bytes_columns", "commit_round", "drift_columns", "evaluates",
+           "evaluates_epoch", "metrics_row", "available_cores", "idle_cores", "local_ranks", "peak_columns", "placement_columns",
            "rank_peak_rss_bytes", "start_run", "threads"]
 
 log = logging.getLogger(__name__)
@@ -273,7 +283,8 @@ def _training_messages(messages: dict[str, float]) -> float:
 def metrics_row(comm: Comm, rows: list[dict[str, Any]], before: dict[str, dict[str, float]], *, round_index: int,
                 epoch: int, generation: int, elapsed: float, eval_seconds: float, loss: float, kd_loss: float,
                 metric: str, metrics: dict[str, float], eval_mode: str,
-                categories: Sequence[str] = (), train_peak: int | None = None) -> dict[str, Any]:
+                categories: Sequence[str] = (), train_peak: int | None = None,
+                drift: float | None = None) -> dict[str, Any]:
     """One evaluation's metrics row, the columns of the module docstring (a collective).
 
     Parameters
@@ -295,6 +306,8 @@ def metrics_row(comm: Comm, rows: list[dict[str, Any]], before: dict[str, dict[s
     train_peak
         This rank's :func:`rank_peak_rss_bytes` when the evaluation started (adds the
         ``train_peak_*`` and ``eval_peak_ratio_max`` columns).
+    drift
+        This rank's drift in the row's round (adds :func:`drift_columns`).
     """
     previous = rows[-1] if rows else {}
     train_seconds = elapsed - float(previous.get("elapsed_s", 0.0))
@@ -311,7 +324,14 @@ def metrics_row(comm: Comm, rows: list[dict[str, Any]], before: dict[str, dict[s
             "loss": loss, "kd_loss": kd_loss, "eval_mode": eval_mode, "metric": metric, "val": val, "test": test,
             **{k: v for k, v in metrics.items() if k not in ("val", "test")}, **best_columns,
             **bytes_columns(comm, before, categories), "world_size": comm.world_size,
-            **peak_columns(comm, train_peak)}
+            **peak_columns(comm, train_peak), **({} if drift is None else drift_columns(comm, drift))}
+
+
+def drift_columns(comm: Comm, drift: float) -> dict[str, float]:
+    """``drift_mean`` and ``drift_max``: this rank's ``drift`` (see the module docstring)
+    over the ranks, one uncounted all_gather."""
+    every = comm.gather_uncounted(torch.tensor([float(drift)], dtype=torch.float64))
+    return {"drift_mean": float(every[:, 0].mean()), "drift_max": float(every[:, 0].max())}
 
 
 def rank_peak_rss_bytes() -> int:
