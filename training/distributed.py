@@ -81,6 +81,7 @@ from training.rounds import (
     evaluates,
     metrics_row,
     placement_columns,
+    local_ranks,
     rank_peak_rss_bytes,
     start_run,
 )
@@ -123,7 +124,7 @@ def init_process_group(config: TrainConfig) -> tuple[int, int, int]:
                            "launch with `asepr train` or torchrun, or export MASTER_ADDR/MASTER_PORT.")
         )
     device = resolve_device(config.device, local_rank)
-    backend = backend_for(device)
+    backend = backend_for(device, local_ranks(world))
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=config.timeout_s))

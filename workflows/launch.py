@@ -20,12 +20,14 @@ import os
 import signal
 import socket
 import sys
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from storage.errors import AseprError, format_problem
 from storage.locations.remote import STORAGE_OPTIONS_VARIABLE
+from storage.progress import track
 from training.checkpoint import LOCK_TOKEN_VARIABLE, RunDir
 from training.config import TrainConfig
 
@@ -100,13 +102,13 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
     StoreError
         Another run holds ``run_dir``, or it holds a previous run (see above).
     TrainerError
-        ``config.device`` is ``cuda`` and this machine has fewer GPUs than ``nproc``.
+        ``config.device`` is ``cuda`` and torch sees no GPU on this machine.
     """
     if nproc < 1:
         raise TrainLaunchError(format_problem("--nproc", "an integer >= 1", str(nproc), "pass --nproc K."))
     from training.device import resolve_device
 
-    resolve_device(config.device, nproc - 1)  # --device cuda without (enough) GPUs: refused before any rank starts
+    resolve_device(config.device, nproc - 1)  # --device cuda without a GPU: refused before any rank starts
     runs = RunDir(run_dir, storage_options)
     made = _missing_directories(runs.path) if isinstance(runs.path, Path) else []
     try:
@@ -123,7 +125,7 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
             # torchrun sets OMP_NUM_THREADS=1 per rank; the trainer picks its own thread count.
             threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
             environment = {LOCK_TOKEN_VARIABLE: lock.token, STORAGE_OPTIONS_VARIABLE: json.dumps(storage_options or {})}
-            with _environment(OMP_NUM_THREADS=threads, **environment):
+            with _environment(OMP_NUM_THREADS=threads, **environment), _startup_progress(runs):
                 _elastic_launch(args, nproc, monitor_interval)
     except AseprError:
         for directory in made:  # a launch refused at once leaves no empty run directory behind
@@ -132,6 +134,43 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
             except OSError:
                 break
         raise
+
+
+#: Seconds between two looks at the run directory while the ranks start.
+STARTUP_POLL_S = 2.0
+
+
+@contextlib.contextmanager
+def _startup_progress(runs: RunDir) -> Iterator[None]:
+    """The ranks' start-up as a progress stage (:mod:`storage.progress`) until their first
+    round is committed: loading the partitions and training that round can take minutes
+    before rank 0 prints its first line, and a bar (or a line every few seconds) says
+    the job is alive meanwhile. A thread looks at the run directory's latest round."""
+    first = _latest_round(runs)
+    done = threading.Event()
+    with track("trainers: loading the partitions and the first round") as bar:
+
+        def watch() -> None:
+            while not done.wait(STARTUP_POLL_S):
+                if _latest_round(runs) != first:
+                    return
+                bar.update(0)  # redraws the bar's clock, or prints the periodic line
+
+        thread = threading.Thread(target=watch, name="asepr-train-startup", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
+
+def _latest_round(runs: RunDir) -> int | None:
+    """The run directory's latest complete round; None also while it cannot be read."""
+    try:
+        return runs.latest_round()
+    except (AseprError, OSError):
+        return None
 
 
 def _missing_directories(path: Path) -> list[Path]:

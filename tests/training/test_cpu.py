@@ -97,6 +97,18 @@ def test_device_auto_is_the_cpu_without_a_gpu_and_cuda_is_refused_by_name():
         TrainConfig(device="tpu")
 
 
+def test_ranks_share_the_gpus_round_robin_and_nccl_only_with_a_gpu_each():
+    from training.device import backend_for, gpu_index
+
+    assert [gpu_index(r, 1) for r in range(4)] == [0, 0, 0, 0]
+    assert [gpu_index(r, 2) for r in range(5)] == [0, 1, 0, 1, 0]
+    assert [gpu_index(r, 8) for r in range(3)] == [0, 1, 2]
+    cuda = torch.device("cuda", 0)
+    assert backend_for(cuda, ranks_here=2, gpu_count=2) == "nccl"
+    assert backend_for(cuda, ranks_here=4, gpu_count=1) == "gloo"  # NCCL refuses two ranks on one GPU
+    assert backend_for(torch.device("cpu"), ranks_here=1, gpu_count=8) == "gloo"
+
+
 @needs_no_gpu
 @pytest.mark.parametrize("how", ["centralized", "ranks"])
 def test_train_with_device_cuda_and_no_gpu_fails_with_one_line(cora_input, cora_parts, tmp_path, capsys, how):
