@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+import polars as pl
 
 from training.protocol import LATENCY_S, NETWORK_GBITS, modelled_seconds
 from workflows.bench.tables import markdown_table
@@ -128,6 +128,8 @@ def table_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+#: What :func:`over_seeds` groups by.
+KEYS = ["dataset", "k", "strategy", "partitioner"]
 #: The summary fields :func:`over_seeds` averages.
 SEED_FIELDS = ("test_at_best_val", "final_test", "best_val", "seconds_to_target", "modelled_s_to_target_1gbit",
                "modelled_s_to_target_10gbit", "modelled_s_to_target_100gbit", "epochs_to_target",
@@ -139,22 +141,18 @@ def over_seeds(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     :data:`SEED_FIELDS` field over the seeds that have it, with its range
     (``FIELD_seedmin``, ``FIELD_seedmax``), the number of seeds (``seeds``) and, for the target,
     how many reached it (``reached``). A time to the target is averaged over the seeds
-    that reached it; ``reached < seeds`` says that some did not."""
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for r in results:
-        groups.setdefault((r["dataset"], r["k"], r["strategy"], r["partitioner"]), []).append(r)
-    out = []
-    for (dataset, k, strategy, partitioner), rows in groups.items():
-        row: dict[str, Any] = {"dataset": dataset, "k": k, "strategy": strategy, "partitioner": partitioner,
-                               "eval_mode": rows[0].get("eval_mode"), "seeds": len(rows),
-                               "reached": sum(r.get("seconds_to_target") is not None for r in rows)}
-        for name in SEED_FIELDS:
-            values = [float(r[name]) for r in rows if isinstance(r.get(name), (int, float))]
-            row[name] = float(np.mean(values)) if values else None
-            row[f"{name}_seedmin"] = min(values) if values else None
-            row[f"{name}_seedmax"] = max(values) if values else None
-        out.append(row)
-    return out
+    that reached it; ``reached < seeds`` says that some did not. A polars group-by: a
+    field that is not a number in a run (None, "-") is missing for that seed."""
+    if not results:
+        return []
+    df = pl.DataFrame(results, infer_schema_length=None, strict=False)
+    aggs = [pl.col("eval_mode").first() if "eval_mode" in df.columns else pl.lit(None).alias("eval_mode"),
+            pl.len().alias("seeds"), pl.col("seconds_to_target").cast(pl.Float64, strict=False).is_not_null().sum()
+            .alias("reached") if "seconds_to_target" in df.columns else pl.lit(0).alias("reached")]
+    for name in SEED_FIELDS:
+        col = pl.col(name).cast(pl.Float64, strict=False) if name in df.columns else pl.lit(None, pl.Float64)
+        aggs += [col.mean().alias(name), col.min().alias(f"{name}_seedmin"), col.max().alias(f"{name}_seedmax")]
+    return df.group_by(KEYS, maintain_order=True).agg(aggs).to_dicts()
 
 
 def spread(row: dict[str, Any], name: str, digits: int = 4, scale: float = 1.0) -> str:
