@@ -204,7 +204,8 @@ def test_the_server_killed_mid_partition_then_back_the_rerun_completes(graph, ow
     assert verify_output(out, input_url=graph, storage_options=options).ok
     time.sleep(5)  # the failed writer's lease (this process, still alive) expires
     again = partition_to_store(graph, out, CONFIG, overwrite=True, storage_options=options)
-    assert again["generation"] == 2 and again["run"]["resumed_partitions"] == [0]
+    # the store that finished first (either, as the two are built side by side) is resumed
+    assert again["generation"] == 2 and len(again["run"]["resumed_partitions"]) == 1
     assert verify_output(out, input_url=graph, storage_options=options).ok
 
 
