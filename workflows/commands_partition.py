@@ -120,6 +120,12 @@ def register(subparsers, add_common) -> None:
     add_common(p)
     p.add_argument("out", help="the output directory of `asepr partition` (a path or an fsspec URL)")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.add_argument("--diagnose", action="store_true",
+                   help="also show why the local models differ: each partition's label divergence, receptive-field "
+                        "coverage and training seeds (reads every store's labels and edges; in --json as "
+                        "'diagnostics')")
+    p.add_argument("--hops", type=_positive_int, default=2,
+                   help="with --diagnose: the receptive field's depth, the model's layers (default 2)")
     add_storage_options_flag(p)
     p.set_defaults(handler=_cmd_inspect)
 
@@ -397,15 +403,35 @@ def inspect_text(out: str | Path, manifest: dict[str, Any], storage_options: dic
     return "\n".join(lines)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, found {text!r}")
+    return value
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from storage.partitions.manifest import read_manifest
 
     with remote_errors_as_problems(args.out):
         manifest = read_manifest(args.out, storage_options=args.storage_options)
+        diagnostics = None
+        if getattr(args, "diagnose", False):
+            from pipeline.diagnose import diagnose_output
+
+            diagnostics = diagnose_output(args.out, hops=args.hops, storage_options=args.storage_options or None)
         if args.json:
-            print(json.dumps(manifest, indent=2, sort_keys=True))
+            extra = {"diagnostics": diagnostics.to_dict()} if diagnostics is not None else {}
+            print(json.dumps({**manifest, **extra}, indent=2, sort_keys=True))
         else:
             print(inspect_text(args.out, manifest, args.storage_options))
+            if diagnostics is not None:
+                from workflows.diagnose_report import diagnostics_text
+
+                print(diagnostics_text(diagnostics.summary()))
     return 0
 
 
