@@ -30,6 +30,7 @@ from zarr.buffer.cpu import NDBuffer
 from zarr.codecs import Crc32cCodec
 
 from storage.errors import StoreError, format_problem
+from storage.integrity.store_values import VALUE_FIX, Rule
 from storage.partitions.chunk_stores import MissingChunkError
 
 __all__ = ["BLOCK_CHUNKS", "DAMAGED_STORE_FIX", "CheckedArray", "has_crc32c", "read_concurrently"]
@@ -67,10 +68,16 @@ class CheckedArray:
         False (the default): a damaged chunk raises. True: its rows read as the fill
         value (0), for ``asepr verify`` to scan a store it has already reported
         damaged as far as it reads.
+    rule
+        The structural invariant every block read must hold
+        (:func:`storage.integrity.store_values.store_rules`); None: none. Not applied
+        with ``fill_damaged`` (``asepr verify`` describes what it finds).
     """
 
-    def __init__(self, name: str, array: zarr.Array, where: str, *, fill_damaged: bool = False):
+    def __init__(self, name: str, array: zarr.Array, where: str, *, fill_damaged: bool = False,
+                 rule: Rule | None = None):
         self.name, self.where, self._array, self.fill_damaged = name, where, array, fill_damaged
+        self.rule = rule
         self._rows = array.chunks[0]
 
     shape = property(lambda self: tuple(self._array.shape), doc="The array's shape.")
@@ -118,11 +125,14 @@ class CheckedArray:
             return np.empty((0, *self.shape[1:]), dtype=self.dtype) if out is None else out
         try:
             if out is None:
-                return np.ascontiguousarray(self._array.get_basic_selection(slice(start, stop)))
-            self._array.get_basic_selection(slice(start, stop), out=NDBuffer.from_numpy_array(out))
-            return out
+                out = np.ascontiguousarray(self._array.get_basic_selection(slice(start, stop)))
+            else:
+                self._array.get_basic_selection(slice(start, stop), out=NDBuffer.from_numpy_array(out))
         except Exception as exc:  # noqa: BLE001 - any failure to read is a damaged chunk
             failure = exc
+        else:
+            self.check_rows(out, start)
+            return out
         chunks = range(start // self._rows, -(-stop // self._rows))
         block = np.empty((stop - start, *self.shape[1:]), dtype=self.dtype) if out is None else out
         block[...] = 0  # the fill value, where a damaged chunk is left
@@ -139,6 +149,22 @@ class CheckedArray:
         # Every chunk read on its own: the failure was not a chunk's.
         raise StoreError(format_problem(f"{self.where}, array {self.name}", "chunks that read",
                                         f"{type(failure).__name__}: {failure}", DAMAGED_STORE_FIX)) from failure
+
+    def unchecked(self) -> CheckedArray:
+        """The same array without :attr:`rule` (chunks still checked): for hashing what is stored."""
+        return CheckedArray(self.name, self._array, self.where, fill_damaged=self.fill_damaged)
+
+    def check_rows(self, block: np.ndarray, start: int) -> None:
+        """Raise StoreError when the rows ``block`` (from row ``start``) break :attr:`rule`,
+        naming the partition, the array, the row and its chunk."""
+        if self.rule is None or self.fill_damaged:
+            return
+        problem = self.rule(block, start, int(self.shape[0]))
+        if problem is None:
+            return
+        row, expected, found = problem
+        where = f"{self.where}, {self._label((start + row) // self._rows)}, row {start + row}"
+        raise StoreError(format_problem(where, expected, found, VALUE_FIX))
 
     def chunk_problems(self) -> list[str]:
         """Check every chunk on its own: one message per missing chunk or one that does
@@ -196,6 +222,9 @@ def read_concurrently(arrays: dict[str, CheckedArray], workers: int) -> dict[str
         finally:
             for future in futures:
                 future.cancel()
+    for name, start, _ in blocks:  # each block was checked alone: its first row against the row before
+        if start:
+            arrays[name].check_rows(out[name][start - 1:start + 1], start - 1)
     return out
 
 

@@ -15,9 +15,10 @@ from typing import Any
 
 from storage.commit.confine import confined_path
 from storage.errors import StoreError, format_problem
+from storage.integrity.store_values import VALUE_FIX, store_rules
 from storage.locations.fs import join, resolve, url_of
 from storage.partitions.manifest import MANIFEST_NAME, OLD_DIR, STAGING_NAME, read_manifest
-from storage.partitions.store import PartitionStore, open_group_readonly, open_store
+from storage.partitions.store import NODE_ARRAYS, PartitionStore, open_group_readonly, open_store
 
 __all__ = ["committed_store_urls", "open_entry_store", "open_partition", "resolve_store_url"]
 
@@ -149,6 +150,7 @@ def open_entry_store(out: str | Path, manifest: dict[str, Any], entry: dict[str,
             repr(entry.get("checksum")),
             "the manifest was damaged; rerun `asepr partition ... --overwrite`."))
     store = open_store(url, storage_options=storage_options)
+    _check_layout(store, int(manifest["num_nodes"]))
     if store.part_id != part_id or store.checksum_mismatch(entry):
         raise StoreError(
             format_problem(
@@ -159,6 +161,23 @@ def open_entry_store(out: str | Path, manifest: dict[str, Any], entry: dict[str,
             )
         )
     return store
+
+
+def _check_layout(store: PartitionStore, num_nodes: int) -> None:
+    """The arrays' shapes fit one another (rows of ``nodes/*`` = n, ``indptr`` n + 1,
+    ``is_halo`` m), and node ids are bounded by the output's ``num_nodes`` on every read.
+
+    A reader sizes what it builds by these shapes: a store whose ``indptr`` has a row
+    too many would otherwise fail deep in the trainer's load with a numpy error.
+    """
+    n, m = store.num_nodes, store.num_edges
+    expected = {name: n for name in NODE_ARRAYS} | {"edges/indptr": n + 1, "edges/is_halo": m}
+    for name, array in store.arrays.items():
+        if name in expected and len(array) != expected[name]:
+            raise StoreError(format_problem(
+                f"{array.where}, array {name}", f"{expected[name]} rows (the store has {n} nodes and {m} edges)",
+                f"{len(array)} rows", VALUE_FIX))
+    store.arrays["nodes/global_nid"].rule = store_rules(n, m, global_nodes=num_nodes)["nodes/global_nid"]
 
 
 def committed_store_urls(out: str | Path, manifest: dict[str, Any], *,
