@@ -315,10 +315,29 @@ class RunDir:
         return latest
 
     def load_global(self, round_index: int) -> dict[str, Any]:
-        return self._load(f"{self._round_name(round_index)}/global.pt")
+        return self._load_round(round_index, "global.pt")
 
     def load_rank(self, round_index: int, rank: int) -> dict[str, Any]:
-        return self._load(f"{self._round_name(round_index)}/rank-{rank:05d}.pt")
+        return self._load_round(round_index, f"rank-{rank:05d}.pt")
+
+    def _load_round(self, round_index: int, name: str) -> dict[str, Any]:
+        """A file of round ``round_index``, which must record that round itself.
+
+        The pointer ``latest.json`` names a round and a directory; a pointer whose round is
+        not the one its checkpoint recorded (crafted, or left by another run) would resume
+        from the wrong weights and number every later round wrongly (skipping one).
+        """
+        relative = f"{self._round_name(round_index)}/{name}"
+        state = self._load(relative)
+        recorded = state.get("round") if isinstance(state, dict) else None
+        if isinstance(recorded, bool) or not isinstance(recorded, int) or recorded != round_index:
+            pointer = self.files.where(f"{CHECKPOINTS}/{LATEST}")
+            raise StoreError(format_problem(
+                f"checkpoint {self.files.where(relative)}",
+                f"the round {round_index} that {pointer} names (counted from 0)", f"round {recorded!r} recorded",
+                f"{pointer} does not belong to this checkpoint (edited, or copied from another run): start a "
+                "new run without --resume, or restore the run directory from a copy."))
+        return state
 
     # -- metrics ---------------------------------------------------------------------
     def write_metrics(self, rows: list[dict[str, Any]]) -> None:
