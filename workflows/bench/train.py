@@ -20,7 +20,12 @@ Outputs in ``OUT``:
   ``train_rounds.parquet``: every metrics row of every run (the curves);
 * ``train-<dataset>-k<k>-time.png`` / ``-bytes.png``: validation metric against training
   time and against bytes sent (log axis), and the same as ``-partitioners-*.png`` for the
-  partitioner comparison (when matplotlib is installed).
+  partitioner comparison (when matplotlib is installed);
+* ``train-<dataset>-diagnostics.png`` (with several k): why the local models differ, against
+  k: the partitions' label divergence, receptive-field coverage and training seeds per
+  rank (:func:`pipeline.diagnose.diagnose_output`), the default strategy's drift in its last
+  round and its test metric, one line per partitioner
+  (:mod:`workflows.bench.train_diagnostics`; the same figures as a table in ``train.md``).
 
 Times are training seconds, evaluation excluded (``elapsed_s`` of the metrics rows).
 The network model (:func:`training.protocol.modelled_seconds`, labelled *modelled* everywhere) projects
@@ -49,6 +54,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pipeline.config import PartitionConfig
+from pipeline.diagnose import diagnose_output
 from pipeline.partition_run import partition_to_store
 from storage.partitions.manifest import read_manifest
 from training.centralized import centralized_config
@@ -58,6 +64,11 @@ from training.fds import fds_config
 from training.ogb_eval import ogb_columns
 from workflows.bench.protocol import protocol_columns, protocol_section
 from workflows.bench.tables import machine_info, markdown_table, parquet_table, pyplot, save_figure
+from workflows.bench.train_diagnostics import (
+    diagnostics_fields,
+    diagnostics_section,
+    plot_diagnostics,
+)
 from workflows.bench.train_report import (
     HEADLINE_COLUMNS,
     LATENCY_S,
@@ -216,6 +227,14 @@ class _Bench:
     results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     curves: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     plots: list[str] = dataclasses.field(default_factory=list)
+    diagnostics: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    diagnostic_plots: list[str] = dataclasses.field(default_factory=list)
+
+    def diagnose(self, data: Path) -> dict[str, Any]:
+        """The partitions' diagnostics of one output, at the model's depth (once per output)."""
+        if str(data) not in self.diagnostics:
+            self.diagnostics[str(data)] = diagnose_output(data, hops=self.config.num_layers).summary()
+        return self.diagnostics[str(data)]
 
     def record(self, result: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         """Keep a run's summary and curve, and rewrite the report: a long benchmark stopped
@@ -286,6 +305,8 @@ def _train_one(bench: _Bench, name: str, input_dir: Path, base: dict[str, Any], 
     rows = _launch(data, run_dir, config, k, strategy, bench.keep_runs, bench.echo)
     result = _result({**base, "seed": seed}, k, strategy, None if strategy == "fds" else partitioner, run_dir,
                      rows, target, manifest)
+    if strategy != "fds":
+        result.update(diagnostics_fields(bench.diagnose(data), rows))
     bench.record(result, rows)
     bench.echo(f"  final test {result.get('final_test', float('nan')):.4f} (at best val "
                f"{result.get('test_at_best_val', float('nan')):.4f}), epochs to target "
@@ -338,6 +359,8 @@ def bench_train(
                 for seed in bench.seeds if partitioner != "asep" or config.reconcile not in strategies else ():
                     _train_one(bench, name, input_dir, base, k, config.reconcile, partitioner, target, seed)
             bench.plot(name, k)
+        diagnostic_plot = plot_diagnostics(bench.results, config.reconcile, out, name)
+        bench.diagnostic_plots += [diagnostic_plot] if diagnostic_plot else []
         if not keep_runs:
             shutil.rmtree(out / "runs" / name, ignore_errors=True)
     _write(bench)
@@ -444,5 +467,6 @@ def _write(bench: _Bench) -> None:
             markdown_table(by_partitioner, PARTITIONER_COLUMNS),
             "",
         ]
+    lines += diagnostics_section(bench.results, config.reconcile, config.num_layers, bench.diagnostic_plots)
     lines += [f"![{p}]({p})" for p in dict.fromkeys(bench.plots)]
     (out / "train.md").write_text("\n".join(lines) + "\n")
