@@ -22,6 +22,7 @@ import numpy as np
 from storage.inputs.decoded import read_decoded
 from storage.inputs.directory import open_parquet
 from storage.locations.fs import Shard
+from storage.progress import Bar, NoBar, carried, current
 
 __all__ = ["EdgeBatch", "iter_edge_batches", "map_shard_ranges", "shard_ranges", "stream_ways", "warmup_arrays"]
 
@@ -37,15 +38,29 @@ class EdgeBatch:
     dst: np.ndarray
 
 
-def _produce(shards: list[Shard], batch_rows: int, first_shard: int = 0) -> Iterator[EdgeBatch]:
+def _decoded_rows(shard: Shard) -> int:
+    return os.stat(shard.decoded[0]).st_size // np.dtype(shard.decoded[2]).itemsize
+
+
+def _produce(shards: list[Shard], batch_rows: int, first_shard: int = 0,
+             bar: Bar | None = None) -> Iterator[EdgeBatch]:
+    """The batches; the rows they hold are announced to ``bar`` (the consumer's stage):
+    all at once for decoded copies (a stat each), else as each shard's footer is read."""
+    bar = bar or NoBar()
     position = 0
+    every_decoded = all(shard.decoded is not None for shard in shards)
+    if every_decoded:
+        bar.expect(sum(_decoded_rows(shard) for shard in shards))
     for index, shard in enumerate(shards, start=first_shard):
         if shard.decoded is not None:  # the validator's raw copy (storage.inputs.decoded)
+            if not every_decoded:
+                bar.expect(_decoded_rows(shard))
             for row0, src, dst in read_decoded(shard, batch_rows):
                 yield EdgeBatch(index, row0, position, src, dst)
                 position += len(src)
             continue
         pf = open_parquet(shard)
+        bar.expect(pf.metadata.num_rows)
         row0 = 0
         for batch in pf.iter_batches(batch_size=batch_rows, columns=["src", "dst"]):
             src = batch.column("src").to_numpy()
@@ -80,17 +95,21 @@ def iter_edge_batches(
 
     ``first_shard`` is the index of ``shards[0]`` in the whole stream (a range of it,
     :func:`shard_ranges`): the batches' ``shard_index`` count from there, their
-    ``position`` from the range's start.
+    ``position`` from the range's start. The rows are counted into the progress of the
+    stage that consumes them (:mod:`storage.progress`) as they are handed over.
     """
+    bar = current()
     if prefetch <= 0:
-        yield from _produce(shards, batch_rows, first_shard)
+        for item in _produce(shards, batch_rows, first_shard, bar):
+            yield item
+            bar.update(len(item.src))
         return
     slots: queue.Queue = queue.Queue(maxsize=prefetch)
     stop = threading.Event()
 
     def worker() -> None:
         try:
-            for item in _produce(shards, batch_rows, first_shard):
+            for item in _produce(shards, batch_rows, first_shard, bar):
                 while not stop.is_set():
                     try:
                         slots.put(item, timeout=0.1)
@@ -113,6 +132,7 @@ def iter_edge_batches(
             if isinstance(item, BaseException):
                 raise item
             yield item
+            bar.update(len(item.src))
     finally:
         stop.set()
         while thread.is_alive():
@@ -159,6 +179,12 @@ def map_shard_ranges(shards: list[Shard], fn: Callable[[range], T], ways: int | 
     ranges = shard_ranges(shards, stream_ways() if ways is None else ways)
     if len(ranges) <= 1:
         return [fn(r) for r in ranges]
+    bar = current()  # the threads count into the calling stage's progress
+
+    def counted(r: range) -> T:
+        with carried(bar):
+            return fn(r)
+
     with ThreadPoolExecutor(max_workers=len(ranges), thread_name_prefix="asepr-stream-range") as pool:
-        futures = [pool.submit(fn, r) for r in ranges]
+        futures = [pool.submit(counted, r) for r in ranges]
         return [f.result() for f in futures]

@@ -10,6 +10,8 @@ import sys
 import time
 from collections.abc import Iterator
 
+from storage.progress import track
+
 __all__ = ["StageClock", "own_peak_rss_bytes", "peak_rss_bytes", "stage", "tune_malloc"]
 
 #: glibc's ``mallopt`` parameters: the most malloc arenas, the size from which a block
@@ -82,11 +84,14 @@ def own_peak_rss_bytes() -> int | None:
 def stage(name: str, logger: logging.Logger) -> Iterator[dict]:
     """Log how long a stage took and the process's peak RSS after it.
 
-    Yields a dict the stage may fill with extra figures to log (``rows``, ...).
+    Yields a dict the stage may fill with extra figures to log (``rows``, ...). The
+    stage's progress is tracked meanwhile (:func:`storage.progress.track`): the loops
+    inside it count into its bar, which a command line draws.
     """
     info: dict = {}
     start = time.perf_counter()
-    yield info
+    with track(name):
+        yield info
     elapsed = time.perf_counter() - start
     extra = "".join(f", {k}={v}" for k, v in info.items())
     logger.info(

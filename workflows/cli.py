@@ -19,8 +19,10 @@ from collections.abc import Sequence
 
 from storage.commit.holder import set_command_name
 from storage.errors import AseprError, os_errors_as_problems
+from storage.progress import reporting
 from storage.resources import tune_malloc
 from workflows.extras import missing_extra, require_extra
+from workflows.progress import reporter_for
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -52,7 +54,9 @@ def _version() -> str:
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv: debug)")
-    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    p.add_argument("-q", "--quiet", action="store_true", help="only errors: no progress, no summary")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bars (on a terminal) or progress lines (elsewhere)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -192,12 +196,21 @@ def _cmd_import(args: argparse.Namespace) -> int:
             "drop_self_loops": args.drop_self_loops or None,
         },
     )
-    print(
-        f"imported {meta.get('name')} into {args.out}: {meta['num_nodes']:,} nodes, "
-        f"{meta['num_edges']:,} edges, {meta['feat_dim']} features, "
-        f"{meta.get('num_classes')} classes"
-    )
+    if not args.quiet:
+        print(import_summary(meta, args.out))
     return 0
+
+
+def import_summary(meta: dict, out: str) -> str:
+    """The line ``asepr import`` ends with: what was written, and the self-loops and
+    repeated edges left out of it (the published formats drop them as they import)."""
+    counts = meta.get("counts") or {}
+    left_out = [f"{counts[key]:,} {what} dropped" for key, what in
+                (("self_loops_dropped", "self-loops"), ("exact_duplicates", "duplicate edges"))
+                if counts.get(key)]
+    return (f"imported {meta.get('name')} into {out}: {meta['num_nodes']:,} nodes, "
+            f"{meta['num_edges']:,} edges{' (' + ', '.join(left_out) + ')' if left_out else ''}, "
+            f"{meta['feat_dim']} features, {meta.get('num_classes')} classes")
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
@@ -216,10 +229,11 @@ def _cmd_synth(args: argparse.Namespace) -> int:
         **({} if args.split is None else {"split": args.split}),
     )
     meta = generate(args.out, config, shard_rows=args.shard_rows, overwrite=args.overwrite)
-    print(
-        f"wrote synthetic graph to {args.out}: {meta['num_nodes']:,} nodes, "
-        f"{meta['num_edges']:,} edges in {len(meta['shards']['edges'])} shard(s)"
-    )
+    if not args.quiet:
+        print(
+            f"wrote synthetic graph to {args.out}: {meta['num_nodes']:,} nodes, "
+            f"{meta['num_edges']:,} edges in {len(meta['shards']['edges'])} shard(s)"
+        )
     return 0
 
 
@@ -227,7 +241,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from storage.integrity.validate import validate_input
 
     if args.input is None and (args.edges is None or args.nodes is None):
-        raise AseprError("asepr validate: give an INPUT directory, or both --edges and --nodes.")
+        raise AseprError("give an INPUT directory, or both --edges and --nodes.")
     report = validate_input(
         args.input,
         edges=args.edges,
@@ -238,7 +252,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
-    else:
+    elif not args.quiet:
         print(report.summary())
         print("valid")
     return 0
@@ -256,10 +270,9 @@ def _cmd_clean(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
     )
     c = meta["clean"]
-    print(
-        f"wrote {args.out}: {meta['num_edges']:,} edges; dropped {c['self_loops_dropped']:,} "
-        f"self-loops and {c['duplicates_dropped']:,} duplicates"
-    )
+    if not args.quiet:
+        print(f"wrote {args.out}: {meta['num_edges']:,} edges; dropped {c['self_loops_dropped']:,} "
+              f"self-loops and {c['duplicates_dropped']:,} duplicates")
     return 0
 
 
@@ -281,6 +294,16 @@ _COMMANDS = {
 }
 
 
+def _without_prefix(message: str, command: str) -> str:
+    """``message`` without a leading ``asepr COMMAND`` (or ``asepr COMMAND:``), which the
+    error line already starts with: a library message may name the command it checks
+    (``asepr partition OUT: the memory and disk plan: ...``)."""
+    prefix = f"asepr {command}"
+    if message.startswith((prefix + ":", prefix + " ")):
+        return message[len(prefix):].lstrip(": ")
+    return message
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     tune_malloc()  # before any thread starts: see storage.resources
     parser = build_parser()
@@ -289,10 +312,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_command_name(f"asepr {args.command}")  # what a lock or lease records: the name, never the arguments
     handler = getattr(args, "handler", None) or _COMMANDS[args.command]
     try:
-        with os_errors_as_problems():  # a full disk or an unwritable directory: the project's error
+        # A full disk or an unwritable directory: the project's error. Long steps show
+        # their progress unless -q or --no-progress (workflows.progress).
+        with os_errors_as_problems(), reporting(reporter_for(args)):
             return handler(args)
     except AseprError as exc:
-        print(f"asepr {args.command}: error: {exc}", file=sys.stderr)
+        print(f"asepr {args.command}: error: {_without_prefix(str(exc), args.command)}", file=sys.stderr)
         return 1
     except ImportError as exc:  # an optional extra (torch, PyG, pymetis) that is not installed
         problem = missing_extra(exc, "this command")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from storage.locations.remote import add_storage_options_flag
-from workflows.commands_partition import metrics_table, partition_table, progress_factory
+from workflows.commands_partition import metrics_table, partition_table
 from workflows.dask_client import add_dask_arguments, client_from_args
 
 __all__ = ["register"]
@@ -28,7 +28,6 @@ def register(subparsers, add_common) -> None:
                                       "given with --nodes), or a CSV/TSV edge list in the input's original ids, "
                                       "mapped through its id_map.parquet (new ids appended to it)")
     p.add_argument("--nodes", help="new node shards (ids from the output's next free id on)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_storage_options_flag(p)
     add_dask_arguments(p)
     p.set_defaults(handler=_cmd_ingest)
@@ -36,7 +35,6 @@ def register(subparsers, add_common) -> None:
     p = subparsers.add_parser("rebalance", help="move whole communities off partitions past the cap")
     add_common(p)
     p.add_argument("out", help="output directory of `asepr partition`")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_storage_options_flag(p)
     add_dask_arguments(p)
     p.set_defaults(handler=_cmd_rebalance)
@@ -70,7 +68,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
     manifest = _commit_generation(
         args, lambda client: ingest(args.out, args.new_edges, args.nodes, client=client,
-                                    progress=progress_factory(args), storage_options=args.storage_options or None),
+                                    storage_options=args.storage_options or None),
         "nothing new to ingest: every shard was ingested before")
     if manifest is None:
         return 0
@@ -91,8 +89,7 @@ def _cmd_rebalance(args: argparse.Namespace) -> int:
     from pipeline.increment.rebalance import rebalance
 
     manifest = _commit_generation(
-        args, lambda client: rebalance(args.out, client=client, progress=progress_factory(args),
-                                       storage_options=args.storage_options or None),
+        args, lambda client: rebalance(args.out, client=client, storage_options=args.storage_options or None),
         "nothing to rebalance: no community can move under the caps")
     if manifest is None:
         return 0

@@ -101,14 +101,13 @@ def register(subparsers, add_common) -> None:
                    help="1: copy each master's 1-hop in-neighbourhood into its partition")
     p.add_argument("--overwrite", action="store_true",
                    help="replace a committed output (the old generation stays readable until the new commit)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.add_argument("--dry-run", action="store_true",
                    help="print the memory and disk plan (peak RSS per stage, bytes written) and exit")
     p.add_argument("--ignore-plan", action="store_true",
                    help="run even when the plan exceeds the available memory or the free disk")
     p.add_argument("--plan-rf", type=float, default=None,
                    help="plan with this replication factor (e.g. an earlier run's) instead of the "
-                        "upper bound of random hashing")
+                        "one estimated from a sample of the edges")
     p.add_argument("--scratch", default=None, metavar="DIR",
                    help="with an object-store output: the local directory for spill files and the decoded input "
                         "(default: a new directory under the system's temporary directory, removed after the run)")
@@ -195,19 +194,6 @@ def config_from_args(args: argparse.Namespace) -> tuple[PartitionConfig, int]:
     return PartitionConfig(**values), halo
 
 
-def progress_factory(args: argparse.Namespace):
-    """A tqdm bar factory ``bar(name, total)`` for the Dask stages, or None when quiet
-    (``-q``, ``--no-progress``) or when stderr is not a terminal."""
-    if args.quiet or args.no_progress or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-
-    def bar(name: str, total: int):
-        return tqdm(total=total, desc=f"{name:15s}", unit="task", leave=False, dynamic_ncols=True)
-
-    return bar
-
-
 def _plan(args: argparse.Namespace, config: PartitionConfig, halo: int):
     """The run's memory and disk plan, for the Dask setup the flags ask for."""
     from pipeline.plan import plan_partition
@@ -241,7 +227,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     with client_from_args(args) as client:
         manifest = partition_to_store(
             args.input, args.out, config, halo=halo, client=client,
-            overwrite=args.overwrite, progress=progress_factory(args),
+            overwrite=args.overwrite,
             storage_options=args.storage_options or None, scratch=args.scratch,
         )
     if not args.quiet:

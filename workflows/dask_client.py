@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import logging
 import os
+import sys
 from collections.abc import Iterator
 
 from storage.errors import AseprError, format_problem
@@ -101,11 +102,18 @@ def dask_client(
         yield client
 
 
-def client_from_args(args: argparse.Namespace):
-    """:func:`dask_client` configured from :func:`add_dask_arguments` flags."""
-    return dask_client(
+@contextlib.contextmanager
+def client_from_args(args: argparse.Namespace) -> Iterator[object | None]:
+    """:func:`dask_client` configured from :func:`add_dask_arguments` flags. A run on a
+    Dask cluster (local or remote) prints where its dashboard is, unless ``-q``: the
+    dashboard is where a long run's tasks can be watched."""
+    with dask_client(
         scheduler_address=args.scheduler_address,
         scheduler_file=args.scheduler_file,
         workers=args.workers,
         memory_limit=args.memory_limit,
-    )
+    ) as client:
+        link = getattr(client, "dashboard_link", None) if client is not None else None
+        if link and not getattr(args, "quiet", False):
+            print(f"asepr {args.command}: Dask dashboard at {link}", file=sys.stderr, flush=True)
+        yield client

@@ -19,33 +19,41 @@ from typing import Any
 
 import dask
 
+from storage.progress import current
 from storage.resources import peak_rss_bytes, stage
 
-__all__ = ["NoBar", "Progress", "bar_for", "run_tasks", "task_slots", "timed", "worker_peak_rss"]
+__all__ = ["Progress", "bar_for", "run_tasks", "task_slots", "timed", "worker_peak_rss"]
 
 log = logging.getLogger(__name__)
 
 #: ``progress(stage_name, total_tasks)`` returns a context manager with ``update(n)``
-#: (a ``tqdm`` bar fits); ``workflows`` supplies it, the pipeline draws nothing itself.
+#: (a ``tqdm`` bar fits): a library caller's own bar per stage. Without one, a stage's
+#: tasks count into the stage's bar of :mod:`storage.progress`, which the command line draws.
 Progress = Callable[[str, int], Any]
 
 
-class NoBar:
-    """A progress bar that draws nothing (used when no ``progress`` is given)."""
+class _StageTasks:
+    """The tasks of a stage, counted into its :mod:`storage.progress` bar."""
 
-    def __enter__(self) -> NoBar:
+    def __init__(self, total: int):
+        self._bar = current()
+        self._bar.expect(total)
+
+    def __enter__(self) -> _StageTasks:
         return self
 
     def __exit__(self, *exc) -> bool:
         return False
 
     def update(self, n: int = 1) -> None:
-        """Count ``n`` finished tasks (ignored)."""
+        """Count ``n`` finished tasks."""
+        self._bar.update(n)
 
 
 def bar_for(progress: Progress | None, name: str, total: int):
-    """``progress(name, total)``, or a :class:`NoBar` when ``progress`` is None."""
-    return progress(name, total) if progress else NoBar()
+    """``progress(name, total)``, or the stage's own bar (:func:`storage.progress.current`)
+    when ``progress`` is None."""
+    return progress(name, total) if progress else _StageTasks(total)
 
 
 def task_slots(client) -> int:

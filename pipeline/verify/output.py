@@ -92,6 +92,7 @@ from storage.errors import AseprError, InputError, format_problem
 from storage.inputs.directory import open_input
 from storage.locations.fs import Shard, discover_shards, fingerprint, join, resolve, url_of
 from storage.partitions.manifest import NODE_MAP_NAME, OLD_DIR, STAGING_NAME, read_manifest
+from storage.progress import current
 from storage.resources import stage
 
 __all__ = ["Problem", "VerifyReport", "verify_output"]
@@ -368,8 +369,9 @@ def _run_tasks(workers: int, tasks: list[tuple[str, Callable, tuple]],
                timings: dict[str, float]) -> list[Any]:
     """Run ``(kind, fn, args)`` tasks on ``workers`` threads, in order; results in order,
     a task's exception as :class:`_Failed` (the caller raises it where the check it
-    belongs to comes). ``timings[kind]`` sums each kind's seconds."""
-    lock = threading.Lock()
+    belongs to comes). ``timings[kind]`` sums each kind's seconds; progress counts tasks."""
+    lock, bar = threading.Lock(), current()
+    bar.expect(len(tasks))
 
     def timed(kind: str, fn: Callable, args: tuple) -> Any:
         start = time.perf_counter()
@@ -380,6 +382,7 @@ def _run_tasks(workers: int, tasks: list[tuple[str, Callable, tuple]],
         finally:
             with lock:
                 timings[kind] = timings.get(kind, 0.0) + time.perf_counter() - start
+            bar.update(1)
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="asepr-verify") as pool:
         futures: list[Future] = [pool.submit(timed, kind, fn, args) for kind, fn, args in tasks]
@@ -556,12 +559,9 @@ def _check_fingerprints(manifest, edge_shards, node_shards, edge_hashes, node_ha
     for kind, shards, have in (("edges", edge_shards, edge_hashes), ("nodes", node_shards, node_hashes)):
         want = [s.get("sha256") for s in _recorded_shards(manifest, kind)]
         if want != have:
-            problems.add(
-                "input",
-                f"the {kind} shards differ from the ones partitioned ({len(want)} recorded, {len(have)} found, "
-                f"{sum(a != b for a, b in zip(want, have))} with another sha256); the comparisons below "
-                "are against the input as it is now",
-            )
+            problems.add("input", f"the {kind} shards differ from the ones partitioned ({len(want)} recorded, "
+                                  f"{len(have)} found, {sum(a != b for a, b in zip(want, have))} with another "
+                                  "sha256); the comparisons below are against the input as it is now")
 
 
 def _check_node_map(out, manifest, storage_options, master_part, master_local, problems) -> None:

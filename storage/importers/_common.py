@@ -31,6 +31,7 @@ from storage.errors import (
 from storage.inputs.npy import load_npy, npz_member
 from storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from storage.locations.fs import resolve, url_of
+from storage.progress import expect
 
 __all__ = [
     "DEFAULT_FRACTIONS",
@@ -325,6 +326,7 @@ def write_csr_nodes(
     n = len(indptr) - 1
     d = writer.feat_dim
     step = node_chunk_rows(writer)
+    expect(n)
     for lo in range(0, n, step):
         hi = min(n, lo + step)
         a, b = int(indptr[lo]), int(indptr[hi])
@@ -344,6 +346,7 @@ def write_dense_nodes(writer, feat, labels: np.ndarray, split: np.ndarray) -> No
     """Write nodes ``0..N-1`` from a dense ``[N, d]`` array (or array-like), per chunk."""
     n = len(labels)
     step = node_chunk_rows(writer)
+    expect(n)
     for lo in range(0, n, step):
         hi = min(n, lo + step)
         writer.write_nodes(

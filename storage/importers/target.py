@@ -22,6 +22,7 @@ import numpy as np
 import storage.importers._common as _common
 from storage.errors import InputError, format_problem
 from storage.inputs.writer import InputWriter
+from storage.progress import expect
 
 __all__ = ["CommonOptions", "ImportTarget", "write_in_memory"]
 
@@ -89,6 +90,7 @@ def write_in_memory(target: ImportTarget, feat_dim: int, src_nid: np.ndarray, ds
                     write_nodes: Callable[[InputWriter], None], meta: dict[str, Any]) -> dict[str, Any]:
     """Write a graph held in memory: its edges, then ``write_nodes(writer)`` (node rows and
     any side file), then commit ``meta``. Returns the committed ``meta.json``."""
+    expect(len(src_nid))  # the import's progress counts the rows written (the nodes' writers add theirs)
     with target.writer(feat_dim) as writer:
         writer.write_edges(src_nid, dst_nid)
         write_nodes(writer)

@@ -33,6 +33,7 @@ from storage.errors import AseprError, InputError, format_problem
 from storage.inputs.schema import FORMAT_VERSION, META_NAME, node_schema
 from storage.integrity.validate import validate_input
 from storage.locations.fs import join, resolve, url_of
+from storage.progress import advance
 
 __all__ = ["InputWriter"]
 
@@ -84,6 +85,7 @@ class _ShardSink:
             self._rows_in_file += take
             self.rows_total += take
             start += take
+            advance(take)
 
     def close(self) -> None:
         self._close_current()

@@ -34,6 +34,7 @@ from storage.inputs.schema import (
 )
 from storage.integrity.report import ShardInfo
 from storage.locations.fs import Shard, fingerprint
+from storage.progress import advance
 
 __all__ = [
     "NodeRows",
@@ -348,6 +349,7 @@ def node_pass(state: NodeState, node_files, batch_rows: int, rows: NodeRows | No
         node_rows = max(1024, min(batch_rows, _NODE_BATCH_BYTES // (4 * (layout.dim or 256))))
         for row0, batch in iter_batches(pf, shard, columns, node_rows):
             _validate_node_batch(state, shard, row0, batch, layout, present, rows)
+            advance(batch.num_rows)
         log.debug("validated node shard %s", shard.url)
 
 

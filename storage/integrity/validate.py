@@ -46,6 +46,7 @@ from storage.integrity.checks import (
 )
 from storage.integrity.report import ValidationReport
 from storage.locations.fs import discover_shards
+from storage.progress import advance, carried, current, expect
 from storage.resources import stage
 
 __all__ = ["CheckedRows", "validate_input"]
@@ -222,6 +223,7 @@ def _count_edges(edge_files, num_nodes: int, num_edges: int, undirected: bool, c
             if stop is not None and stop.is_set():
                 raise _Stopped()
             self_loops += int(count_endpoints(degree, src, dst))
+            advance(len(src))
             if dedup is not None:
                 dedup.add(src, dst, np.arange(position, position + len(src), dtype=np.int64))
             position += len(src)
@@ -240,8 +242,14 @@ def _node_and_edge_passes(state: NodeState, node_files, base_url: str, batch_row
     after the other: the edge pass is stopped at its next batch and waited for first.
     """
     stop = threading.Event()
+    bar = current()  # both passes count their rows into the stage's progress
+
+    def counted_edge_pass(stop: threading.Event):
+        with carried(bar):
+            return edge_pass(stop)
+
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="asepr-validate-edges") as pool:
-        edges = pool.submit(edge_pass, stop)
+        edges = pool.submit(counted_edge_pass, stop)
         try:
             try:
                 node_pass(state, node_files, batch_rows, table)
@@ -273,6 +281,7 @@ def _validate_impl(
     num_nodes = sum(i.rows for i in node_infos)
     num_edges = sum(i.rows for i in edge_infos)
     _check_node_count(meta, num_nodes, base_url)
+    expect(num_nodes + num_edges)
 
     state = NodeState(num_nodes, num_classes)
     degree, self_loops, duplicates = _node_and_edge_passes(
