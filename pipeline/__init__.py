@@ -5,6 +5,8 @@
 benchmarks). ``pipeline.increment.ingest(out, new_edges, nodes)`` adds new shards to a committed
 output as its next generation, and ``pipeline.increment.rebalance(out)`` moves whole communities
 off partitions past the cap (docs/design.md#incremental-ingest).
+``pipeline.diagnose_output(out)`` says why the local models trained on an output's
+partitions differ (docs/design.md#diagnostics).
 """
 
 from pipeline.assign import MODES, AssignState, KernelSettings, assign_batch, edge_cap, replica_sets, stream_assign
@@ -12,6 +14,7 @@ from pipeline.stages.attr_cluster import AttrClusters, AttrModel, attribute_clus
 from pipeline.stages.attr_column import column_clusters
 from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
 from pipeline.stages.degrees import Degrees, compute_degrees
+from pipeline.diagnose import Diagnostics, diagnose_output
 from pipeline.increment.ingest import ingest
 from pipeline.stages.mapping import CommunityMapping, map_communities
 from pipeline.stages.masters import choose_masters, count_edges_per_replica, replica_offsets
@@ -27,6 +30,8 @@ from pipeline.partition_run import partition_to_store
 from pipeline.store.write import write_partitions
 
 __all__ = [
+    "Diagnostics",
+    "diagnose_output",
     "Problem",
     "VerifyReport",
     "partition_to_store",
