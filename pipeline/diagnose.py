@@ -20,7 +20,7 @@ The in-walk counts satisfy ``c_0 = 1``, ``c_{l+1}(v) = Σ_{(w→v)} c_l(w)``: th
 graph's take L streaming passes over every partition's own (non-halo) edges, which
 are the input's edge rows, each exactly once, with two float64 arrays of |V| entries
 held; a partition's count is the same recurrence over what its store holds (halo
-copies included: the trainer passes messages over them), in the last pass. No pass
+copies included: the trainer passes messages over them), in one more pass. No pass
 holds more than one partition's edges.
 """
 
