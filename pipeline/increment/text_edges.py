@@ -10,13 +10,20 @@ them and ``asepr verify`` reads them again, as it reads every ingested shard).
 :func:`commit_id_map` appends the new ids to the input's map just before ingest commits
 the generation.
 
-The map is the input's, shared by every output partitioned from that input. Each
-ingest that maps ids records in the output's manifest the
-digest of the rows it leaves in the map (``increments[].edge_list.id_map``); the next one checks that the rows below that
-bound are still those, and that no other rows sit between them and the output's node
-count, so that ids appended for another output are never read as this output's nodes.
-Rows at or above the output's node count belong to an ingest that did not commit and
-are numbered again.
+The map is the input's, shared by every output partitioned from that input, and the
+outputs' node ids diverge as each numbers its own new ids. So every row an ingest appends
+names the output it was numbered for (:data:`storage.importers.edge_increment.OWNER_COLUMN`),
+and an output reads only the import's rows and its own (:func:`owner_of`: the output's
+path at its first text ingest, then the name its manifest records, so a moved output
+keeps its rows). Ingests into two outputs of one input update the same file, so an
+ingest holds the map's lock (:func:`id_map_lock`) from its read of the map through its
+commit: the second reads the rows the first appended and keeps them.
+
+Each ingest that maps ids records in the output's manifest the digest of the rows it
+leaves in its view of the map (``increments[].edge_list.id_map``); the next one checks
+that the rows below that bound are still those, and that no other rows sit between them
+and the output's node count. Rows at or above the output's node count belong to an
+ingest of this output that did not commit and are numbered again.
 """
 
 from __future__ import annotations
@@ -32,8 +39,11 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
+from storage.commit.lease import Lease
+from storage.commit.lock import waiting_file_lock
 from storage.errors import InputError, format_problem
 from storage.importers.edge_increment import (
+    ID_MAP_NAME,
     EdgeListIncrement,
     IdMap,
     constant_features,
@@ -44,9 +54,10 @@ from storage.importers.edge_increment import (
 )
 from storage.inputs.schema import META_NAME
 from storage.locations.fs import Shard, fingerprint, join, resolve, url_of
+from storage.locations.location import is_local
 
-__all__ = ["INGESTED_DIR", "TEXT_WORK_NAME", "TextIngest", "check_id_map", "commit_id_map", "refuse_node_shards",
-           "text_ingest"]
+__all__ = ["INGESTED_DIR", "TEXT_WORK_NAME", "TextIngest", "check_id_map", "commit_id_map", "id_map_lock",
+           "owner_of", "refuse_node_shards", "text_ingest"]
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +84,7 @@ class TextIngest:
             return None
         table = self.increment.grown_map if self.increment.grown_map is not None else id_map.table
         return {"url": id_map.url, "rows_below": self.first_id + self.increment.new_nodes,
-                "sha256": id_map_digest(table)}
+                "sha256": id_map_digest(table), "owner": id_map.owner}
 
     def source(self) -> dict[str, Any]:
         """The manifest record of where the edges came from: the text files and the map."""
@@ -98,11 +109,45 @@ def _input_url(manifest: dict[str, Any], out_path: Path, storage_options: dict |
     return url
 
 
+def _map_records(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The id-map records of the output's text ingests, oldest first."""
+    return [r["edge_list"]["id_map"] for r in manifest.get("increments", [])
+            if isinstance(r, dict) and isinstance(r.get("edge_list"), dict)
+            and isinstance(r["edge_list"].get("id_map"), dict)]
+
+
+def owner_of(manifest: dict[str, Any], out_path: Path) -> str:
+    """The name under which the output's rows of the id map are kept: the one its last
+    text ingest recorded, else (its first) the output's absolute path."""
+    for record in reversed(_map_records(manifest)):
+        if isinstance(record.get("owner"), str) and record["owner"]:
+            return record["owner"]
+    return str(Path(out_path).resolve())
+
+
+@contextlib.contextmanager
+def id_map_lock(input_url: str, storage_options: dict | None = None) -> Iterator[None]:
+    """Hold the lock of the input's id map for the block.
+
+    A local input: an OS lock on ``INPUT/.id_map.parquet.lock``; a second ingest waits for
+    the first. An input on an object store has no OS lock: the lease object
+    ``INPUT/.id_map.parquet.lease`` (:class:`storage.commit.lease.Lease`); a second ingest
+    is refused, naming the first.
+    """
+    fs, base = resolve(input_url, storage_options)
+    if is_local(fs):
+        with waiting_file_lock(join(base, f".{ID_MAP_NAME}.lock"), what=f"the id map of input {input_url}"):
+            yield
+        return
+    path = join(base, f".{ID_MAP_NAME}.lease")
+    with Lease(fs, path, url_of(fs, path)):
+        yield
+
+
 def check_id_map(id_map: IdMap, manifest: dict[str, Any], out_path: Path) -> None:
     """Refuse a map whose rows this output did not write (module docstring)."""
     increments = manifest.get("increments", [])
-    records = [r["edge_list"]["id_map"] for r in increments
-               if isinstance(r.get("edge_list"), dict) and isinstance(r["edge_list"].get("id_map"), dict)]
+    records = _map_records(manifest)
     num_nodes = int(manifest["num_nodes"])
     if records:
         base = int(records[-1]["rows_below"])
@@ -110,8 +155,9 @@ def check_id_map(id_map: IdMap, manifest: dict[str, Any], out_path: Path) -> Non
         base = num_nodes - sum(int(r.get("new_nodes", 0)) for r in increments)
     gnid = id_map.table.column("global_nid")
     trusted = id_map.table.filter(pc.less(gnid, base))
-    fix = ("a map shared with another output of the same input grew for that output; give this output's new "
-           "edges as Parquet in its node ids, or partition the grown input again.")
+    fix = ("the map's rows of this output were changed since its last ingest (the map was edited, restored "
+           "from an older copy, or grown by an older asepr for another output of the same input); give this "
+           "output's new edges as Parquet in its node ids, or partition the grown input again.")
     if records and id_map_digest(trusted) != records[-1]["sha256"]:
         raise InputError(format_problem(
             f"id map {id_map.url}", f"the rows below node {base} that generation {manifest['generation']} of "
@@ -154,25 +200,26 @@ def text_ingest(out_path: Path, files: list[tuple[Any, str]], nodes, manifest: d
     refuse_node_shards(nodes)
     first_id = int(manifest["num_nodes"])
     input_url = _input_url(manifest, out_path, storage_options)
-    id_map = read_id_map(input_url, first_id, storage_options)
-    if id_map is not None:
-        check_id_map(id_map, manifest, out_path)
-        if id_map.pending:
-            log.warning("id map %s: %d row(s) of an ingest that did not commit are numbered again", id_map.url,
-                        id_map.pending)
-    work = out_path / TEXT_WORK_NAME
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
-    try:
-        increment = map_edge_list(files, work, id_map=id_map, first_id=first_id,
-                                  feat_dim=int(manifest.get("feat_dim", 1)),
-                                  constant=constant_features(input_url, storage_options))
-        edge_shards = [_store(path, input_url, "edges", storage_options) for _, path in increment.edge_files]
-        node_shards = ([_store(increment.node_file, input_url, "nodes", storage_options)]
-                       if increment.node_file is not None else [])
-        yield TextIngest(edge_shards, node_shards, increment, first_id, [url for url, _ in increment.edge_files])
-    finally:
+    with id_map_lock(input_url, storage_options):  # held through the commit: see the module docstring
+        id_map = read_id_map(input_url, first_id, storage_options, owner=owner_of(manifest, out_path))
+        if id_map is not None:
+            check_id_map(id_map, manifest, out_path)
+            if id_map.pending:
+                log.warning("id map %s: %d row(s) of an ingest that did not commit are numbered again", id_map.url,
+                            id_map.pending)
+        work = out_path / TEXT_WORK_NAME
         shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        try:
+            increment = map_edge_list(files, work, id_map=id_map, first_id=first_id,
+                                      feat_dim=int(manifest.get("feat_dim", 1)),
+                                      constant=constant_features(input_url, storage_options))
+            edge_shards = [_store(path, input_url, "edges", storage_options) for _, path in increment.edge_files]
+            node_shards = ([_store(increment.node_file, input_url, "nodes", storage_options)]
+                           if increment.node_file is not None else [])
+            yield TextIngest(edge_shards, node_shards, increment, first_id, [url for url, _ in increment.edge_files])
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _store(local: Path, input_url: str, kind: str, storage_options: dict | None) -> Shard:

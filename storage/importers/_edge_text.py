@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from storage.errors import InputError, InputNotFoundError, SchemaError, format_problem
@@ -268,11 +269,51 @@ def read_batches(
                     batch = reader.read_next_batch()
                 except StopIteration:
                     return
+                if plan.header and not pa.types.is_integer(id_type):
+                    _refuse_header_rows(fs, plan, row0, batch)
                 yield row0, batch
                 row0 += batch.num_rows
     except (pa.ArrowInvalid, OSError, EOFError) as exc:
         # Only reading raises here: a consumer's exceptions never enter this frame.
         raise _problem(plan, row0, exc, id_type) from exc
+
+
+def _refuse_header_rows(fs, plan: EdgeFile, row0: int, batch: pa.RecordBatch) -> None:
+    """Raise InputError at a data row that repeats the header's endpoint names.
+
+    A header line that appears again (two files concatenated, a header written twice)
+    would otherwise read as an edge between two nodes named after the columns.
+    """
+    src, dst = batch.column(plan.src), batch.column(plan.dst)
+    if not (pa.types.is_string(src.type) or pa.types.is_large_string(src.type)):
+        return
+    repeated = pc.and_(pc.equal(src, plan.src), pc.equal(dst, plan.dst))
+    if not pc.any(repeated).as_py():
+        return
+    row = row0 + first_bad(repeated.to_numpy(zero_copy_only=False))
+    line = _line_of(fs, plan, row)
+    raise InputError(format_problem(
+        f"edge list {plan.url}, line {line} (data row {row + 1})",
+        f"an edge, or no line repeating the header ({plan.src!r}, {plan.dst!r}: line "
+        f"{plan.skipped_lines + 1})", f"the header's names {plan.src!r}, {plan.dst!r} again",
+        f"delete line {line} (the header appears twice, e.g. two files concatenated); if '{plan.src}' and "
+        f"'{plan.dst}' really are node ids, rename the header's columns."))
+
+
+def _line_of(fs, plan: EdgeFile, row: int) -> int:
+    """The line number (from 1) of data row ``row`` (from 0), counting the lines the reader
+    skips (comments before the header, the header, empty lines)."""
+    line = plan.skipped_lines + 1  # the header
+    seen = -1
+    with _open_stream(fs, plan) as stream:
+        stream.readline()
+        for raw in stream:
+            line += 1
+            if raw.strip(b"\r\n"):
+                seen += 1
+                if seen == row:
+                    break
+    return line
 
 
 def _problem(plan: EdgeFile, row0: int, exc: BaseException, id_type: pa.DataType) -> Exception:

@@ -21,10 +21,18 @@ turns it into what ``asepr ingest`` reads, Parquet edge shards in node ids:
 * the grown map is the committed rows plus one row per new id; :func:`write_id_map`
   replaces the file atomically.
 
-Rows of the map whose ``global_nid`` is ``first_id`` or more were written by an ingest
-that did not commit (this module writes the map before ingest commits): they are dropped
-and the new ids numbered again. :func:`id_map_digest` fingerprints the committed rows so
-that the output can tell whether the map is still the one its last ingest wrote.
+The map is the input's, and every output partitioned from the input may grow it: the
+outputs' node ids diverge (two outputs number their own new ids from the same next free
+id), so each row an ingest appends names, in the column ``output``, the output it was
+numbered for (null for the import's rows). An output's view of the map
+(:func:`read_id_map` with its ``owner``) is the import's rows and its own; the rows of
+the other outputs are carried through every rewrite unchanged. Rows of the view whose
+``global_nid`` is ``first_id`` or more were written by an ingest that did not commit
+(this module writes the map before ingest commits): they are dropped and the new ids
+numbered again. :func:`id_map_digest` fingerprints the committed rows of a view so that
+the output can tell whether the map is still the one its last ingest wrote. The caller
+serialises the read-modify-write of the map (its ingests hold the map's lock from the
+read through the commit).
 
 The Parquet files are written with fixed row groups, so the same edge list and map give
 the same bytes and the same fingerprint (ingest's exactly-once check).
@@ -60,8 +68,8 @@ from storage.importers._edge_text import (
 from storage.inputs.schema import META_NAME, SPLIT_NONE, node_schema
 from storage.locations.fs import join, resolve, url_of
 
-__all__ = ["ID_MAP_NAME", "EdgeListIncrement", "IdMap", "constant_features", "id_map_digest", "map_edge_list",
-           "read_id_map", "text_edge_files", "text_first_line", "write_id_map"]
+__all__ = ["ID_MAP_NAME", "OWNER_COLUMN", "EdgeListIncrement", "IdMap", "constant_features", "id_map_digest",
+           "map_edge_list", "read_id_map", "text_edge_files", "text_first_line", "write_id_map"]
 
 log = logging.getLogger(__name__)
 
@@ -120,23 +128,39 @@ def text_edge_files(url: str | Path, storage_options: dict | None = None) -> lis
 # --- the id map ----------------------------------------------------------------------------
 
 
+#: The column of the output a row was numbered for (null: the import's rows).
+OWNER_COLUMN = "output"
+
+
 @dataclass
 class IdMap:
-    """An input's ``id_map.parquet``: where it is, and its rows below ``first_id``."""
+    """An output's view of an input's ``id_map.parquet``: where it is, and its rows below
+    ``first_id`` (the import's and this output's own)."""
 
     fs: Any
     path: str
     url: str
-    table: pa.Table  # global_nid int64, original_id; sorted by global_nid
+    table: pa.Table  # global_nid int64, original_id, output; sorted by global_nid
     pending: int  # rows at or above first_id, dropped (an ingest that did not commit)
+    owner: str | None = None  # the output whose view this is
+    others: pa.Table | None = None  # the rows of the other outputs, kept as they are
 
     @property
     def id_type(self) -> pa.DataType:
         return self.table.schema.field("original_id").type
 
+    def with_rows(self, global_nid: np.ndarray, original_id: pa.Array) -> pa.Table:
+        """The view grown by new rows of this output (in ``global_nid`` order)."""
+        added = pa.table({"global_nid": pa.array(global_nid, pa.int64()), "original_id": original_id,
+                          OWNER_COLUMN: pa.array([self.owner] * len(global_nid), pa.string())},
+                         schema=self.table.schema)
+        return pa.concat_tables([self.table, added]).combine_chunks()
 
-def read_id_map(input_url: str, first_id: int, storage_options: dict | None = None) -> IdMap | None:
-    """The id map of the input at ``input_url`` (None without one), rows below ``first_id``."""
+
+def read_id_map(input_url: str, first_id: int, storage_options: dict | None = None, *,
+                owner: str | None = None) -> IdMap | None:
+    """The id map of the input at ``input_url`` (None without one): the view of ``owner``
+    (the import's rows and those numbered for ``owner``), rows below ``first_id``."""
     fs, base = resolve(input_url, storage_options)
     path = join(base, ID_MAP_NAME)
     if not fs.exists(path):
@@ -150,16 +174,25 @@ def read_id_map(input_url: str, first_id: int, storage_options: dict | None = No
                                         "restore it from the input's import (`asepr import edgelist`).")) from exc
     names = table.schema.names
     if "global_nid" not in names or "original_id" not in names or not pa.types.is_integer(
-            table.schema.field("global_nid").type):
-        raise SchemaError(format_problem(f"id map {url}", "columns global_nid (int64) and original_id",
-                                         f"columns {names}", "restore it from the input's import."))
-    table = table.select(["global_nid", "original_id"]).cast(
-        pa.schema([("global_nid", pa.int64()), table.schema.field("original_id")]))
+            table.schema.field("global_nid").type) or (OWNER_COLUMN in names and not pa.types.is_string(
+            table.schema.field(OWNER_COLUMN).type)):
+        raise SchemaError(format_problem(f"id map {url}", "columns global_nid (int64), original_id [and output "
+                                         "(text)]", f"columns {table.schema}".replace("\n", ", "),
+                                         "restore it from the input's import."))
+    if OWNER_COLUMN not in names:  # written by the import, or before rows named their output
+        table = table.append_column(OWNER_COLUMN, pa.nulls(table.num_rows, pa.string()))
+    table = table.select(["global_nid", "original_id", OWNER_COLUMN]).cast(
+        pa.schema([("global_nid", pa.int64()), table.schema.field("original_id"), (OWNER_COLUMN, pa.string())]))
+    rows_owner = table.column(OWNER_COLUMN)
+    mine = pc.fill_null(pc.is_null(rows_owner), False)
+    if owner is not None:
+        mine = pc.or_(mine, pc.fill_null(pc.equal(rows_owner, owner), False))
+    others, table = table.filter(pc.invert(mine)), table.filter(mine)
     gnid = table.column("global_nid").to_numpy()
     keep = gnid < first_id
     table = table.filter(pa.array(keep)).take(pa.array(np.argsort(gnid[keep], kind="stable"))).combine_chunks()
     _check_unique(table, url)
-    return IdMap(fs, path, url, table, int(len(gnid) - keep.sum()))
+    return IdMap(fs, path, url, table, int(len(gnid) - keep.sum()), owner, others)
 
 
 def _check_unique(table: pa.Table, url: str) -> None:
@@ -184,15 +217,19 @@ def _check_unique(table: pa.Table, url: str) -> None:
 
 
 def id_map_digest(table: pa.Table) -> str:
-    """sha256 of the rows of ``table`` (sorted by ``global_nid``), independent of the file's encoding."""
+    """sha256 of the rows (``global_nid``, ``original_id``) of ``table`` (sorted by
+    ``global_nid``), independent of the file's encoding and of the rows' ``output``."""
+    table = table.select(["global_nid", "original_id"]).combine_chunks()
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table.combine_chunks())
+        writer.write_table(table)
     return hashlib.sha256(sink.getvalue()).hexdigest()
 
 
 def write_id_map(id_map: IdMap, table: pa.Table) -> None:
-    """Replace the map's file with ``table``, atomically."""
+    """Replace the map's file with the view ``table`` and the other outputs' rows, atomically."""
+    if id_map.others is not None and id_map.others.num_rows:
+        table = pa.concat_tables([table, id_map.others.cast(table.schema)])
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression=_COMPRESSION)
     write_bytes_atomic(id_map.path, buffer.getvalue(), fs=id_map.fs)
@@ -482,10 +519,7 @@ def map_edge_list(
         result.node_file = work / "nodes-00000.parquet"
         _node_rows(result.node_file, first_id, len(new), feat_dim, constant)
     if id_map is not None and (len(new) or id_map.pending):
-        result.grown_map = pa.concat_tables([
-            id_map.table,
-            pa.table({"global_nid": pa.array(new_nid), "original_id": new}, schema=id_map.table.schema),
-        ]).combine_chunks()
+        result.grown_map = id_map.with_rows(new_nid, new)
     log.info("edge list: %d edge file(s) mapped to node ids, %d new node(s) from id %d", len(plans), len(new),
              first_id)
     return result

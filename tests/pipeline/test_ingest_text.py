@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from storage.importers import import_dataset
 from storage.partitions.manifest import LOCK_NAME, STAGING_NAME, read_manifest
 from tests.pipeline.crash import Crash, crash_at
 from tests.pipeline.ingest_cases import edge_multiset
+from tests.workflows.helpers import REPO
 
 NAMES = [f"user-{i:02d}" for i in range(60)]
 
@@ -114,20 +118,72 @@ def test_map_rows_of_an_ingest_that_did_not_commit_are_numbered_again(imported, 
     _clean(out)
 
 
-def test_a_map_grown_for_another_output_of_the_same_input_is_refused(imported, tmp_path):
+def _rows_of(input_dir: Path, owner: Path) -> dict:
+    """The map's rows numbered for the output ``owner``: original id -> node id."""
+    table = pq.read_table(input_dir / "id_map.parquet").to_pylist()
+    return {r["original_id"]: r["global_nid"] for r in table if r.get("output") == str(owner.resolve())}
+
+
+def test_two_outputs_of_one_input_keep_their_own_new_ids_in_the_map(imported, tmp_path):
     input_dir, out = _fresh(imported, tmp_path)
     other = tmp_path / "other"
     shutil.copytree(out, other)
     ingest(out, _edge_list(tmp_path / "a.tsv", [("user-01", "mine")]))
-    ingest(other, _edge_list(tmp_path / "b.tsv", [("user-01", "theirs")]))  # re-numbers 60 for itself
+    ingest(other, _edge_list(tmp_path / "b.tsv", [("user-01", "theirs")]))  # numbers 60 for itself
+    assert _rows_of(input_dir, out) == {"mine": 60} and _rows_of(input_dir, other) == {"theirs": 60}
+    # Each output reads its own rows: "mine" is out's node 60, a known node, not a new one.
+    manifest = ingest(out, _edge_list(tmp_path / "c.tsv", [("mine", "user-02"), ("mine", "new-c")]))
+    assert manifest["num_nodes"] == 62 and _rows_of(input_dir, out) == {"mine": 60, "new-c": 61}
+    assert _rows_of(input_dir, other) == {"theirs": 60}
+    _clean(out)
+    _clean(other)
+
+
+def test_a_map_whose_rows_of_this_output_changed_is_refused(imported, tmp_path):
+    input_dir, out = _fresh(imported, tmp_path)
+    ingest(out, _edge_list(tmp_path / "a.tsv", [("user-01", "mine")]))
+    table = pq.read_table(input_dir / "id_map.parquet")
+    original = ["changed" if v == "mine" else v for v in table.column("original_id").to_pylist()]
+    pq.write_table(table.set_column(1, "original_id", pa.array(original)), input_dir / "id_map.parquet")
     before = (out / "manifest.json").read_bytes()
     with pytest.raises(InputError) as info:
         ingest(out, _edge_list(tmp_path / "c.tsv", [("mine", "user-02")]))
     message = str(info.value)
     assert f"id map {input_dir / 'id_map.parquet'}" in message and "other rows" in message
-    assert "another output of the same input" in message
+    assert "changed since its last ingest" in message
     assert (out / "manifest.json").read_bytes() == before
     _clean(out)
+
+
+def race_ingests(imported: dict, tmp_path: Path, rounds: int) -> None:
+    """Each round: two ``asepr ingest`` processes, into two outputs of one input, started
+    together; each output's new ids must be in the map afterwards, and each output verify."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for r in range(rounds):
+        base = tmp_path / f"round-{r}"
+        input_dir, out = _fresh(imported, base)
+        other = base / "other"
+        shutil.copytree(out, other)
+        mine = _edge_list(base / "a.tsv", [("user-01", f"a-{r}-1"), (f"a-{r}-2", "user-03")])
+        theirs = _edge_list(base / "b.tsv", [("user-02", f"b-{r}-1"), (f"b-{r}-1", f"b-{r}-2"), ("user-04", "b-x")])
+        procs = [subprocess.Popen([sys.executable, "-m", "workflows", "ingest", str(o), str(e), "-q"], cwd=REPO,
+                                  env=env, stderr=subprocess.PIPE, text=True)
+                 for o, e in ((out, mine), (other, theirs))]
+        errors = [p.communicate(timeout=300)[1] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], f"round {r}: {errors}"
+        assert _rows_of(input_dir, out) == {f"a-{r}-1": 60, f"a-{r}-2": 61}, f"round {r}"
+        assert _rows_of(input_dir, other) == {f"b-{r}-1": 60, f"b-{r}-2": 61, "b-x": 62}, f"round {r}"
+        _clean(out)
+        _clean(other)
+
+
+def test_two_racing_ingests_into_two_outputs_of_one_input_keep_both_sides_ids(imported, tmp_path):
+    race_ingests(imported, tmp_path, rounds=1)
+
+
+@pytest.mark.slow
+def test_two_racing_ingests_keep_both_sides_ids_50_times(imported, tmp_path):
+    race_ingests(imported, tmp_path, rounds=50)
 
 
 def test_an_input_without_an_id_map_takes_node_ids_and_new_ones_without_gaps(tmp_path):
@@ -182,6 +238,20 @@ def test_the_cli_ingests_an_edge_list_without_a_traceback(imported, tmp_path, ca
     assert main(["ingest", str(out), str(gz), "--no-progress"]) == 1
     err = capsys.readouterr().err
     assert "either Parquet shards or text edge lists" in err and "Traceback" not in err
+
+
+def test_a_header_line_repeated_as_a_data_line_is_refused_naming_the_line(imported, tmp_path, capsys):
+    from workflows.cli import main
+
+    input_dir, out = _fresh(imported, tmp_path)
+    before = (out / "manifest.json").read_bytes(), (input_dir / "id_map.parquet").read_bytes()
+    twice = tmp_path / "x.tsv"
+    twice.write_text("src\tdst\nsrc\tdst\nuser-01\tuser-02\n")
+    assert main(["ingest", str(out), str(twice), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert f"edge list {twice}, line 2" in err and "delete line 2" in err and "Traceback" not in err
+    assert ((out / "manifest.json").read_bytes(), (input_dir / "id_map.parquet").read_bytes()) == before
+    _clean(out)
 
 
 def test_a_headerless_gzip_edge_list_keeps_its_first_line_as_an_edge(imported, tmp_path):
