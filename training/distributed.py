@@ -274,8 +274,9 @@ def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generat
     loop.elapsed = float(g["elapsed"])
     loop.start_round = latest + 1
     if int(g.get("generation", generation)) != generation and comm.rank == 0:
-        log.warning("resuming at round %d on generation %d (the checkpoint was trained on generation %d)",
-                    loop.start_round + 1, generation, int(g["generation"]))
+        # Information, not a warning: `asepr train --resume` says it in its own words before launching.
+        log.info("resuming at round %d on generation %d (the checkpoint was trained on generation %d)",
+                 loop.start_round + 1, generation, int(g["generation"]))
 
 
 def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm, gen: torch.Generator,
