@@ -19,7 +19,11 @@ output, so a half-written prefix is invisible. The commit (:meth:`RemoteStaging.
 uploads the node map and state from the local scratch, reads the lease back (a writer
 that lost it never commits), writes ``manifest.json`` in one PUT (an object store
 replaces an object atomically: a reader gets the old manifest or the new one), then
-deletes every generation prefix the new manifest does not name. A writer killed before
+deletes every generation prefix the new manifest does not name. Where the store honours
+conditional writes (:mod:`storage.commit.conditional`), that PUT is a compare-and-swap on
+the manifest's ETag read just after the lease was taken, so a writer paused past its
+lease between the read-back and the PUT cannot overwrite the commit of the writer that
+took the lease over. A writer killed before
 that PUT leaves the previous manifest and every prefix it names untouched. The same
 command resumes: :func:`begin_remote_run` finds the abandoned prefix whose ``run.json``
 has the same run key and generation and reuses its finished stores (those whose
@@ -51,6 +55,7 @@ from typing import Any
 from pipeline.store.commit import RUN_NAME, Staging
 from storage.commit import failpoints
 from storage.commit.atomic import dumps_json
+from storage.commit.conditional import PROBE_PREFIX, conditional_writes, manifest_etag, put_if_unchanged
 from storage.commit.lease import LEASE_NAME, Lease
 from storage.errors import AseprError, StoreError, format_problem
 from storage.locations.fs import join, resolve, url_of
@@ -139,13 +144,18 @@ class RemoteStaging(Staging):
         The local directory for spill files (``scratch/.asepr-staging``).
     lease
         The writer's lease, held for the whole run.
+    fenced
+        Whether the store honours conditional writes: the manifest is then committed
+        only if it is still the version ``began_from`` (its ETag; None: no manifest).
     """
 
-    def __init__(self, target: RemoteOutput, scratch: Path, lease: Lease):
+    def __init__(self, target: RemoteOutput, scratch: Path, lease: Lease, *, fenced: bool = False,
+                 began_from: str | None = None):
         super().__init__(scratch)
         self.target, self.lease = target, lease
         self.storage_options = target.storage_options
         self.gen_dir: str | None = None
+        self.fenced, self.began_from = fenced, began_from
 
     def store(self, p: int) -> str:
         """Where partition ``p``'s store is written, and stays: in the generation's prefix."""
@@ -205,7 +215,13 @@ class RemoteStaging(Staging):
         manifest["generation_prefix"] = self.gen_dir
         failpoints.failpoint("manifest")
         self.lease.check_held()
-        write_manifest(self.target.url, manifest, storage_options=self.storage_options)
+        failpoints.failpoint("commit-put")
+        if self.fenced:
+            began = f"ETag {self.began_from}" if self.began_from else "no manifest yet"
+            put_if_unchanged(self.target.fs, join(self.target.path, MANIFEST_NAME), dumps_json(manifest),
+                             self.began_from, began=began)
+        else:
+            write_manifest(self.target.url, manifest, storage_options=self.storage_options)
         keep = named_prefixes(manifest)
         for name in self.target.names():
             if name not in keep and (GENERATION_PATTERN.fullmatch(name) or LOCAL_LAYOUT.fullmatch(name)):
@@ -259,8 +275,8 @@ def begin_remote_run(staging: RemoteStaging, run_key: str, overwrite: bool,
 
 
 def _owned(name: str) -> bool:
-    return name in (MANIFEST_NAME, LEASE_NAME) or bool(GENERATION_PATTERN.fullmatch(name)
-                                                       or LOCAL_LAYOUT.fullmatch(name))
+    return name in (MANIFEST_NAME, LEASE_NAME) or name.startswith(PROBE_PREFIX) or bool(
+        GENERATION_PATTERN.fullmatch(name) or LOCAL_LAYOUT.fullmatch(name))
 
 
 def _check_prefix(target: RemoteOutput) -> None:
@@ -302,7 +318,10 @@ def remote_output(out: str | Path, storage_options: dict | None, scratch: str | 
             local = scratch_dir / hashlib.sha256(target.url.encode()).hexdigest()[:16]
             local.mkdir(exist_ok=True)
             with lease:
-                yield RemoteStaging(target, local, lease)
+                # The ETag before any read of the manifest's content (storage.commit.conditional).
+                fenced = conditional_writes(fs, target.path)
+                began_from = manifest_etag(fs, join(target.path, MANIFEST_NAME)) if fenced else None
+                yield RemoteStaging(target, local, lease, fenced=fenced, began_from=began_from)
     finally:
         if own:
             shutil.rmtree(scratch_dir, ignore_errors=True)

