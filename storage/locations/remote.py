@@ -150,12 +150,39 @@ def remote_error_problem(exc: BaseException, url: str, *, doing: str = "reading"
     if cause is None:
         return None
     detail = str(cause).splitlines()[0] if str(cause) else ""
+    credentials = _credentials_problem(cause)
+    if credentials is not None:
+        return RemoteStoreError(format_problem(
+            f"{url} ({doing})", "credentials the store accepts", f"{credentials} ({type(cause).__name__}: {detail})",
+            "check the key and secret and that they may use this bucket: --storage-options '{\"key\": ..., "
+            "\"secret\": ...}', or the client's environment variables (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY) and configuration files; then rerun the same command (nothing was changed)."))
     return RemoteStoreError(format_problem(
         f"{url} ({doing})", "an object store that answers each request",
         f"{type(cause).__name__}: {detail} (after the client's retries)",
         "check that the store is reachable from this machine, the endpoint and the credentials "
         "(--storage-options, or the client's environment variables and configuration files), then rerun "
         "the same command; raise the client's retries or timeouts in --storage-options for a slow store."))
+
+
+#: What a store answers when it refuses the credentials it was given (S3's codes, and the
+#: HTTP statuses of servers that send no code).
+_REFUSED_CREDENTIALS = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken",
+                        "ExpiredToken", "AuthorizationHeaderMalformed", "Forbidden", "403", "401"}
+
+
+def _credentials_problem(cause: BaseException) -> str | None:
+    """How the credentials failed, when that is what ``cause`` says; else None."""
+    if type(cause).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
+        return "no credentials: none were given and the client found none"
+    response = getattr(cause, "response", None)
+    if isinstance(response, dict):
+        code = str((response.get("Error") or {}).get("Code") or "")
+        status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        if code in _REFUSED_CREDENTIALS or status in (401, 403):
+            answer = code if code and code != str(status) else "Forbidden" if status == 403 else "Unauthorized"
+            return f"credentials that the store refused (HTTP {status or '?'} {answer})"
+    return None
 
 
 @contextlib.contextmanager

@@ -41,6 +41,7 @@ from typing import Any
 from storage.commit.atomic import dumps_json, write_bytes_atomic
 from storage.errors import StoreError, format_problem
 from storage.locations.fs import join, resolve, url_of
+from storage.locations.remote import remote_error_problem, remote_errors_as_problems
 
 __all__ = [
     "JOURNAL_NAME",
@@ -72,6 +73,9 @@ JOURNAL_NAME = "commit.json"
 _REQUIRED = ("format", "format_version", "generation", "num_parts", "partitions")
 #: The most partitions an output can have (``PartitionConfig`` allows no more).
 MAX_PARTS = 32767
+#: The largest manifest read: one of the most partitions and many thousands of input
+#: shards takes a few MiB, and a crafted one must not exhaust memory.
+MAX_MANIFEST_BYTES = 64 << 20
 
 
 def part_name(part_id: int) -> str:
@@ -98,6 +102,11 @@ def read_manifest(
         format or a newer format version.
     """
     fs, path = resolve(out, storage_options)
+    with remote_errors_as_problems(url_of(fs, path), doing="reading its manifest"):
+        return _read_manifest(fs, path, missing_ok)
+
+
+def _read_manifest(fs, path: str, missing_ok: bool) -> dict[str, Any] | None:
     mpath = join(path, MANIFEST_NAME)
     url = url_of(fs, mpath)
     if not fs.exists(mpath):
@@ -114,16 +123,29 @@ def read_manifest(
         )
     try:
         with fs.open(mpath, "rb") as fh:
-            manifest = json.loads(fh.read())
-    except (OSError, ValueError) as exc:
+            raw = fh.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        if remote_error_problem(exc, url) is not None:
+            raise  # the store did not answer: named by the caller's wrapper, nothing is wrong with the output
+        raise StoreError(format_problem(
+            f"file {url}", "a readable manifest", f"a read error ({exc})",
+            "check the file's permissions and the disk, then rerun the same command.")) from exc
+    try:
+        if len(raw) > MAX_MANIFEST_BYTES:
+            raise ValueError(f"more than {MAX_MANIFEST_BYTES:,} bytes")
+        manifest = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        found = ("JSON nested too deeply" if isinstance(exc, RecursionError) else
+                 str(exc) if len(raw) > MAX_MANIFEST_BYTES else f"unreadable content ({exc})")
         raise StoreError(
             format_problem(
                 f"file {url}",
                 "a JSON manifest",
-                f"unreadable content ({exc})",
-                "re-run `asepr partition ... --overwrite` to rewrite the output.",
+                found[:300],
+                "the manifest was damaged or crafted; restore it from a copy, or re-run "
+                "`asepr partition ... --overwrite` to rewrite the output.",
             )
-        ) from exc
+        ) from None
     if not isinstance(manifest, dict) or any(k not in manifest for k in _REQUIRED):
         found = sorted(manifest) if isinstance(manifest, dict) else type(manifest).__name__
         raise StoreError(
@@ -141,7 +163,8 @@ def read_manifest(
                 "point at the output directory of `asepr partition`.",
             )
         )
-    if int(manifest["format_version"]) > MANIFEST_VERSION:
+    _check_fields(manifest, url)
+    if manifest["format_version"] > MANIFEST_VERSION:
         raise StoreError(
             format_problem(
                 f"file {url}, key 'format_version'",
@@ -152,6 +175,46 @@ def read_manifest(
         )
     _check_partitions(manifest, url)
     return manifest
+
+
+#: The integer fields of a manifest and their least values (the optional ones may be absent).
+_INTEGERS = {"format_version": 1, "generation": 1}
+_OPTIONAL_INTEGERS = {"num_nodes": 0, "num_edges": 0, "feat_dim": 0, "input_generation": 0}
+_FIX = "the manifest was edited or damaged; restore it from a copy, or rerun `asepr partition ... --overwrite`."
+
+
+def _integer(value: object, low: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= low
+
+
+def _field_problem(url: str, key: str, expected: str, value: object) -> StoreError:
+    return StoreError(format_problem(f"file {url}, key '{key}'", expected, repr(value)[:60], _FIX))
+
+
+def _check_fields(manifest: dict[str, Any], url: str) -> None:
+    """The types every reader relies on: counts and generations are integers, paths and
+    checksums text, ``counts`` an object of integers (a crafted ``"generation": "3"``
+    would otherwise fail as a ValueError deep in a reader)."""
+    for key, low in _INTEGERS.items():
+        if not _integer(manifest[key], low):
+            raise _field_problem(url, key, f"an integer >= {low}", manifest[key])
+    for key, low in _OPTIONAL_INTEGERS.items():
+        if key in manifest and not _integer(manifest[key], low):
+            raise _field_problem(url, key, f"an integer >= {low}", manifest[key])
+    entries = manifest["partitions"] if isinstance(manifest["partitions"], list) else []
+    named = [(f"partitions[{i}]", e) for i, e in enumerate(entries)]
+    named += [(key, manifest[key]) for key in ("node_map", "state") if manifest.get(key) is not None]
+    for where, entry in named:
+        if not isinstance(entry, dict):
+            raise _field_problem(url, where, "an object", entry)
+        if "generation" in entry and not _integer(entry["generation"], 1):
+            raise _field_problem(url, f"{where}.generation", "an integer >= 1", entry["generation"])
+        for text in ("path", "checksum", "sha256"):
+            if text in entry and not isinstance(entry[text], str):
+                raise _field_problem(url, f"{where}.{text}", "text", entry[text])
+        counts = entry.get("counts", {})
+        if not isinstance(counts, dict) or not all(_integer(v, 0) for v in counts.values()):
+            raise _field_problem(url, f"{where}.counts", "an object of integers >= 0", counts)
 
 
 def _check_partitions(manifest: dict[str, Any], url: str) -> None:

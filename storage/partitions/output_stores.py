@@ -17,6 +17,7 @@ from storage.commit.confine import confined_path
 from storage.errors import StoreError, format_problem
 from storage.integrity.store_values import VALUE_FIX, store_rules
 from storage.locations.fs import join, resolve, url_of
+from storage.locations.remote import remote_error_problem
 from storage.partitions.manifest import MANIFEST_NAME, OLD_DIR, STAGING_NAME, read_manifest
 from storage.partitions.store import NODE_ARRAYS, PartitionStore, open_group_readonly, open_store
 
@@ -27,7 +28,10 @@ def _store_generation(url: str, storage_options: dict | None) -> int | None:
     try:
         attrs = open_group_readonly(url, storage_options).attrs
         return int(attrs["generation"]) if "checksum" in attrs else None
-    except Exception:  # noqa: BLE001 - any unreadable store simply is not this generation
+    except Exception as exc:  # noqa: BLE001 - any unreadable store simply is not this generation,
+        problem = remote_error_problem(exc, url)
+        if problem is not None:  # unless the store did not answer: that is no missing store
+            raise problem from exc
         return None
 
 

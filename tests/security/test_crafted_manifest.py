@@ -52,6 +52,20 @@ CASES = {
     "duplicated entry": (_duplicate, "key 'partitions[1].part_id'", "expected 1 (the entries are unique and in "
                                                                     "partition order), found 0"),
     "count disagrees": (_fewer, "key 'partitions'", "expected a list of 3 entries"),
+    "format_version as text": (lambda m: m.update(format_version="1"), "key 'format_version'",
+                               "expected an integer >= 1, found '1'"),
+    "generation as text": (lambda m: m.update(generation="3"), "key 'generation'",
+                           "expected an integer >= 1, found '3'"),
+    "num_nodes as text": (lambda m: m.update(num_nodes="2e9"), "key 'num_nodes'",
+                          "expected an integer >= 0, found '2e9'"),
+    "counts as text": (lambda m: m["partitions"][0].update(counts="many"), "key 'partitions[0].counts'",
+                       "expected an object of integers >= 0, found 'many'"),
+    "a count as text": (lambda m: m["partitions"][1]["counts"].update(edges="12"), "key 'partitions[1].counts'",
+                        "expected an object of integers >= 0"),
+    "entry generation as text": (lambda m: m["partitions"][0].update(generation="1"),
+                                 "key 'partitions[0].generation'", "expected an integer >= 1, found '1'"),
+    "state generation as text": (lambda m: m["state"].update(generation=[1]), "key 'state.generation'",
+                                 "expected an integer >= 1, found [1]"),
 }
 
 
@@ -74,3 +88,18 @@ def test_a_crafted_manifest_is_refused_by_every_reader(tiny, tmp_path, capsys, c
     assert main(["verify", str(out)]) == 1
     captured = capsys.readouterr()
     assert where in captured.out + captured.err and "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize(("content", "found"), [
+    (b"[" * 200_000 + b"]" * 200_000, "JSON nested too deeply"),
+    (b'{"format": "' + b"a" * (64 << 20) + b'"}', "more than 67,108,864 bytes"),
+], ids=["deeply-nested", "oversized"])
+def test_a_json_bomb_for_a_manifest_is_refused_naming_the_file(tiny, tmp_path, capsys, content, found):
+    out = tmp_path / "out"
+    shutil.copytree(tiny["out"], out)
+    (out / MANIFEST_NAME).write_bytes(content)
+    with pytest.raises(StoreError) as info:
+        read_manifest(out)
+    assert f"file {out / MANIFEST_NAME}: expected a JSON manifest, found {found}" in str(info.value)
+    assert main(["verify", str(out)]) == 1
+    assert "Traceback" not in capsys.readouterr().err
