@@ -29,6 +29,17 @@ __all__ = ["build_parser", "main", "run"]
 log = logging.getLogger("asepr")
 
 IMPORT_FORMATS = ("gnn-npz", "hetero-npz", "musae", "edgelist", "ogb")
+#: What SRC is for each import format (``asepr import -h``).
+_IMPORT_SOURCES = """SRC by FORMAT:
+  gnn-npz     a gnn-benchmark .npz file (cora.npz, amazon_electronics_computers.npz, ms_academic_cs.npz),
+              or the folder that holds exactly one
+  hetero-npz  a heterophilous-graphs .npz file (tolokers.npz, squirrel.npz), or the folder that holds one
+  musae       the folder of a MUSAE dataset: its edges CSV, features JSON and target CSV
+              (e.g. facebook-pagepage/ with facebook_edges.csv, facebook.json, facebook_target.csv)
+  ogb         an OGB dataset folder as its download unpacks (ogbn-arxiv/ with raw/ and split/)
+  edgelist    an edge list: a file (csv, tsv or blank-separated, optionally compressed: .gz, .bz2,
+              .zst), a folder or a glob of them; --node-table adds node features and labels
+"""
 
 
 def _positive_int(text: str) -> int:
@@ -68,10 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the installed version of asepr and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("import", help="convert a published dataset into the asepr input format")
+    p = sub.add_parser("import", help="convert a published dataset into the asepr input format",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=_IMPORT_SOURCES)
     _add_common(p)
     p.add_argument("format", choices=IMPORT_FORMATS, help="source format")
-    p.add_argument("src", help="source file or directory")
+    p.add_argument("src", help="what to import: a file or a folder, depending on FORMAT (see below)")
     p.add_argument("out", help="output input-directory (edges/, nodes/, meta.json)")
     p.add_argument("--shard-rows", type=_positive_int, default=1_000_000, help="max rows per shard")
     p.add_argument("--seed", type=int, default=0, help="seed of the stratified split when none is published")
@@ -151,9 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_modules():
-    from workflows import commands_bench, commands_ingest, commands_partition, commands_train
+    from workflows import commands_bench, commands_ingest, commands_partition, commands_train, plot
 
-    return [commands_partition, commands_ingest, commands_train, commands_bench]
+    return [commands_partition, commands_ingest, commands_train, plot, commands_bench]
 
 
 def _setup_logging(args: argparse.Namespace) -> None:
@@ -205,8 +217,8 @@ def import_summary(meta: dict, out: str) -> str:
     """The line ``asepr import`` ends with: what was written, and the self-loops and
     repeated edges left out of it (the published formats drop them as they import)."""
     counts = meta.get("counts") or {}
-    left_out = [f"{counts[key]:,} {what} dropped" for key, what in
-                (("self_loops_dropped", "self-loops"), ("exact_duplicates", "duplicate edges"))
+    left_out = [f"{counts[key]:,} {what}{'' if counts[key] == 1 else 's'} dropped" for key, what in
+                (("self_loops_dropped", "self-loop"), ("exact_duplicates", "duplicate edge"))
                 if counts.get(key)]
     return (f"imported {meta.get('name')} into {out}: {meta['num_nodes']:,} nodes, "
             f"{meta['num_edges']:,} edges{' (' + ', '.join(left_out) + ')' if left_out else ''}, "

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import sys
+import textwrap
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,9 @@ def register(subparsers, add_common) -> None:
     add_common(p)
     p.add_argument("out", help="the output directory of `asepr partition` (a path or an fsspec URL)")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.add_argument("--plot", nargs="?", const="", default=None, metavar="PNG",
+                   help="also draw the partitions' edges, masters, replicas and labels into PNG "
+                        "(default: OUT.partitions.png beside OUT)")
     p.add_argument("--diagnose", action="store_true",
                    help="also show why the local models differ: each partition's label divergence, receptive-field "
                         "coverage and training seeds (reads every store's labels and edges; in --json as "
@@ -190,7 +194,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[PartitionConfig, int]:
     if args.halo is not None:
         halo = args.halo
     if "num_parts" not in values:
-        raise InputError("asepr partition: give the number of partitions with -k K (or k in --config).")
+        raise InputError("give the number of partitions with -k K (or k in --config).")
     return PartitionConfig(**values), halo
 
 
@@ -205,6 +209,24 @@ def _plan(args: argparse.Namespace, config: PartitionConfig, halo: int):
                           scratch=args.scratch)
 
 
+def _refuse_committed(args: argparse.Namespace) -> None:
+    """A committed output without ``--overwrite`` is refused before the run is planned:
+    the run would refuse it, after a plan that says nothing about it. A local output
+    with a staging directory is left to the run, which first completes or undoes the
+    commit that was interrupted there (perhaps of this very run)."""
+    from pipeline.store.write import committed_output_error
+    from storage.locations.location import is_local_url
+    from storage.partitions.manifest import STAGING_NAME, read_manifest
+
+    if args.overwrite or args.dry_run:
+        return
+    options = args.storage_options or None
+    old = read_manifest(args.out, storage_options=options, missing_ok=True)
+    if old is None or (is_local_url(args.out, options) and (Path(args.out) / STAGING_NAME).exists()):
+        return
+    raise committed_output_error(args.out, old)
+
+
 def _cmd_partition(args: argparse.Namespace) -> int:
     from pipeline.partition_run import partition_to_store
     from pipeline.plan import check_plan, human_bytes
@@ -212,6 +234,8 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     config, halo = config_from_args(args)
     if config.algo == "metis":
         require_extra("pymetis", "--algo metis")
+    with remote_errors_as_problems(args.out):
+        _refuse_committed(args)
     # The plan comes first: nothing is written (no output or staging directory, no
     # cluster started) before it is printed and checked.
     plan = _plan(args, config, halo)
@@ -241,6 +265,8 @@ def _cmd_partition(args: argparse.Namespace) -> int:
             print(f"resumed {len(resumed)} finished partition(s) of an interrupted run")
         print(metrics_table(manifest))
         print(partition_table(manifest))
+        if manifest.get("metrics", {}).get("drift", {}).get("rebalance_advised"):
+            print(drift_text(args.out, manifest))  # said now, not first by a later `asepr inspect`
     return 0
 
 
@@ -263,6 +289,10 @@ def metrics_table(manifest: dict[str, Any]) -> str:
     for key, label, fmt in _METRICS:
         if key in metrics:
             lines.append(f"  {label:28s} {fmt.format(metrics[key])}")
+    fallback = metrics.get("two_phase_fallback")
+    if fallback:  # asep streams twice and keeps the assignment with fewer replicas
+        lines.append(f"  {'assignment kept':28s} {fallback['chosen']}'s (RF {float(fallback['asep_rf']):.3f} "
+                     f"from asep's own stream, {float(fallback['two_phase_rf']):.3f} from the two-phase fallback)")
     return "\n".join(lines)
 
 
@@ -324,6 +354,12 @@ def drift_text(out: str | Path, manifest: dict[str, Any]) -> str | None:
     if drift.get("rebalance_advised"):
         lines.append(f"  rebalance advised: partition(s) {', '.join(map(str, over))} past the cap; "
                      f"run `asepr rebalance {out}`")
+        if not metrics.get("ingest") and drift.get("volume_over_cap"):
+            lines.append(textwrap.fill(
+                "why on a fresh output: the mapping places whole communities, and one that fits under the cap "
+                "on no partition goes to the least loaded; the kernel then steers more edges there than its "
+                "edge cap takes and places the rest elsewhere. A rebalance moves whole communities to "
+                "partitions with room.", width=100, initial_indent="  ", subsequent_indent="  "))
     else:
         lines.append("  no rebalance needed: every partition is within its cap")
     return "\n".join(lines)
@@ -348,8 +384,8 @@ def inspect_text(out: str | Path, manifest: dict[str, Any], storage_options: dic
             f"{manifest.get('num_edges', 0):,} edges ({kind}), {manifest.get('feat_dim')} features; "
             f"{len(inp.get('edges', []))} edge and {len(inp.get('nodes', []))} node shard(s)"
         ),
-        "config       " + ", ".join(f"{k}={v}" for k, v in sorted(manifest.get("config", {}).items())
-                                    if k != "extra"),
+        textwrap.fill(", ".join(f"{k}={v}" for k, v in sorted(manifest.get("config", {}).items()) if k != "extra"),
+                      width=100, initial_indent="config       ", subsequent_indent=" " * 13, break_on_hyphens=False),
         metrics_table(manifest),
     ]
     increments = manifest.get("increments", [])
@@ -418,6 +454,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
                 from workflows.diagnose_report import diagnostics_text
 
                 print(diagnostics_text(diagnostics.summary()))
+        if args.plot is not None:
+            from workflows.plot import plot_partitions
+
+            _, path = plot_partitions(args.out, path=args.plot or None, storage_options=args.storage_options or None)
+            if not args.quiet:
+                print(f"wrote {path}")
     return 0
 
 

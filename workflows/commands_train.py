@@ -14,14 +14,17 @@ baseline (:mod:`training.fds`) on the input, through the same launcher.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from storage.errors import AseprError, format_problem
 from storage.locations.remote import remote_errors_as_problems
 
-__all__ = ["EVAL_LABELS", "check_partition_output", "fds_bytes_line", "register", "summary_table"]
+__all__ = ["EVAL_LABELS", "ResumeNote", "centralized_line", "check_partition_output", "fds_bytes_line", "register",
+           "resume_note", "summary_table"]
 
 
 #: How each ``eval_mode`` is labelled in summaries and reports.
@@ -29,24 +32,34 @@ EVAL_LABELS = {"exact": "exact: the global model on the whole graph",
                "local": "partition-local: each rank's own graph only, not exact"}
 
 
-def summary_table(rows: list[dict[str, Any]], title: str) -> str:
+def _plural(count: Any, word: str) -> str:
+    return f"{count} {word}" + ("" if str(count) == "1" else "s")
+
+
+def summary_table(rows: list[dict[str, Any]], title: str, *, centralized: bool = False) -> str:
     """The metrics rows as a fixed-width table, the evaluation used, and the final and
-    best-validation lines (training seconds exclude evaluation)."""
+    best-validation lines (training seconds exclude evaluation). A ``centralized`` run
+    has no generations, sends nothing and has no rounds besides its evaluations: its
+    table leaves those columns out."""
     if not rows:
         return f"{title}: no evaluated round"
     metric = rows[-1].get("metric", "metric")
     mode = rows[-1].get("eval_mode", "local")
+    gen, sent = ("", "") if centralized else (f" {'gen':>3}", f" {'KiB/rank':>10}")
     lines = [f"{title}; evaluation {EVAL_LABELS.get(mode, mode)}",
-             f"{'round':>5} {'epoch':>5} {'gen':>3} {'loss':>8} {'val ' + metric:>14} {'test':>8} {'train s':>8} "
-             f"{'eval s':>7} {'KiB/rank':>10}"]
+             f"{'round':>5} {'epoch':>5}{gen} {'loss':>8} {'val ' + metric:>14} {'test':>8} {'train s':>8} "
+             f"{'eval s':>7}{sent}"]
     for r in rows:
-        lines.append(f"{r['round']:>5} {r.get('epoch', '-'):>5} {r['generation']:>3} {float(r['loss']):>8.4f} "
+        gen = "" if centralized else f" {r['generation']:>3}"
+        sent = "" if centralized else f" {float(r['bytes_sent_round']) / 1024:>10,.1f}"
+        lines.append(f"{r['round']:>5} {r.get('epoch', '-'):>5}{gen} {float(r['loss']):>8.4f} "
                      f"{float(r['val']):>14.4f} {float(r['test']):>8.4f} {float(r['train_seconds']):>8.2f} "
-                     f"{float(r.get('eval_seconds', 0.0)):>7.2f} {float(r['bytes_sent_round']) / 1024:>10,.1f}")
+                     f"{float(r.get('eval_seconds', 0.0)):>7.2f}{sent}")
     best = max(rows, key=lambda r: float(r["val"]))
     last = rows[-1]
-    lines.append(f"final: test {metric} {float(last['test']):.4f} after {last.get('epoch', '-')} epochs, "
-                 f"{last['round']} rounds ({float(last['elapsed_s']):.1f} s training, "
+    rounds = "" if centralized else ", " + _plural(last["round"], "round")
+    lines.append(f"final: test {metric} {float(last['test']):.4f} after {_plural(last.get('epoch', '-'), 'epoch')}"
+                 f"{rounds} ({float(last['elapsed_s']):.1f} s training, "
                  f"{float(last.get('eval_elapsed_s', 0.0)):.1f} s evaluation)")
     lines.append(f"best val {metric} {float(best['val']):.4f} at epoch {best.get('epoch', '-')}, round "
                  f"{best['round']}: test {metric} at best val {float(best['test']):.4f}")
@@ -76,9 +89,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         with RunDir(run_dir).lock():
             if not args.overwrite:
                 RunDir(run_dir).refuse_previous_run()
-            rows = run_centralized(args.centralized, run_dir, config,
-                                   on_round=None if args.quiet else (lambda row: print(format_row(row), flush=True)))
-        print(summary_table(rows, f"centralized {config.model} on {args.centralized} (run directory {run_dir})"))
+            rows = run_centralized(args.centralized, run_dir, config, on_round=None if args.quiet else (
+                lambda row: print(centralized_line(format_row(row)), flush=True)))
+        if not args.quiet:
+            print(summary_table(rows, f"centralized {config.model} on {args.centralized} (run directory {run_dir})",
+                                centralized=True))
         return 0
     if not args.out:
         raise AseprError(format_problem("asepr train", "OUT (a partition output) or --centralized INPUT",
@@ -89,12 +104,59 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from workflows.launch import launch_trainers
 
     run_dir = args.run_dir or default_run_dir(args.out, config)
+    if args.resume:
+        left = resume_note(args.out, RunDir(run_dir, options), config.rounds, options)
+        if not args.quiet:
+            print(f"asepr train: {left.text}", flush=True)
+        if left.done:
+            return 0
     launch_trainers(args.out, run_dir, config, args.nproc, resume=args.resume, overwrite=args.overwrite,
                     quiet=args.quiet, verbose=args.verbose, storage_options=options)
     rows = RunDir(run_dir, options).read_metrics()
+    if args.quiet:
+        return 0
     print(summary_table(rows, f"{args.nproc} trainers, {config.model}, {config.reconcile} "
                               f"on {args.out} (run directory {run_dir})"))
     return 0
+
+
+def centralized_line(line: str) -> str:
+    """A trainer's round line without what a centralized run has none of: a generation
+    and bytes sent."""
+    return re.sub(r"  sent [\d,.]+ KiB/rank$", "", re.sub(r"  gen \d+", "", line))
+
+
+@dataclass(frozen=True)
+class ResumeNote:
+    """What ``--resume`` will do: ``done`` when every round asked for is trained already."""
+
+    done: bool
+    text: str
+
+
+def resume_note(out: str | Path, runs, rounds: int, storage_options: dict | None = None) -> ResumeNote:
+    """What a resumed run of ``rounds`` rounds (resumed ones included) does on the run
+    directory ``runs`` (a :class:`training.checkpoint.RunDir`): nothing, when it holds
+    that many rounds already; else where it resumes, and whether on a newer generation
+    of ``out`` than its last round was trained on (after an ingest)."""
+    from storage import read_manifest
+
+    latest = runs.latest_round()
+    if latest is None:  # the launcher refuses it, naming the run directory
+        return ResumeNote(False, f"resuming {runs.path}")
+    trained = latest + 1
+    if trained >= rounds:
+        return ResumeNote(True, f"nothing left to do: {runs.path} holds {_plural(trained, 'round')} already and "
+                                f"--rounds is {rounds} (it counts every round, resumed ones included); pass "
+                                f"--rounds {trained + 1} or more to train further")
+    rows = runs.read_metrics()
+    before = int(rows[-1]["generation"]) if rows and "generation" in rows[-1] else None
+    generation = int(read_manifest(out, storage_options=storage_options)["generation"])
+    text = f"resuming at round {trained + 1} of {rounds}"
+    if before is not None and before != generation:
+        text += (f" on generation {generation} of {out} (round {trained} was trained on generation {before}): "
+                 "the edges added since take part from this round on")
+    return ResumeNote(False, text)
 
 
 def _refuse_remote(args: argparse.Namespace) -> None:
@@ -138,6 +200,8 @@ def _train_fds(args: argparse.Namespace, config) -> int:
     launch_trainers(args.out, run_dir, config, args.nproc, strategy="fds", fds_partition=args.fds_partition,
                     resume=args.resume, overwrite=args.overwrite, quiet=args.quiet, verbose=args.verbose)
     rows = RunDir(run_dir).read_metrics()
+    if args.quiet:
+        return 0
     partition = (RunDir(run_dir).read_run_info() or {}).get("partition", args.fds_partition)
     print(summary_table(rows, f"{args.nproc} trainers, {config.model}, fds ({partition} partition, "
                               f"{config.batch_size} seeds per rank and step) on {args.out} (run directory {run_dir})"))
@@ -177,8 +241,19 @@ def check_partition_output(out: str | Path, nproc: int | None, storage_options: 
         ``nproc`` below 1 or above the partition count.
     """
     from storage import read_manifest
+    from storage.errors import StoreError
+    from storage.inputs.directory import read_meta
 
-    num_parts = int(read_manifest(out, storage_options=storage_options)["num_parts"])
+    try:
+        num_parts = int(read_manifest(out, storage_options=storage_options)["num_parts"])
+    except StoreError:
+        if read_meta(out, storage_options) is None:
+            raise
+        raise AseprError(format_problem(
+            f"{out}", "a partition output (manifest.json, as `asepr partition` writes it)",
+            "an input directory (meta.json)",
+            f"partition it first (`asepr partition {out} PARTS -k K`, then `asepr train PARTS`), or train the "
+            f"centralized baseline on it (`asepr train --centralized {out}`).")) from None
     if nproc is None:
         return num_parts
     _check_nproc(nproc)

@@ -131,7 +131,7 @@ def _train(input_dir: Path, out_dir: Path, new_dir: Path, base: Path, echo) -> d
     echo(summary_table(rows, f"asepr: {DEMO_PARTS} ranks, each on its own partition"))
     echo(f"asepr demo: the centralized baseline (same model, whole graph, {config.rounds * config.local_epochs} epochs)")
     central = run_centralized(input_dir, base / "runs" / "centralized", config)
-    echo(summary_table(central, "centralized: one process, the whole graph"))
+    echo(summary_table(central, "centralized: one process, the whole graph", centralized=True))
     a, c = float(rows[-1]["test"]), float(central[-1]["test"])
     echo(f"asepr demo: final test accuracy {a:.4f} with {DEMO_PARTS} partitioned ranks vs {c:.4f} centralized "
          f"({100 * (a - c):+.1f} points)")

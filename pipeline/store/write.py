@@ -85,12 +85,22 @@ from storage.partitions.manifest import (
 from storage.partitions.state import STATE_NAME, state_entry, state_identity
 from storage.resources import peak_rss_bytes
 
-__all__ = ["Progress", "begin_run", "write_generation", "write_partitions"]
+__all__ = ["Progress", "begin_run", "committed_output_error", "write_generation", "write_partitions"]
 
 log = logging.getLogger(__name__)
 
 
 # --- begin, write, commit ---------------------------------------------------------------
+
+
+def committed_output_error(out: Path | str, manifest: dict[str, Any]) -> StoreError:
+    """The refusal of a partition run into ``out``, which holds a committed ``manifest``,
+    without ``overwrite``. ``asepr partition`` raises it before it plans the run."""
+    return StoreError(format_problem(
+        f"output {out}", "no committed output (or --overwrite)",
+        f"generation {manifest['generation']} with {manifest['num_parts']} partitions",
+        "pass --overwrite to write the next generation (the current one stays readable "
+        "until the new one is committed), or choose another output directory."))
 
 
 def begin_run(out: Path, run_key: str, overwrite: bool) -> tuple[Staging, int, dict | None]:
@@ -105,15 +115,7 @@ def begin_run(out: Path, run_key: str, overwrite: bool) -> tuple[Staging, int, d
         return staging, int(committed["generation"]), committed
     old = read_manifest(out, missing_ok=True)
     if old is not None and not overwrite:
-        raise StoreError(
-            format_problem(
-                f"output {out}",
-                "no committed output (or --overwrite)",
-                f"generation {old['generation']} with {old['num_parts']} partitions",
-                "pass --overwrite to write the next generation (the current one stays readable "
-                "until the new one is committed), or choose another output directory.",
-            )
-        )
+        raise committed_output_error(out, old)
     generation = int(old["generation"]) + 1 if old else 1
     staging.open_run(run_key, generation, "partition")
     return staging, generation, None

@@ -93,6 +93,29 @@ def input_paths(input_url: str | Path) -> tuple[str, str]:
     return f"{base}/edges", f"{base}/nodes"
 
 
+#: What ``asepr import`` reads, by a file's suffix: the command that makes an input of it.
+_IMPORT_BY_SUFFIX = {".csv": "edgelist", ".tsv": "edgelist", ".txt": "edgelist", ".edges": "edgelist",
+                     ".el": "edgelist", ".gz": "edgelist", ".bz2": "edgelist", ".zst": "edgelist",
+                     ".npz": "gnn-npz"}
+
+
+def _refuse_a_file(base: str, storage_options: dict | None) -> None:
+    """A file given where an input directory is expected (an edge list, an npz) is
+    named as a file, with the import that turns it into an input."""
+    try:
+        fs, path = resolve(base, storage_options)
+        is_file = fs.isfile(path)
+    except (OSError, ValueError):
+        return  # not reachable as a file: the shard discovery reports what is there
+    if not is_file:
+        return
+    fmt = _IMPORT_BY_SUFFIX.get(Path(path).suffix.lower(), "FORMAT")
+    raise InputError(format_problem(
+        f"input {base}", "an input directory (edges/, nodes/ and meta.json, as `asepr import` writes it)",
+        "a file", f"import it first: `asepr import {fmt} {base} OUT` (`asepr import -h` lists the formats), "
+                  "then pass OUT."))
+
+
 def open_input(url: str | Path | InputDir, storage_options: dict | None = None) -> InputDir:
     """Open an input directory: read ``meta.json`` and discover its shards, once.
 
@@ -119,6 +142,7 @@ def open_input(url: str | Path | InputDir, storage_options: dict | None = None) 
     if isinstance(url, InputDir):
         return url
     base = str(url).rstrip("/")
+    _refuse_a_file(base, storage_options)
     meta = read_meta(base, storage_options) or {}
     edges_url, nodes_url = input_paths(base)
     edge_shards = discover_shards(edges_url, what="edge shards", storage_options=storage_options)
