@@ -483,7 +483,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"ok": report.ok, "generation": report.generation, "num_parts": report.num_parts,
                           "checks": report.checks, "problems": [str(p) for p in report.problems]}, indent=2))
-    else:
+    elif not (report.ok and args.quiet):  # -q: an output that verifies prints nothing
         stream = sys.stdout if report.ok else sys.stderr
         print(report.summary(), file=stream)
     return 0 if report.ok else 1

@@ -151,3 +151,10 @@ def test_import_help_says_what_src_is_for_each_format(capsys):
     for fmt, what in (("gnn-npz", ".npz file"), ("hetero-npz", ".npz file"), ("musae", "folder of a MUSAE"),
                       ("ogb", "OGB dataset folder"), ("edgelist", "edge list")):
         assert any(line.lstrip().startswith(fmt) and what in line for line in text.splitlines()), fmt
+
+
+def test_quiet_verify_of_a_sound_output_prints_nothing(graph, capsys):
+    _, out = graph
+    assert main(["verify", str(out), "-q"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
