@@ -126,7 +126,7 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
             threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
             environment = {LOCK_TOKEN_VARIABLE: lock.token, STORAGE_OPTIONS_VARIABLE: json.dumps(storage_options or {})}
             with _environment(OMP_NUM_THREADS=threads, **environment), _startup_progress(runs):
-                _elastic_launch(args, nproc, monitor_interval)
+                _elastic_launch(args, nproc, monitor_interval, runs=runs)
     except AseprError:
         for directory in made:  # a launch refused at once leaves no empty run directory behind
             try:
@@ -182,7 +182,8 @@ def _missing_directories(path: Path) -> list[Path]:
     return missing
 
 
-def _elastic_launch(trainer_args: Sequence[str], nproc: int, monitor_interval: float) -> None:
+def _elastic_launch(trainer_args: Sequence[str], nproc: int, monitor_interval: float, *,
+                    runs: RunDir | None = None) -> None:
     """``python -m training.main *trainer_args`` as ``nproc`` ranks under an elastic agent."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -204,7 +205,25 @@ def _elastic_launch(trainer_args: Sequence[str], nproc: int, monitor_interval: f
             format_problem(
                 f"trainer job of {nproc} ranks",
                 "every rank to finish", described,
-                "see the rank's error above; rerun the same command with --resume to continue from "
-                "the last complete round.",
+                f"see the rank's error above; {rerun_advice(runs)}",
             )
         ) from None
+
+
+def rerun_advice(runs: RunDir | None) -> str:
+    """How to go on after a failed job: ``--resume`` only when a round is complete (a resume
+    without one is refused); otherwise the same command, with ``--overwrite`` where it
+    would refuse the unfinished checkpoints the job left."""
+    if runs is None:
+        return "rerun the same command with --resume to continue from the last complete round."
+    latest = _latest_round(runs)
+    if latest is not None:
+        return f"rerun the same command with --resume to continue from round {latest + 1}, the last complete one."
+    try:
+        left = runs.previous_run()
+    except (AseprError, OSError):
+        left = []
+    if left:
+        return (f"no round was complete, so there is nothing to resume; rerun the same command with --overwrite "
+                f"(it deletes only this job's {' and '.join(left)}).")
+    return "no round was complete, so there is nothing to resume; rerun the same command."

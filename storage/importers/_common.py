@@ -28,8 +28,9 @@ from storage.errors import (
     StoreError,
     format_problem,
 )
-from storage.inputs.npy import load_npy, npz_member
+from storage.inputs.npy import load_npy, npz_member, npz_member_header
 from storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from storage.integrity.claims import check_claim, check_stored
 from storage.locations.fs import resolve, url_of
 from storage.progress import expect
 
@@ -389,6 +390,21 @@ def open_npz(fs: fsspec.AbstractFileSystem, path: str, url: str) -> Iterator[Any
             yield npz
 
 
+def _check_npz_claim(header: tuple | None, key: str, url: str) -> None:
+    """Refuse a member whose header (:func:`storage.inputs.npy.npz_member_header`) claims
+    more data than the member holds, or than fits in memory, before numpy allocates it
+    (:mod:`storage.integrity.claims`)."""
+    if header is None:
+        return
+    shape, dtype, stored = header
+    elements = int(np.prod(shape, dtype=object))
+    where = f"file {url}, array '{key}'"
+    fix = "the file is truncated, damaged or crafted; download it again (see SHA256SUMS)."
+    claim = f"a header (shape {shape}, {dtype})"
+    check_stored(elements * dtype.itemsize, stored, where=where, claim=claim, fix=fix)
+    check_claim(elements, dtype.itemsize, where=where, claim=f"an array of {elements:,} elements", fix=fix)
+
+
 def npz_array(npz, key: str, url: str, *, ndim: int | None = None, kind: str | None = None) -> np.ndarray:
     """Read one array from an open npz, checking presence, rank and dtype kind."""
     if key not in npz.files:
@@ -400,6 +416,11 @@ def npz_array(npz, key: str, url: str, *, ndim: int | None = None, kind: str | N
                 "this file is not in the expected format; check the importer (FORMAT) you chose.",
             )
         )
+    try:
+        header = npz_member_header(npz, key)
+    except _NPZ_ERRORS as exc:
+        raise _npz_unreadable(f"{url}, array '{key}'", exc) from exc
+    _check_npz_claim(header, key, url)
     try:
         array = npz_member(npz, key)
     except _NPZ_ERRORS as exc:

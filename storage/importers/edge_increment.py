@@ -57,6 +57,7 @@ from storage.commit.atomic import write_bytes_atomic
 from storage.errors import InputError, SchemaError, format_problem
 from storage.importers._common import ID_MAP_NAME
 from storage.importers._edge_text import (
+    EDGE_SUFFIXES,
     StringIds,
     compression_of,
     first_bad,
@@ -113,6 +114,9 @@ def text_edge_files(url: str | Path, storage_options: dict | None = None) -> lis
     except InputError:
         return None
     text = [compression_of(p) is not None or text_first_line(fs, p) is not None for p in files]
+    for p, is_text in zip(files, text):
+        if not is_text:
+            _refuse_named_text(fs, p)
     if not any(text):
         return None
     if not all(text):
@@ -123,6 +127,30 @@ def text_edge_files(url: str | Path, storage_options: dict | None = None) -> lis
             "give the two kinds in separate ingests.",
         ))
     return [(fs, p) for p in files]
+
+
+def _refuse_named_text(fs, path: str) -> None:
+    """A file named as an edge list (``*.tsv``, ``*.csv``, ...) that is neither text nor
+    Parquet is described as what it is (empty, binary), not as a Parquet file that fails."""
+    base = path.rpartition("/")[2]
+    if not base.lower().endswith(EDGE_SUFFIXES):
+        return
+    with fs.open(path, "rb") as fh:
+        head = fh.read(512)
+    if head.startswith(_PARQUET_MAGIC):
+        return
+    if not head:
+        found = "an empty file (0 bytes)"
+    elif b"\0" in head:
+        found = f"binary content (a NUL byte at offset {head.index(bytes(1))})"
+    else:
+        first = head.splitlines()[0][:60] if head.strip() else head[:60]
+        found = f"a first line without separated fields ({first!r})"
+    raise InputError(format_problem(
+        f"edge list {url_of(fs, path)}",
+        "a text edge list (one edge per line: two ids separated by a tab, comma, semicolon or blanks)",
+        found, "give the edge list that was meant (the file may be truncated or still being written), "
+        "or Parquet shards."))
 
 
 # --- the id map ----------------------------------------------------------------------------

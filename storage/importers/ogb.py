@@ -52,6 +52,7 @@ from storage.errors import InputError, InputNotFoundError, SchemaError, format_p
 from storage.importers.target import CommonOptions, ImportTarget
 from storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
 from storage.inputs.writer import InputWriter
+from storage.integrity.claims import check_claim
 from storage.locations.fs import join
 from storage.resources import stage
 
@@ -319,6 +320,9 @@ def import_ogb(src: str | Path, out: str | Path, *, name: str | None = None, spl
     _need(fs, join(raw, "edge.csv.gz"), "the edges")
     with stage(f"import {FORMAT} {url}", log) as info:
         n, m = _count(fs, raw, "num-node-list.csv.gz"), _count(fs, raw, "num-edge-list.csv.gz")
+        # Labels (int64), split (int8) and node ids (int64) are held per node while importing.
+        check_claim(n, 17, where=f"file {join(raw, 'num-node-list.csv.gz')}", claim="a node count",
+                    fix="the file does not belong to this dataset or was altered; unpack OGB's zip again.")
         scheme, task = _scheme(fs, path, split_scheme)
         folder = join(join(path, "split"), scheme)
         labels = _labels(fs, raw, n)

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["HEADER_PARSE_THREAD_SAFE", "header_lock", "load_npy", "npz_member", "save_npy", "write_array"]
+__all__ = ["HEADER_PARSE_THREAD_SAFE", "header_lock", "load_npy", "npz_member", "npz_member_header", "save_npy",
+           "write_array"]
 
 
 def _parse_is_thread_safe(version: tuple[int, ...]) -> bool:
@@ -80,6 +81,27 @@ def npz_member(npz: Any, key: str) -> np.ndarray:
     """``npz[key]`` of an open ``np.lib.npyio.NpzFile`` (it parses the member's header)."""
     with header_lock():
         return npz[key]
+
+
+def npz_member_header(npz: Any, key: str) -> tuple[tuple[int, ...], np.dtype, int] | None:
+    """What member ``key`` of an open ``NpzFile`` claims, without reading its data:
+    ``(shape, dtype, bytes of data the member holds)``; None for a header version this
+    reads only through ``np.load`` (3.0).
+
+    The member's uncompressed size (its zip entry's ``file_size``) minus the header is what
+    the data can be, so a header that claims more is known to lie before any allocation.
+    """
+    name = key if key in npz.zip.namelist() else f"{key}.npy"
+    size = npz.zip.getinfo(name).file_size
+    with npz.zip.open(name) as fh, header_lock():
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(fh)
+        else:
+            return None
+        return tuple(int(s) for s in shape), np.dtype(dtype), size - fh.tell()
 
 
 def write_array(fh: Any, array: np.ndarray) -> None:

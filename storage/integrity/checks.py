@@ -32,6 +32,7 @@ from storage.inputs.schema import (
     check_node_schema,
     feature_matrix,
 )
+from storage.integrity.claims import check_claim
 from storage.integrity.report import ShardInfo
 from storage.locations.fs import Shard, fingerprint
 from storage.progress import advance
@@ -313,6 +314,12 @@ def _count_labels(state: NodeState, shard: Shard, row0: int, label_arr: pa.Array
     known = labels[labels >= 0]
     state.labelled += len(known)
     if len(known):
+        top = int(known.max())
+        if top >= len(state.label_counts):  # the counts are kept per class id up to the largest
+            check_claim(top + 1, 8, where=f"file {shard.url}, column 'label', rows from {row0}",
+                        claim="class ids (the largest label + 1 classes)",
+                        fix="number the classes 0..C-1 (map sparse class ids to dense ones), or set num_classes "
+                            "in meta.json.")
         counts = np.bincount(known)
         if len(counts) > len(state.label_counts):
             counts[: len(state.label_counts)] += state.label_counts

@@ -44,6 +44,7 @@ from storage.integrity.checks import (
     shard_infos,
     split_dict,
 )
+from storage.integrity.claims import check_claim
 from storage.integrity.report import ValidationReport
 from storage.locations.fs import discover_shards
 from storage.progress import advance, carried, current, expect
@@ -146,6 +147,23 @@ def _open_sources(input_url, edges, nodes, storage_options):
     return meta, edge_shards, node_shards, base_url
 
 
+def _meta_int(meta: dict | None, key: str) -> int | None:
+    """``meta.json``'s count ``key``, None when absent (its type was checked when the input
+    was opened: :func:`storage.inputs.directory.open_input`)."""
+    value = (meta or {}).get(key)
+    return None if value is None else int(value)
+
+
+def _check_feat_dim(meta: dict | None, feat_dim: int, base_url: str) -> None:
+    """``meta.json``'s ``feat_dim``, when it has one, is the shards' feature width: readers
+    size the stores and the model by it."""
+    claimed = _meta_int(meta, "feat_dim")
+    if claimed is not None and claimed != feat_dim:
+        raise InputError(format_problem(
+            f"meta.json of {base_url}, key 'feat_dim'", f"the feature width of the node shards ({feat_dim:,})",
+            f"{claimed:,}", "fix feat_dim in meta.json (or remove it), or re-run the importer."))
+
+
 def _check_node_count(meta: dict | None, num_nodes: int, base_url: str) -> None:
     """At least one node row, and as many as ``meta.json`` records."""
     if num_nodes == 0:
@@ -157,12 +175,13 @@ def _check_node_count(meta: dict | None, num_nodes: int, base_url: str) -> None:
                 "write the node table (id, feat, label, split) before partitioning.",
             )
         )
-    if meta and meta.get("num_nodes") is not None and int(meta["num_nodes"]) != num_nodes:
+    claimed = _meta_int(meta, "num_nodes")
+    if claimed is not None and claimed != num_nodes:
         raise InputError(
             format_problem(
                 f"meta.json of {base_url}, key 'num_nodes'",
                 f"the number of node rows ({num_nodes:,})",
-                f"{int(meta['num_nodes']):,}",
+                f"{claimed:,}",
                 "a node shard is missing or extra; re-run the importer.",
             )
         )
@@ -272,8 +291,11 @@ def _validate_impl(
     meta, edge_shards, node_shards, base_url = _open_sources(input_url, edges, nodes, storage_options)
     if undirected is None:
         undirected = bool(meta.get("undirected", False)) if meta else False
-    if num_classes is None and meta and meta.get("num_classes") is not None:
-        num_classes = int(meta["num_classes"])
+    if num_classes is None:
+        num_classes = _meta_int(meta, "num_classes")
+        if num_classes is not None:  # label counts are kept per class
+            check_claim(num_classes, 8, where=f"meta.json of {base_url}, key 'num_classes'", claim="a class count",
+                        fix="fix num_classes in meta.json (the number of distinct labels), or remove it.")
     node_infos, edge_infos = shard_infos(node_shards), shard_infos(edge_shards)
     warnings: list[str] = []
     node_files, edge_files, layouts, categorical, edge_columns = schema_pass(
@@ -289,12 +311,13 @@ def _validate_impl(
         lambda stop: _edge_pass(edge_files, num_nodes, num_edges, undirected, check_duplicates, batch_rows,
                                 spill_dir, rows, stop),
         rows.node_rows(num_nodes) if rows is not None else None)
+    _check_feat_dim(meta, int(state.feat_dim or 0), base_url)
 
     label_counts = state.label_counts
     classes = num_classes if num_classes is not None else len(label_counts)
     if len(label_counts) < classes:
         label_counts = np.concatenate([label_counts, np.zeros(classes - len(label_counts), np.int64)])
-    empty_classes = [c for c in range(classes) if label_counts[c] == 0]
+    empty_classes = np.flatnonzero(label_counts[:classes] == 0)[:10].tolist()
     if empty_classes and state.labelled:
         warnings.append(f"classes without any labelled node: {empty_classes[:10]}")
     layout_kind = next(iter(layouts)) if len(layouts) == 1 else "+".join(sorted(layouts))

@@ -254,6 +254,23 @@ def test_a_header_line_repeated_as_a_data_line_is_refused_naming_the_line(import
     _clean(out)
 
 
+@pytest.mark.parametrize(("content", "found"), [
+    (b"", "found an empty file (0 bytes)"),
+    (b"\0" * 64, "found binary content (a NUL byte at offset 0)"),
+])
+def test_an_empty_or_binary_tsv_is_described_as_what_it_is(imported, tmp_path, capsys, content, found):
+    from workflows.cli import main
+
+    input_dir, out = _fresh(imported, tmp_path)
+    edges = tmp_path / "new.tsv"
+    edges.write_bytes(content)
+    assert main(["ingest", str(out), str(edges), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert f"edge list {edges}: expected a text edge list" in err and found in err, err
+    assert "Parquet" not in err.split("Fix:")[0] and "Traceback" not in err
+    assert read_manifest(out)["generation"] == 1
+
+
 def test_a_headerless_gzip_edge_list_keeps_its_first_line_as_an_edge(imported, tmp_path):
     input_dir, out = _fresh(imported, tmp_path)
     new = tmp_path / "new.tsv.gz"
