@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 from storage.progress import track
 
-__all__ = ["StageClock", "own_peak_rss_bytes", "peak_rss_bytes", "stage", "tune_malloc"]
+__all__ = ["StageClock", "own_peak_rss_bytes", "peak_rss_bytes", "stage", "tune_malloc", "vm_hwm_bytes"]
 
 #: glibc's ``mallopt`` parameters: the most malloc arenas, the size from which a block
 #: gets its own mapping, and the free bytes at a heap's top that are kept, not returned.
@@ -62,22 +62,28 @@ def peak_rss_bytes() -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
-def own_peak_rss_bytes() -> int | None:
-    """This process's own RSS high-water mark (``VmHWM`` of ``/proc/self/status``), in
-    bytes; None where there is no ``/proc``.
-
-    Not ``getrusage``'s ``ru_maxrss``: Linux carries the parent's high-water mark across
-    fork and exec into it, so every child a launcher starts would report at least the
-    launcher's peak.
-    """
+def vm_hwm_bytes(pid: int | str = "self") -> int | None:
+    """The RSS high-water mark (``VmHWM`` of ``/proc/PID/status``) of process ``pid``, in
+    bytes; None where there is no ``/proc`` or once the process has exited."""
     try:
-        with open("/proc/self/status") as fh:
+        with open(f"/proc/{pid}/status") as fh:
             for line in fh:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None
     return None
+
+
+def own_peak_rss_bytes() -> int | None:
+    """This process's own RSS high-water mark (:func:`vm_hwm_bytes`); None where there is
+    no ``/proc``.
+
+    Not ``getrusage``'s ``ru_maxrss``: Linux carries the parent's high-water mark across
+    fork and exec into it, so every child a launcher starts would report at least the
+    launcher's peak.
+    """
+    return vm_hwm_bytes("self")
 
 
 @contextlib.contextmanager

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from storage.resources import vm_hwm_bytes
+
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 SIZE = r"([\d.]+ (?:B|KiB|MiB|GiB|TiB))"
 MIB = 2**20
@@ -49,24 +51,12 @@ def parse_plan(stdout: str) -> dict:
     return found
 
 
-def vm_hwm(pid: int) -> int | None:
-    """The process's RSS high-water mark in bytes, None once it has exited."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def run_measured(cmd: list[str]) -> int:
     """Run ``cmd``; the largest VmHWM read while it ran."""
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak = 0
     while proc.poll() is None:
-        peak = max(peak, vm_hwm(proc.pid) or 0)
+        peak = max(peak, vm_hwm_bytes(proc.pid) or 0)
         time.sleep(0.02)
     err = proc.stderr.read()
     if proc.returncode != 0:
