@@ -8,6 +8,7 @@ Layout (``RUN``)::
                                writes it; the trainers read it back)
       run.json                 the TrainConfig, the partition output, world size (first start)
       metrics.csv              one row per evaluated round (rank 0; replaced atomically)
+      placement.json           each round's world size and every rank's partitions (rank 0)
       checkpoints/
         round-00004/
           rank-00000.pt        each rank's local model θ_r, Adam state, byte counters
@@ -298,16 +299,17 @@ class RunDir:
         self._pointer = (round_index, self.files.confined(CHECKPOINTS, relative, what=f"{where} (path)"))
         return round_index
 
-    def check_resume(self, config, world_size: int) -> int:
+    def check_resume(self, config, world_size: int, *, any_world: bool = False) -> int:
         """The latest complete round to resume from; TrainerError if there is none, or if
         ``config`` (a TrainConfig) or ``world_size`` differ from the saved run's in a way
-        that changes the result."""
+        that changes the result. ``any_world``: a trainer that continues at another world
+        size (the survivors of a lost machine, :mod:`training.elastic`) accepts any."""
         saved_info, latest = self.read_run_info(), self.latest_round()
         if saved_info is None or latest is None:
             raise TrainerError(format_problem(f"run directory {self.path}", "a complete checkpoint to resume",
                                               "none", "run without --resume to start a new run."))
         conflicts = config.resume_conflicts(saved_info.get("config", {}))
-        if conflicts or int(saved_info.get("world_size", world_size)) != world_size:
+        if conflicts or (not any_world and int(saved_info.get("world_size", world_size)) != world_size):
             raise TrainerError(format_problem(
                 f"run directory {self.path}", "the same config and world size as the run being resumed",
                 f"differences in {conflicts or ['world_size']}",
@@ -403,6 +405,6 @@ class RunDir:
         """Remove the checkpoints and metrics of a previous run (a fresh start; the command
         line refuses it without ``--overwrite``: :meth:`refuse_previous_run`)."""
         self.files.remove(CHECKPOINTS, refuse_link=True)
-        for name in (METRICS, "run.json"):
+        for name in (METRICS, "run.json", "placement.json"):
             self.files.remove(name)
         self._pointer = None

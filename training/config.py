@@ -152,6 +152,9 @@ def _json_type_problem(annotation: str, value: Any) -> str | None:
         ok, expected = isinstance(value, str), "a JSON string"
     elif base == "bool":
         ok, expected = isinstance(value, bool), "a JSON boolean"
+    elif base == "tuple[float, ...]":
+        ok = isinstance(value, (list, tuple)) and all(_is_int(v) or isinstance(v, float) for v in value)
+        expected = "a JSON array of numbers"
     else:  # tuple[int, ...]
         ok = isinstance(value, (list, tuple)) and all(_is_int(v) for v in value)
         expected = "a JSON array of integers"
@@ -273,6 +276,24 @@ class TrainConfig:
         evaluations in a row (early stopping, :func:`training.protocol.patience_spent`),
         at most after ``rounds`` rounds; every rank sees the same global metric, so all
         stop after the same round. 0 (default): train every round.
+    speeds, measure_speeds
+        Capacity-aware training (:mod:`training.capacity`): in each synchronised segment of
+        ``sync_every`` steps rank r takes ``max(1, round(sync_every · speed_r / max_speed))``,
+        and the reconciliation normalises each rank's update by its steps (FedNova).
+        ``speeds``: one relative speed per rank, declared (``--speeds``, or a cluster file's
+        machines, ``--cluster``); ``measure_speeds``: each rank's seconds per step measured
+        over the first segment the run trains. Neither (default): every rank takes the same
+        steps, as before.
+    deadline
+        F > 0: a segment closes at F times the fastest rank's segment time; each rank takes
+        the steps that fit at its speed (declared, or measured as with ``measure_speeds``),
+        at least one and at most the segment's, and the updates are normalised by their
+        steps. 0 (default): every segment waits for every rank's steps.
+    slowdown
+        One factor per rank (default none: 1 each): the modelled cluster time counts rank
+        r's measured CPU seconds times its factor (``compute_s_cum_max``,
+        :class:`training.protocol.ComputeClock`), and a measured speed is divided by it. A
+        declared, modelled heterogeneity: training itself is unchanged.
     """
 
     task: str = "node"
@@ -306,6 +327,10 @@ class TrainConfig:
     eval_mode: str = "exact"
     eval_sample: int = DEFAULT_EVAL_SAMPLE
     patience: int = 0
+    speeds: tuple[float, ...] = ()
+    measure_speeds: bool = False
+    deadline: float = 0.0
+    slowdown: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         def bad(name: str, expected: str) -> ValueError:
@@ -371,6 +396,23 @@ class TrainConfig:
             raise bad("link_test_fraction", "val and test fractions >= 0 that sum to under 0.5")
         if self.model == "gat" and self.hidden % self.heads:
             raise bad("hidden", f"a multiple of heads={self.heads} for GAT")
+        self._check_capacity(bad)
+
+    def _check_capacity(self, bad) -> None:
+        """``speeds``, ``measure_speeds``, ``deadline`` and ``slowdown`` (one message per
+        problem, naming the field's flag)."""
+        for name in ("speeds", "slowdown"):
+            values = tuple(float(v) for v in getattr(self, name))
+            object.__setattr__(self, name, values)
+            if not all(math.isfinite(v) and v > 0 for v in values):
+                raise bad(name, "one number > 0 per rank")
+        if not (math.isfinite(float(self.deadline)) and float(self.deadline) >= 0):
+            raise bad("deadline", "a number >= 0 (0: wait for every rank)")
+        if self.speeds and self.measure_speeds:
+            raise bad("speeds", "declared speeds or measure_speeds, not both")
+        if self.capacity_aware and not self.sync_every:
+            raise bad("sync_every", "N > 0 with --speeds, --cluster or --deadline (the ranks' steps are counted "
+                                    "per synchronised segment)")
 
     @property
     def parts(self) -> tuple[str, ...]:
@@ -380,6 +422,11 @@ class TrainConfig:
     def eval_interval(self) -> int:
         """Epochs between evaluations: ``eval_every``, or ``local_epochs`` when it is 0."""
         return int(self.eval_every or self.local_epochs)
+
+    @property
+    def capacity_aware(self) -> bool:
+        """Whether each rank's local steps follow its speed (:mod:`training.capacity`)."""
+        return bool(self.speeds) or bool(self.measure_speeds) or float(self.deadline) > 0
 
     @property
     def uses_kd(self) -> bool:
@@ -400,6 +447,8 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["fanouts"] = list(self.fanouts)
+        for name in ("speeds", "slowdown"):
+            d[name] = list(d[name])
         return d
 
     @classmethod

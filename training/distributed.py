@@ -57,6 +57,7 @@ import torch.distributed as dist
 from storage import read_manifest
 from storage.commit import failpoints
 from storage.errors import format_problem
+from training.capacity import StepPlan, check_rank_lists
 from training.checkpoint import (
     RunDir,
     TrainerError,
@@ -68,6 +69,7 @@ from training.comm import Comm
 from training.config import TrainConfig
 from training.data import LocalGraph, load_local_graph, prepare_features, rank_partitions
 from training.device import backend_for, resolve_device
+from training.elastic import PlacementLog, rank_placement, resume_source
 from training.inference import Evaluator
 from training.local import batch_stream, share_training_seeds, steps_per_round, sync_segments, train_local
 from training.models import build_model, flatten, num_parameters, unflatten_into
@@ -221,6 +223,9 @@ class _Loop:
     evaluator: Evaluator | None = None
     reconciler: Reconciler | None = None
     steps_per_round: int = 0
+    plan: StepPlan | None = None
+    placement_log: PlacementLog | None = None
+    round_steps: int = 0
 
 
 def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) -> _Loop:
@@ -240,6 +245,9 @@ def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) ->
         if config.task == "node" and num_classes < 2:
             raise TrainerError(format_problem(f"labels (nodes/y) of {source}", "at least 2 classes for --task node",
                                               f"{num_classes} classes", "use --task link, or an input with labels."))
+        problem = check_rank_lists(config, comm.world_size)
+        if problem:
+            raise TrainerError(problem)
 
     all_ranks_ready(comm, "agree on the features and labels", check)
     task = make_task(graph, config, num_classes)
@@ -249,27 +257,49 @@ def _prepare(graph: LocalGraph, config: TrainConfig, comm: Comm, source: str) ->
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     return _Loop(model=model, optimizer=optimizer, task=task, global_flat=flatten(model), rows=[],
                  evaluator=Evaluator(task, comm, config.eval_mode), reconciler=Reconciler(config, task, model, comm),
-                 steps_per_round=steps_per_round(task, config, comm) if config.sync_every else 0)
+                 steps_per_round=steps_per_round(task, config, comm) if config.sync_every else 0,
+                 plan=StepPlan(config, comm.rank, comm.world_size), placement_log=PlacementLog())
 
 
-def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generation: int) -> None:
-    """Resume: θ_g, this rank's θ_r, Adam state and byte counters of the latest complete round."""
-    latest = runs.check_resume(config, comm.world_size)
+def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generation: int,
+             partitions: list[list[int]]) -> None:
+    """Resume: θ_g, this rank's θ_r, Adam state and byte counters of the latest complete round.
+
+    At another world size (a lost machine, :mod:`training.elastic`) a rank whose partitions
+    moved starts from θ_g with fresh Adam moments and ``c_r = c``, and keeps the byte
+    counters of the old rank of its number."""
+    latest = runs.check_resume(config, comm.world_size, any_world=True)
     size = (num_parameters(loop.model),)
-    g_path, r_path = runs.global_path(latest), runs.rank_path(latest, comm.rank)
-    g, r = runs.load_global(latest), runs.load_rank(latest, comm.rank)
+    g_path, g = runs.global_path(latest), runs.load_global(latest)
     expect_keys(g_path, g, ("metrics_rows", "elapsed"))
-    expect_keys(r_path, r, ("optimizer", "bytes"))
     loop.global_flat = expect_tensor(g_path, g, "global", size).to(torch.float32)
-    loop.previous_flat = expect_tensor(r_path, r, "local", size).to(torch.float32)
-    load_optimizer_state(r_path, loop.optimizer, r["optimizer"])
+    source, old_world = resume_source(g, runs.read_run_info() if "world_size" not in g else None, partitions,
+                                      comm.rank)
+    # This rank's own file of before (its state; else its byte counters), or rank 0's (the global variate).
+    own = source if source is not None else comm.rank if comm.rank < old_world else 0
+    r_path, r = runs.rank_path(latest, own), runs.load_rank(latest, own)
+    expect_keys(r_path, r, ("optimizer", "bytes"))
+    if source is None:
+        loop.previous_flat = loop.global_flat.clone()
+    else:
+        loop.previous_flat = expect_tensor(r_path, r, "local", size).to(torch.float32)
+        load_optimizer_state(r_path, loop.optimizer, r["optimizer"])
     if "reconcile" in g or config.server_opt != "fedavg":
         expect_keys(g_path, g, ("reconcile",))
         loop.reconciler.load_state_dict(g["reconcile"], g_path)
-    comm.bytes.load_state_dict(r["bytes"])
+    if comm.rank < old_world:
+        comm.bytes.load_state_dict(r["bytes"])
     if loop.reconciler.drift is not None:
         expect_keys(r_path, r, ("drift",))
-        loop.reconciler.drift.load_state_dict(r["drift"], r_path)
+        state = r["drift"]
+        if source is None and isinstance(state, dict):
+            state = {"c_local": state.get("c_global"), "c_global": state.get("c_global")}
+        loop.reconciler.drift.load_state_dict(state, r_path)
+    loop.plan.load_state_dict(g.get("speeds"))
+    loop.placement_log = PlacementLog(g.get("placement"))
+    if old_world != comm.world_size and comm.rank == 0:
+        log.warning("resuming at round %d on %d ranks (the checkpoint was trained on %d); ranks whose partitions "
+                    "moved start from the global model", latest + 2, comm.world_size, old_world)
     loop.rows = list(g["metrics_rows"])
     loop.elapsed = float(g["elapsed"])
     loop.start_round = latest + 1
@@ -285,15 +315,18 @@ def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm, gen: torc
     ``sync_every`` steps); returns (loss, weight, the last reconciliation's losses, drift).
     The loss is the last epoch's mean, or with ``sync_every`` the mean over the round's
     steps; the drift is ‖θ_r − θ_g‖ at each synchronisation (the local model against the
-    global model its segment started from), averaged over the round's synchronisations."""
-    weight = float(loop.task.num_train)
+    global model its segment started from), averaged over the round's synchronisations.
+    With ranks of different speeds (``loop.plan``, :mod:`training.capacity`) each segment's
+    steps are this rank's share of the fastest rank's, and the update is normalised by them."""
+    weight, plan = float(loop.task.num_train), loop.plan
     if config.sync_every:
         segments = sync_segments(loop.steps_per_round, config.sync_every)
         stream = batch_stream(loop.task, gen)
     else:
         segments, stream = [None], None
-    loss_sum, loss_steps, drifts = 0.0, 0, []
-    for index, steps in enumerate(segments):
+    loss_sum, loss_steps, drifts, loop.round_steps = 0.0, 0, [], 0
+    for index, segment in enumerate(segments):
+        steps = segment if segment is None else plan.steps(segment)
         unflatten_into(loop.model, loop.global_flat)
         con_models = {}
         if config.uses_con and loop.previous_flat is not None:
@@ -302,15 +335,22 @@ def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm, gen: torc
             con_models = {"global_model": loop.global_model, "previous_model": loop.previous_model}
         drift = loop.reconciler.drift
         if drift is not None:
+            if plan.active:  # this rank's full segment is its own planned steps
+                drift.segment_steps = plan.steps(config.sync_every)
             drift.begin()
+        cpu = time.process_time()
         loss = train_local(loop.model, loop.optimizer, loop.task, config, gen, steps=steps, stream=stream,
                            drift=drift, **con_models)
+        plan.observe(time.process_time() - cpu, steps or 0)
         if loss == loss:  # a rank without training data returns NaN
             loss_sum, loss_steps = loss_sum + loss * (steps or 1), loss_steps + (steps or 1)
+        loop.round_steps += steps or 0
         local_flat = flatten(loop.model)
         drifts.append(float(torch.linalg.vector_norm(local_flat.double() - loop.global_flat.double())))
         loop.global_flat, losses = loop.reconciler(loop.global_flat, local_flat, weight, gen,
-                                                   end_of_round=index == len(segments) - 1)
+                                                   end_of_round=index == len(segments) - 1,
+                                                   steps=steps if plan.active else None)
+        plan.settle(comm)
         loop.previous_flat = local_flat
     return loss_sum / loss_steps if loss_steps else float("nan"), weight, losses, sum(drifts) / len(drifts)
 
@@ -338,6 +378,8 @@ def _round(loop: _Loop, config: TrainConfig, comm: Comm, rnd: int, generation: i
                       metrics={**metrics, "corr_loss": losses["corr_loss"]} if config.uses_corr else metrics,
                       eval_mode=config.eval_mode, train_peak=train_peak, drift=drift)
     row["compute_s_cum_max"] = loop.clock.settle(comm)
+    if loop.plan.active or config.slowdown:
+        row.update(loop.plan.columns(comm, loop.round_steps))
     loop.rows.append(row)
     return row
 
@@ -349,6 +391,7 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
     """The round loop on an already loaded graph (see :func:`run_trainer`; ``storage_options``:
     of a run directory on an object store)."""
     runs = RunDir(run_dir, storage_options)
+    partitions = rank_placement(graph.part_ids, comm)
     placement = placement_columns(graph.num_nodes, graph.x.shape[1] * graph.x.element_size(), comm)
     loop = _prepare(graph, config, comm, (info or {}).get("out", "the input"))
     info = {**(info or {}), "world_size": comm.world_size, "config": config.to_dict(), "task": config.task,
@@ -356,7 +399,8 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
             "threads": torch.get_num_threads(), **placement,
             **batch_columns(loop.task.num_train, loop.task.batch_size, comm)}
     if resume:
-        all_ranks_ready(comm, "load its checkpoint", lambda: _restore(loop, runs, config, comm, graph.generation))
+        all_ranks_ready(comm, "load its checkpoint",
+                        lambda: _restore(loop, runs, config, comm, graph.generation, partitions))
     else:
         start_run(runs, comm, info)
     comm.barrier()
@@ -367,7 +411,8 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
         log.info("rank 0: %d ranks, partitions per rank %s, %s model with %d parameters, task %s, strategy %s",
                  comm.world_size, list(graph.part_ids), config.model, num_parameters(loop.model), config.task,
                  config.reconcile)
-    loop.clock = ComputeClock(loop.rows[-1].get("compute_s_cum_max", 0.0) if loop.rows else 0.0)
+    loop.clock = ComputeClock(loop.rows[-1].get("compute_s_cum_max", 0.0) if loop.rows else 0.0,
+                              factor=loop.plan.slowdown)
     for rnd in range(loop.start_round, config.rounds):
         if patience_spent(loop.rows, config.patience):  # the same global rows on every rank
             break
@@ -377,10 +422,15 @@ def train_rounds(graph: LocalGraph, run_dir: str | Path, config: TrainConfig, *,
                       "bytes": comm.bytes.state_dict()}
         if loop.reconciler.drift is not None:
             rank_state["drift"] = loop.reconciler.drift.state_dict()
+        loop.placement_log.record(rnd, partitions)
         commit_round(runs, rnd, comm, rank_state,
                      {"global": loop.global_flat, "generation": graph.generation, "elapsed": loop.elapsed,
-                      "load_seconds": load_seconds, "reconcile": loop.reconciler.state_dict()}, loop.rows, row,
+                      "load_seconds": load_seconds, "reconcile": loop.reconciler.state_dict(),
+                      "world_size": comm.world_size, "placement": loop.placement_log.entries,
+                      **({"speeds": loop.plan.state_dict()} if loop.plan.state_dict() else {})}, loop.rows, row,
                      on_round)
+        if comm.rank == 0:
+            loop.placement_log.write(runs)
     return loop.rows
 
 

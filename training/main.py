@@ -64,6 +64,38 @@ def _batch_size_arg(text: str) -> int | str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _rank_list_arg(flag: str, measure: bool = False):
+    """argparse's type of ``--speeds`` / ``--slowdown`` (a bad value: its one-line usage error)."""
+    from training.capacity import parse_rank_list
+
+    def parse(text: str):
+        try:
+            return parse_rank_list(text, flag, measure=measure)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
+def _add_capacity_arguments(p: argparse.ArgumentParser, d: TrainConfig) -> None:
+    """Ranks of different speeds (:mod:`training.capacity`)."""
+    p.add_argument("--speeds", type=_rank_list_arg("--speeds", measure=True), default=d.speeds,
+                   metavar="S1,...,SW|measure",
+                   help="each rank's relative speed; in every segment of --sync-every steps rank r takes "
+                        "round(N * S_r / max S) steps and the update is normalised by steps (FedNova); measure: "
+                        "each rank's seconds per step over the first segment (default: every rank the same steps)")
+    p.add_argument("--cluster", metavar="FILE",
+                   help="the speeds from a cluster file (TOML or JSON: one [[machine]] table per rank with its "
+                        "compute, as asepr partition --cluster reads it), instead of --speeds")
+    p.add_argument("--deadline", type=float, default=d.deadline, metavar="F",
+                   help="close each segment at F times the fastest rank's segment time: every rank takes the "
+                        "steps that fit at its speed (--speeds or --cluster, else measured), at least one "
+                        "(default 0: wait for every rank)")
+    p.add_argument("--slowdown", type=_rank_list_arg("--slowdown"), default=d.slowdown, metavar="F1,...,FW",
+                   help="declare rank r F_r times slower: the modelled cluster time counts its CPU seconds F_r "
+                        "times (a modelled heterogeneous cluster; training is unchanged)")
+
+
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """The trainer flags, shared by ``asepr train`` and ``python -m training.main``."""
     d = TrainConfig()
@@ -145,6 +177,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="exact node evaluation: score a seeded sample of about N validation and N test masters "
                         "(the same every round), with the metric's 95%% interval; a split of at most 2N is scored "
                         f"whole; 0: every master (default {d.eval_sample:,})")
+    _add_capacity_arguments(p, d)
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -154,6 +187,15 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         dest = next((k for k, v in _RENAMES.items() if v == f.name), f.name)
         if hasattr(args, dest):
             values[f.name] = getattr(args, dest)
+    if values.get("speeds") == "measure":
+        values["speeds"], values["measure_speeds"] = (), True
+    if getattr(args, "cluster", None):
+        if values.get("speeds") or values.get("measure_speeds"):
+            raise ValueError(format_problem("--cluster", "the speeds from one place", "--cluster with --speeds",
+                                            "drop --speeds or --cluster."))
+        from storage.cluster import read_cluster
+
+        values["speeds"] = read_cluster(args.cluster).rank_speeds()
     return TrainConfig(**values)
 
 
@@ -171,7 +213,7 @@ def _resolve_config(args: argparse.Namespace, argv: Sequence[str]) -> TrainConfi
     """``--config FILE``'s config, or the flags' (ValueError naming what is wrong)."""
     if not args.config:
         return config_from_args(args)
-    given = _config_flags_given(argv)
+    given = _config_flags_given(argv) + ["--cluster"] * bool(getattr(args, "cluster", None))
     if given:
         raise ValueError(format_problem("python -m training.main", "--config FILE or the config flags, not both",
                                         f"--config with {' '.join(given)}",
@@ -234,15 +276,23 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace, config: TrainConfig) -> None:
-    """This rank's run: rank 0 holds the run directory (unless the launcher does), then train."""
+    """This rank's run: rank 0 holds the run directory (unless the launcher does), then train.
+
+    A group that torchrun's agent restarted (a lost machine, :mod:`training.elastic`)
+    resumes from the latest complete round, at whatever world size it now has; before the
+    first complete round it starts over."""
+    from storage.commit.lease import DEFAULT_TTL_S
     from training.checkpoint import RunDir
     from training.comm import Comm
     from training.distributed import run_trainer
+    from training.elastic import claim_run_dir, restarted
     from training.rounds import all_ranks_ready
 
     comm = Comm()
     run_dir = args.run_dir or default_run_dir(args.out, config, args.strategy)
     options = args.storage_options
+    restart = restarted() and args.strategy != "fds"
+    complete = [False]  # rank 0, restarted: whether the run directory holds a complete round
 
     def on_round(row: dict[str, Any]) -> None:
         if not args.quiet:
@@ -251,12 +301,20 @@ def _train(args: argparse.Namespace, config: TrainConfig) -> None:
     def hold() -> None:
         """Rank 0: the run directory's lock, and no previous run deleted without --overwrite."""
         runs = RunDir(run_dir, options)
+        if restart:  # the lost machine's lease may still have to expire
+            claim_run_dir(runs, held, min(DEFAULT_TTL_S + 10.0, 0.8 * config.timeout_s))
+            complete[0] = runs.latest_round() is not None
+            return
         held.enter_context(runs.claim())
         if not (args.resume or args.overwrite):
             runs.refuse_previous_run()
 
     with contextlib.ExitStack() as held:
         all_ranks_ready(comm, "lock the run directory", lambda: hold() if comm.rank == 0 else None)
+        if restart:  # rank 0's view of the run directory decides for every rank
+            import torch
+
+            args.resume = bool(comm.gather_uncounted(torch.tensor([float(complete[0])]))[0, 0])
         if args.strategy == "fds":
             from training.fds import run_fds
 

@@ -13,9 +13,11 @@ compute: the CPU seconds of its process while it trains (:class:`ComputeClock`,
 ``time.process_time``, all its threads; evaluation excluded). Training is synchronous,
 so a round takes as long as its slowest rank: the cluster's compute up to an evaluation
 is the sum over the rounds of the largest rank's seconds (``compute_s_cum_max`` in the
-metrics rows). :func:`cluster_seconds` adds the network model: the busiest rank's bytes
-over the bandwidth plus its messages times a latency, with the evaluation's bytes folded
-in (an evaluation is part of the run's cost even when it is not training).
+metrics rows). A rank declared slower (``--slowdown``, :mod:`training.capacity`) counts
+its CPU seconds times its factor: a modelled machine of that speed.
+:func:`cluster_seconds` adds the network model: the busiest rank's bytes over the
+bandwidth plus its messages times a latency, with the evaluation's bytes folded in (an
+evaluation is part of the run's cost even when it is not training).
 """
 
 from __future__ import annotations
@@ -77,11 +79,13 @@ class ComputeClock:
 
     :meth:`start` / :meth:`stop` bracket a round's training on every rank; :meth:`settle`
     (a collective, uncounted: bookkeeping) takes, for each round since the last call, the
-    largest rank's seconds and adds them to :attr:`cum_max`.
+    largest rank's seconds and adds them to :attr:`cum_max`. ``factor`` is this rank's
+    declared slowdown: its seconds count ``factor`` times (1: as measured).
     """
 
-    def __init__(self, cum_max: float = 0.0):
+    def __init__(self, cum_max: float = 0.0, factor: float = 1.0):
         self.cum_max = float(cum_max)
+        self.factor = float(factor)
         self.pending: list[float] = []
         self._t0 = 0.0
 
@@ -89,7 +93,8 @@ class ComputeClock:
         self._t0 = time.process_time()
 
     def stop(self) -> None:
-        self.pending.append(time.process_time() - self._t0)
+        seconds = time.process_time() - self._t0
+        self.pending.append(seconds if self.factor == 1.0 else seconds * self.factor)
 
     def settle(self, comm) -> float:
         """``cum_max`` after adding every pending round's slowest rank (every rank must call)."""

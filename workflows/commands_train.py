@@ -99,9 +99,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise AseprError(format_problem("asepr train", "OUT (a partition output) or --centralized INPUT",
                                         "neither", "pass the directory `asepr partition` wrote."))
     options = args.storage_options
+    from workflows.launch import elastic_settings, launch_trainers
+
+    elastic = elastic_settings(args.nnodes, args.rdzv_endpoint, args.rdzv_id, args.rdzv_conf)
     with remote_errors_as_problems(args.out):
-        args.nproc = check_partition_output(args.out, args.nproc, options)
-    from workflows.launch import launch_trainers
+        if elastic is None:
+            args.nproc = check_partition_output(args.out, args.nproc, options)
+        else:  # every machine's ranks together, at most one per partition
+            check_partition_output(args.out, _ranks_per_machine(args.nproc) * elastic.max_nodes, options)
+    if _capacity_problem(config, args.nproc, elastic):
+        return 2
 
     run_dir = args.run_dir or default_run_dir(args.out, config)
     if args.resume:
@@ -111,7 +118,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         if left.done:
             return 0
     launch_trainers(args.out, run_dir, config, args.nproc, resume=args.resume, overwrite=args.overwrite,
-                    quiet=args.quiet, verbose=args.verbose, storage_options=options)
+                    quiet=args.quiet, verbose=args.verbose, storage_options=options, elastic=elastic,
+                    max_restarts=args.max_restarts)
     rows = RunDir(run_dir, options).read_metrics()
     if args.quiet:
         return 0
@@ -218,8 +226,47 @@ def register(sub, add_common) -> None:
     p.add_argument("out", nargs="?", help="the partition output of `asepr partition` (the INPUT for --strategy fds)")
     p.add_argument("--nproc", type=int, default=None, help="trainer processes (default: one per partition)")
     p.add_argument("--centralized", metavar="INPUT", help="train on the whole INPUT in one process instead")
+    _add_elastic_arguments(p)
     add_train_arguments(p)
     p.set_defaults(handler=_cmd_train, command="train")
+
+
+def _add_elastic_arguments(p) -> None:
+    """torchrun's elastic settings, for a job across machines (the same command on each)."""
+    p.add_argument("--nnodes", metavar="MIN:MAX",
+                   help="machines of the job, each running this command with --nproc ranks; the job continues on "
+                        "at least MIN after losing a machine (with --max-restarts)")
+    p.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+                   help="with --nnodes: the c10d rendezvous, the same on every machine (hosted by the machine "
+                        "whose address it is, which must stay up)")
+    p.add_argument("--rdzv-id", metavar="ID", help="with --nnodes: the job's id at the rendezvous (default asepr)")
+    p.add_argument("--rdzv-conf", metavar="K=V,...",
+                   help="with --nnodes: torchrun's rendezvous settings, e.g. last_call_timeout=60 (seconds to wait "
+                        "for more machines once MIN have joined; default 30)")
+    p.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                   help="restart the ranks up to N times after a failure (a lost machine); they resume from the "
+                        "last complete round on the ranks left (default 0: a failure stops the job)")
+
+
+def _ranks_per_machine(nproc: int | None) -> int:
+    """``--nproc`` of a job across machines: required (there is no one rank per partition
+    to default to when the machines share the partitions)."""
+    if nproc is None:
+        raise AseprError(format_problem("asepr train --nnodes", "--nproc K (the ranks of each machine)", "no --nproc",
+                                        "pass --nproc K, the same on every machine."))
+    _check_nproc(nproc)
+    return nproc
+
+
+def _capacity_problem(config, nproc: int, elastic) -> bool:
+    """Print the problem of a --speeds or --slowdown list that does not give one value per
+    rank (on one machine, where the ranks are known before they start)."""
+    from training.capacity import check_rank_lists
+
+    problem = None if elastic else check_rank_lists(config, nproc)
+    if problem:
+        print(f"asepr train: error: {problem}", file=sys.stderr)
+    return bool(problem)
 
 
 def _check_nproc(nproc: int) -> None:

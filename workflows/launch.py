@@ -9,6 +9,15 @@ soon as one rank fails (no restarts: a failed round is resumed with ``resume=Tru
 The ranks exit by themselves if this process (their agent) is killed
 (:func:`training.distributed.exit_with_parent`). A failure comes back as
 :class:`TrainLaunchError` naming each failed rank, its exit code or signal, and the fix.
+
+Across machines (``asepr train --nnodes MIN:MAX --rdzv-endpoint HOST:PORT``, the same
+command on every machine, :class:`Elastic`) each machine's agent meets the others at a
+c10d rendezvous, as ``torchrun --nnodes MIN:MAX --rdzv-backend c10d`` does. The launcher
+then takes no lock (rank 0 of the job takes it, wherever it runs) and leaves the checks of
+the run directory to the ranks. With ``--max-restarts N`` an agent whose ranks failed
+(a peer machine lost) meets the survivors again and restarts its ranks, which resume
+from the last complete round at the new world size (:mod:`training.elastic`). The
+machine that hosts the rendezvous (the endpoint's) must survive.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from storage.errors import AseprError, format_problem
@@ -31,13 +41,67 @@ from storage.progress import track
 from training.checkpoint import LOCK_TOKEN_VARIABLE, RunDir
 from training.config import TrainConfig
 
-__all__ = ["TrainLaunchError", "launch_trainers"]
+__all__ = ["Elastic", "TrainLaunchError", "elastic_settings", "launch_trainers"]
 
 log = logging.getLogger(__name__)
 
 
 class TrainLaunchError(AseprError):
     """One or more trainer ranks failed."""
+
+
+@dataclass(frozen=True)
+class Elastic:
+    """torchrun's elastic settings of a job across machines (``asepr train --nnodes``)."""
+
+    min_nodes: int
+    max_nodes: int
+    endpoint: str
+    run_id: str
+    #: torchrun's ``--rdzv-conf``: e.g. ``{"last_call_timeout": "60"}``, the seconds the
+    #: rendezvous waits for more machines once MIN have joined (torch's default 30).
+    conf: tuple[tuple[str, str], ...] = ()
+
+
+def _rdzv_conf(text: str | None) -> tuple[tuple[str, str], ...]:
+    pairs = []
+    for item in filter(None, (text or "").split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise TrainLaunchError(format_problem("--rdzv-conf", "KEY=VALUE pairs joined by commas", repr(text),
+                                                  "pass e.g. --rdzv-conf last_call_timeout=60,read_timeout=120."))
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)
+
+
+def elastic_settings(nnodes: str | None, endpoint: str | None, run_id: str | None,
+                     conf: str | None = None) -> Elastic | None:
+    """``--nnodes MIN:MAX`` (or ``N``), ``--rdzv-endpoint``, ``--rdzv-id`` and
+    ``--rdzv-conf`` as :class:`Elastic`; None without ``--nnodes``.
+
+    Raises
+    ------
+    TrainLaunchError
+        A malformed ``--nnodes`` or ``--rdzv-conf``, or a missing ``--rdzv-endpoint``, in one line.
+    """
+    if nnodes is None:
+        if endpoint:
+            raise TrainLaunchError(format_problem("--rdzv-endpoint", "--nnodes MIN:MAX with it",
+                                                  "no --nnodes", "pass --nnodes MIN:MAX too (e.g. 1:2)."))
+        return None
+    low, _, high = str(nnodes).partition(":")
+    try:
+        bounds = int(low), int(high or low)
+    except ValueError:
+        bounds = (0, 0)
+    if not 1 <= bounds[0] <= bounds[1]:
+        raise TrainLaunchError(format_problem("--nnodes", "MIN:MAX with 1 <= MIN <= MAX (or N)", repr(nnodes),
+                                              "pass e.g. --nnodes 1:2."))
+    if not endpoint:
+        raise TrainLaunchError(format_problem("--nnodes", "--rdzv-endpoint HOST:PORT with it (the rendezvous, "
+                                              "reachable from every machine)", "no --rdzv-endpoint",
+                                              "pass --rdzv-endpoint HOST:PORT, the same on every machine."))
+    return Elastic(bounds[0], bounds[1], endpoint, run_id or "asepr", _rdzv_conf(conf))
 
 
 def _free_port() -> int:
@@ -74,7 +138,8 @@ def _environment(**values: str) -> Iterator[None]:
 def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, nproc: int, *,
                     strategy: str = "asepr", fds_partition: str = "auto", resume: bool = False,
                     overwrite: bool = False, quiet: bool = False, verbose: int = 0,
-                    monitor_interval: float = 0.2, storage_options: dict | None = None) -> None:
+                    monitor_interval: float = 0.2, storage_options: dict | None = None,
+                    elastic: Elastic | None = None, max_restarts: int = 0) -> None:
     """Train ``config`` on ``out`` as ``nproc`` ranks (``python -m training.main``); raise on any failure.
 
     Parameters
@@ -94,6 +159,12 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
     storage_options
         fsspec options of a remote ``out`` and ``run_dir``; the ranks get them through
         :data:`storage.locations.remote.STORAGE_OPTIONS_VARIABLE`, never on their command line.
+    elastic
+        A job across machines: ``nproc`` ranks on this machine, its agent meeting the
+        others' at the rendezvous (see the module docstring); None: this machine only.
+    max_restarts
+        How many times the agent restarts its failed ranks (they resume); 0: a failure
+        ends the job.
 
     Raises
     ------
@@ -110,11 +181,16 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
 
     resolve_device(config.device, nproc - 1)  # --device cuda without a GPU: refused before any rank starts
     runs = RunDir(run_dir, storage_options)
+    if elastic is not None:
+        _launch_across_machines(out, run_dir, runs, config, nproc, elastic, max_restarts, storage_options,
+                                [*(["--resume"] * bool(resume)), *(["--overwrite"] * bool(overwrite and not resume)),
+                                 *(["-q"] * bool(quiet)), *(["-v"] * int(verbose))], monitor_interval)
+        return
     made = _missing_directories(runs.path) if isinstance(runs.path, Path) else []
     try:
         with runs.lock() as lock:
             if resume:
-                runs.check_resume(config, nproc)
+                runs.check_resume(config, nproc, any_world=strategy != "fds")
             elif not overwrite:
                 runs.refuse_previous_run()
             args = [str(out), "--config", str(runs.write_config(config)), "--run-dir", str(run_dir)]
@@ -126,7 +202,7 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
             threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
             environment = {LOCK_TOKEN_VARIABLE: lock.token, STORAGE_OPTIONS_VARIABLE: json.dumps(storage_options or {})}
             with _environment(OMP_NUM_THREADS=threads, **environment), _startup_progress(runs):
-                _elastic_launch(args, nproc, monitor_interval, runs=runs)
+                _elastic_launch(args, nproc, monitor_interval, max_restarts=max_restarts, runs=runs)
     except AseprError:
         for directory in made:  # a launch refused at once leaves no empty run directory behind
             try:
@@ -134,6 +210,17 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
             except OSError:
                 break
         raise
+
+
+def _launch_across_machines(out, run_dir, runs: RunDir, config: TrainConfig, nproc: int, elastic: Elastic,
+                            max_restarts: int, storage_options: dict | None, flags: list[str],
+                            monitor_interval: float) -> None:
+    """This machine's agent of a job across machines: no lock here (rank 0 of the job
+    takes it) and every machine writes the same ``config.json``."""
+    args = [str(out), "--config", str(runs.write_config(config)), "--run-dir", str(run_dir), *flags]
+    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
+    with _environment(OMP_NUM_THREADS=threads, **{STORAGE_OPTIONS_VARIABLE: json.dumps(storage_options or {})}):
+        _elastic_launch(args, nproc, monitor_interval, elastic=elastic, max_restarts=max_restarts, runs=runs)
 
 
 #: Seconds between two looks at the run directory while the ranks start.
@@ -183,15 +270,18 @@ def _missing_directories(path: Path) -> list[Path]:
 
 
 def _elastic_launch(trainer_args: Sequence[str], nproc: int, monitor_interval: float, *,
-                    runs: RunDir | None = None) -> None:
-    """``python -m training.main *trainer_args`` as ``nproc`` ranks under an elastic agent."""
+                    elastic: Elastic | None = None, max_restarts: int = 0, runs: RunDir | None = None) -> None:
+    """``python -m training.main *trainer_args`` as ``nproc`` ranks under an elastic agent
+    (this machine alone, or one of ``elastic``'s machines)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    if elastic is None:
+        elastic = Elastic(1, 1, f"127.0.0.1:{_free_port()}", f"asepr-{uuid.uuid4().hex[:8]}")
     config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"asepr-{uuid.uuid4().hex[:8]}",
-        rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{_free_port()}", max_restarts=0,
-        monitor_interval=monitor_interval, start_method="spawn",
+        min_nodes=elastic.min_nodes, max_nodes=elastic.max_nodes, nproc_per_node=nproc, run_id=elastic.run_id,
+        rdzv_backend="c10d", rdzv_endpoint=elastic.endpoint, rdzv_configs=dict(elastic.conf),
+        max_restarts=max_restarts, monitor_interval=monitor_interval, start_method="spawn",
     )
     try:
         elastic_launch(config, sys.executable)("-u", "-m", "training.main", *trainer_args)

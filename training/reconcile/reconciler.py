@@ -31,7 +31,7 @@ from storage.errors import StoreError, format_problem
 from training.checkpoint import expect_keys, load_optimizer_state
 from training.comm import Comm
 from training.models import num_parameters
-from training.reconcile.average import weighted_average
+from training.reconcile.average import normalised_average, weighted_average
 from training.reconcile.correct import GlobalCorrection
 from training.reconcile.distill import distill
 from training.reconcile.scaffold import ControlVariates
@@ -64,8 +64,8 @@ class Reconciler:
         self.scratch = copy.deepcopy(model)
 
     def __call__(self, global_flat: torch.Tensor, local_flat: torch.Tensor, weight: float,
-                 generator: torch.Generator, *,
-                 end_of_round: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
+                 generator: torch.Generator, *, end_of_round: bool = True,
+                 steps: int | None = None) -> tuple[torch.Tensor, dict[str, float]]:
         """The next global parameters, and ``{"kd_loss", "corr_loss"}`` (NaN when unused).
 
         Parameters
@@ -80,9 +80,18 @@ class Reconciler:
             This round's source of randomness.
         end_of_round
             Whether this is the round's last synchronisation (``kd`` and ``corr`` run then only).
+        steps
+            This rank's local steps since ``global_flat`` when the ranks' steps follow their
+            speeds: θ_avg is then FedNova's step-normalised average
+            (:func:`~training.reconcile.average.normalised_average`); None: the weighted average.
         """
         config = self.config
-        if self.drift is None:
+        if steps is not None:
+            estimate = None if self.drift is None else self.drift.estimate()
+            avg_flat, c_mean = normalised_average(global_flat, local_flat, steps, weight, self.comm, estimate)
+            if self.drift is not None:
+                self.drift.update(estimate, c_mean)
+        elif self.drift is None:
             avg_flat = weighted_average(local_flat, weight, self.comm)
         else:
             estimate = self.drift.estimate()

@@ -1,0 +1,117 @@
+"""The cluster file: each machine's relative compute and memory, one machine per rank.
+
+A cluster of mixed machines is described once, in the format ``asepr partition
+--cluster`` reads (one partition per machine), and ``asepr train --cluster FILE`` reads
+it too: rank r runs on machine r and its local steps follow that machine's compute.
+Training may not import the partitioner, so the reader it uses lives here, in the layer
+both share.
+
+TOML (``.toml``) or JSON (``.json``; any other name is tried as JSON, then as TOML)::
+
+    # one [[machine]] table per machine, in rank (and partition) order
+    [[machine]]
+    name = "new"        # optional, for messages
+    compute = 1.0       # relative speed (any positive scale; only the ratios count; default 1)
+    memory = 64         # memory in any one unit for all machines (partitioning; default equal)
+
+    [[machine]]
+    name = "old"
+    compute = 0.33
+
+JSON has the same shape: ``{"machine": [{"compute": 1.0}, {"compute": 0.33}]}``. Every
+error names the file, the machine and the key, what was expected and what was found.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from storage.errors import InputError, format_problem
+
+__all__ = ["Cluster", "Machine", "read_cluster"]
+
+_FIX = "write one [[machine]] table per machine with compute = a number > 0 (see docs/guide/training.md)."
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One machine: its name, relative compute and memory."""
+
+    name: str
+    compute: float = 1.0
+    memory: float = 1.0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The machines of a cluster file, in rank order."""
+
+    machines: tuple[Machine, ...]
+    source: str = "cluster file"
+
+    def rank_speeds(self) -> tuple[float, ...]:
+        """Each trainer rank's relative compute: rank r runs on machine r."""
+        return tuple(m.compute for m in self.machines)
+
+
+def _number(where: str, key: str, value: Any, default: float) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise InputError(format_problem(f"{where}, {key!r}", "a number > 0", repr(value), _FIX))
+    return float(value)
+
+
+def _machine(where: str, entry: Any, index: int) -> Machine:
+    if not isinstance(entry, dict):
+        raise InputError(format_problem(f"{where}, machine {index}", "a table of name, compute, memory",
+                                        type(entry).__name__, _FIX))
+    unknown = sorted(set(entry) - {"name", "compute", "memory"})
+    if unknown:
+        raise InputError(format_problem(f"{where}, machine {index}", "the keys name, compute, memory",
+                                        f"unknown keys {unknown}", _FIX))
+    name = str(entry.get("name", f"machine {index}"))
+    at = f"{where}, machine {name!r}"
+    return Machine(name, _number(at, "compute", entry.get("compute"), 1.0),
+                   _number(at, "memory", entry.get("memory"), 1.0))
+
+
+def _parse(path: Path, text: str) -> Any:
+    """The file's content: JSON for ``.json``, TOML for ``.toml``, else whichever parses."""
+    order = ("toml",) if path.suffix == ".toml" else ("json",) if path.suffix == ".json" else ("json", "toml")
+    problem = ""
+    for kind in order:
+        try:
+            return json.loads(text) if kind == "json" else tomllib.loads(text)
+        except ValueError as exc:  # json.JSONDecodeError and tomllib.TOMLDecodeError are ValueErrors
+            problem = f"invalid {kind.upper()} ({exc})"
+    raise InputError(format_problem(f"cluster file {path}", "TOML or JSON", problem, _FIX))
+
+
+def read_cluster(path: str | Path) -> Cluster:
+    """The :class:`Cluster` of a TOML or JSON cluster file (see the module docstring).
+
+    Raises
+    ------
+    InputError
+        Naming the file (and the machine and key): missing, unreadable, not TOML or
+        JSON, no machines, an unknown key, or a value out of range.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InputError(format_problem(f"cluster file {path}", "a readable TOML or JSON file",
+                                        exc.strerror or str(exc), "pass the path of the cluster file.")) from None
+    data = _parse(path, text)
+    machines = data.get("machine") if isinstance(data, dict) else None
+    if not isinstance(machines, list) or not machines:
+        found = "no 'machine'" if machines is None else repr(machines)[:60]
+        raise InputError(format_problem(f"cluster file {path}", "a non-empty list of tables 'machine'", found, _FIX))
+    where = f"cluster file {path}"
+    return Cluster(tuple(_machine(where, entry, i) for i, entry in enumerate(machines)), where)
