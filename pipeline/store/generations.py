@@ -55,7 +55,12 @@ from typing import Any
 from pipeline.store.commit import RUN_NAME, Staging
 from storage.commit import failpoints
 from storage.commit.atomic import dumps_json
-from storage.commit.conditional import PROBE_PREFIX, conditional_writes, manifest_etag, put_if_unchanged
+from storage.commit.conditional import (
+    PROBE_PREFIX,
+    conditional_writes,
+    manifest_etag,
+    put_if_unchanged,
+)
 from storage.commit.lease import LEASE_NAME, Lease
 from storage.errors import AseprError, StoreError, format_problem
 from storage.locations.fs import join, resolve, url_of

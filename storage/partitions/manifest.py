@@ -102,7 +102,7 @@ def read_manifest(
         format or a newer format version.
     """
     fs, path = resolve(out, storage_options)
-    with remote_errors_as_problems(url_of(fs, path), doing="reading its manifest"):
+    with remote_errors_as_problems(url_of(fs, path), doing="reading"):
         return _read_manifest(fs, path, missing_ok)
 
 
@@ -210,7 +210,8 @@ def _check_fields(manifest: dict[str, Any], url: str) -> None:
         if "generation" in entry and not _integer(entry["generation"], 1):
             raise _field_problem(url, f"{where}.generation", "an integer >= 1", entry["generation"])
         for text in ("path", "checksum", "sha256"):
-            if text in entry and not isinstance(entry[text], str):
+            # A null is left to the reader that needs the value, which names what is missing.
+            if entry.get(text) is not None and not isinstance(entry[text], str):
                 raise _field_problem(url, f"{where}.{text}", "text", entry[text])
         counts = entry.get("counts", {})
         if not isinstance(counts, dict) or not all(_integer(v, 0) for v in counts.values()):

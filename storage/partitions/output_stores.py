@@ -28,7 +28,7 @@ def _store_generation(url: str, storage_options: dict | None) -> int | None:
     try:
         attrs = open_group_readonly(url, storage_options).attrs
         return int(attrs["generation"]) if "checksum" in attrs else None
-    except Exception as exc:  # noqa: BLE001 - any unreadable store simply is not this generation,
+    except Exception as exc:  # any unreadable store simply is not this generation,
         problem = remote_error_problem(exc, url)
         if problem is not None:  # unless the store did not answer: that is no missing store
             raise problem from exc

@@ -22,7 +22,12 @@ import storage.commit.lease
 from pipeline.config import PartitionConfig
 from pipeline.partition_run import partition_to_store
 from pipeline.verify import verify_output
-from storage.commit.conditional import PROBE_PREFIX, CommitConflict, conditional_writes, put_if_unchanged
+from storage.commit.conditional import (
+    PROBE_PREFIX,
+    CommitConflict,
+    conditional_writes,
+    put_if_unchanged,
+)
 from storage.commit.lease import LEASE_NAME
 from storage.partitions.manifest import read_manifest
 from tests.pipeline.test_write import make_input

@@ -58,7 +58,7 @@ def test_a_refused_or_unanswered_request_is_one_line_naming_the_url(committed, n
     args = ["verify", out, *flags] if command == "verify" else ["ingest", out, str(edges), *flags]
     assert main(args) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"asepr {command}: error: {out} (reading its manifest): ") and found in err, err
+    assert err.startswith(f"asepr {command}: error: {out} (reading): ") and found in err, err
     assert err.count("\n") == 1 and "Traceback" not in err and "--overwrite" not in err
     if case != "dead endpoint":
         assert "check the key and secret" in err and "nothing was changed" in err

@@ -85,7 +85,7 @@ def _edit_meta(root: Path, **changes) -> None:
 
 def test_a_label_of_ten_to_the_twelve_is_refused_naming_the_column(small_input):
     _edit_meta(small_input, num_classes=None)
-    shard = sorted((small_input / "nodes").glob("*.parquet"))[0]
+    shard = min((small_input / "nodes").glob("*.parquet"))
     table = pq.read_table(shard)
     labels = table.column("label").to_numpy().copy()
     labels[5] = CLAIM
