@@ -183,3 +183,12 @@ def test_a_bad_cluster_file_is_named_with_the_machine_and_key(tmp_path):
         read_cluster(bad)
     with pytest.raises(ValueError, match="expected a readable TOML or JSON file"):
         read_cluster(tmp_path / "missing.toml")
+
+
+def test_the_fds_baseline_refuses_capacity_aware_steps_and_keeps_the_slowdown():
+    from training.checkpoint import TrainerError
+    from training.fds.trainer import fds_config
+
+    with pytest.raises(TrainerError, match="--strategy fds: expected no --speeds, --cluster or --deadline"):
+        fds_config(dataclasses.replace(SMALL, deadline=1.0))
+    assert fds_config(dataclasses.replace(SMALL, slowdown=(1.0, 3.0))).slowdown == (1.0, 3.0)

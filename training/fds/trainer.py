@@ -65,6 +65,7 @@ import training.checkpoint as ckpt
 from storage.commit import failpoints
 from storage.errors import format_problem
 from storage.inputs.directory import open_input
+from training.capacity import check_rank_lists
 from training.checkpoint import RunDir, TrainerError
 from training.comm import Comm
 from training.config import TrainConfig
@@ -108,6 +109,10 @@ def fds_config(config: TrainConfig) -> TrainConfig:
         raise TrainerError(format_problem("--strategy fds", "--task node (FDS trains node classification)",
                                           f"--task {config.task}",
                                           "use --task node, or the asepr strategy for link prediction."))
+    if config.capacity_aware:  # every fds step is one averaged gradient of all ranks together
+        raise TrainerError(format_problem("--strategy fds", "no --speeds, --cluster or --deadline (every fds step "
+                                          "waits for every rank)", "capacity-aware steps",
+                                          "drop them; --slowdown still models a slow rank's time."))
     batch = FDS_AUTO_BATCH if config.batch_size == "auto" else config.batch_size or FDS_DEFAULT_BATCH
     return dataclasses.replace(config, reconcile="avg", batch_size=batch, eval_mode="exact")
 
@@ -364,7 +369,11 @@ def train_fds(graph: FdsGraph, run_dir: str | Path, config: TrainConfig, *, comm
         log.info("fds: %d ranks, %s partition, %s model with %d parameters, %d steps per epoch of %d seeds per rank",
                  comm.world_size, info.get("partition"), config.model, num_parameters(loop.model),
                  loop.steps_per_epoch, config.batch_size)
-    loop.clock = ComputeClock(loop.rows[-1].get("compute_s_cum_max", 0.0) if loop.rows else 0.0)
+    problem = check_rank_lists(config, comm.world_size)  # the same on every rank: all stop
+    if problem:
+        raise TrainerError(problem)
+    loop.clock = ComputeClock(loop.rows[-1].get("compute_s_cum_max", 0.0) if loop.rows else 0.0,
+                              factor=config.slowdown[comm.rank] if config.slowdown else 1.0)
     for rnd in range(loop.start_round, config.rounds):
         if patience_spent(loop.rows, config.patience):  # the same global rows on every rank
             break
