@@ -18,7 +18,6 @@ import time
 import pytest
 import s3fs
 
-import storage.commit.lease
 from pipeline.config import PartitionConfig
 from pipeline.partition_run import partition_to_store
 from pipeline.verify import verify_output
@@ -41,12 +40,6 @@ def graph(tmp_path_factory):
     return root
 
 
-@pytest.fixture
-def fast_lease(monkeypatch):
-    """This process's writers claim the lease with a short settle time."""
-    monkeypatch.setattr(storage.commit.lease, "DEFAULT_SETTLE_S", 0.1)
-
-
 def _fs(options) -> s3fs.S3FileSystem:
     return s3fs.S3FileSystem(**options, skip_instance_cache=True)
 
@@ -59,7 +52,7 @@ def test_the_probe_finds_conditional_writes_on_moto_and_not_on_rclone(moto_serve
         assert not [p for p in fs.find(url) if PROBE_PREFIX in p]  # the probe object is gone
 
 
-def test_a_stale_etag_or_a_create_over_an_existing_manifest_is_refused_by_moto(moto_server, graph, fast_lease):
+def test_a_stale_etag_or_a_create_over_an_existing_manifest_is_refused_by_moto(moto_server, graph):
     url, options = moto_server.bucket()
     out = f"{url}/out"
     manifest = partition_to_store(graph, out, PartitionConfig(num_parts=2, algo="hash"), storage_options=options)
@@ -87,8 +80,8 @@ def _expire_lease(options, out: str) -> None:
     ("moto_server", "manifest", "this run lost its lease"),
     ("s3_server", "manifest", "this run lost its lease"),
 ])
-def test_a_writer_paused_past_its_lease_does_not_overwrite_the_newer_commit(request, graph, tmp_path, fast_lease,
-                                                                             server, point, refusal):
+def test_a_writer_paused_past_its_lease_does_not_overwrite_the_newer_commit(request, graph, tmp_path, server, point,
+                                                                             refusal):
     """``commit-put``: stopped after its lease read-back, just before its PUT, which only
     the store's compare-and-swap can refuse; ``manifest``: stopped before the read-back,
     which the lease refuses (the guarantee where the store ignores conditional writes)."""
