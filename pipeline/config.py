@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from pipeline.capacity import normalise_capacities, shares_of
 from storage.errors import InputError
 
 __all__ = ["ALGORITHMS", "SCORINGS", "TUNING_SET", "PartitionConfig"]
@@ -65,7 +66,14 @@ class PartitionConfig:
         ASEP's community mapping keeps an attribute cluster's communities on one
         partition (True) or packs by volume alone like 2PS-L (False).
     epsilon
-        Balance slack: the cap is ``ceil((1 + epsilon) * |E| / k)`` edges.
+        Balance slack: the cap is ``ceil((1 + epsilon) * |E| / k)`` edges, or with
+        ``capacities`` ``ceil((1 + epsilon) * share_p * |E|)`` for partition p.
+    capacities
+        k positive numbers, each partition's machine's capacity (``--capacities``, or
+        from a cluster file, :func:`pipeline.capacity.read_cluster_file`); partition p
+        takes the share ``W_p / sum(W)`` of the edges and masters
+        (:mod:`pipeline.capacity`). None (default), or all equal (stored as None), is
+        an equal share each.
     hdrf_lambda
         Weight of HDRF's balance term.
     two_phase_fallback
@@ -127,6 +135,7 @@ class PartitionConfig:
     projection_threshold: int = 256
     batch_rows: int = 1 << 20
     undirected: bool | None = None
+    capacities: tuple[float, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -162,6 +171,12 @@ class PartitionConfig:
             raise InputError(f"--cluster-passes: expected >= 1, found {self.cluster_passes}.")
         if self.batch_rows < 1:
             raise InputError(f"--batch-rows: expected a positive count, found {self.batch_rows}.")
+        object.__setattr__(self, "capacities", normalise_capacities(self.capacities, self.num_parts))
+
+    @property
+    def shares(self) -> tuple[float, ...] | None:
+        """Each partition's share of the edges and masters; None for equal shares."""
+        return shares_of(self.capacities)
 
     @property
     def attr_clusters(self) -> int:
@@ -203,6 +218,12 @@ class PartitionConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values; ``capacities`` only when they are not all equal
+        (so that a uniform run's manifest, state and run key are what they always were)."""
         out = asdict(self)
         out["num_attr_clusters"] = self.attr_clusters
+        if self.capacities is None:
+            del out["capacities"]
+        else:
+            out["capacities"] = list(self.capacities)
         return out

@@ -84,6 +84,7 @@ class RunShape:
     sweeps: int = 1  # node-table sweeps at once (one per worker; local threads share one)
     ways: int = 1  # threads of an order-free edge pass (pipeline.stream.map_shard_ranges)
     x_ratio: float = 1.0  # raw / stored bytes of the features (pipeline.plan_inputs.feature_store_ratio)
+    top_share: float = 0.0  # the largest partition's share with capacities (pipeline.capacity); 0: 1/k each
 
     @property
     def words(self) -> int:
@@ -92,13 +93,33 @@ class RunShape:
 
     @property
     def n_p(self) -> float:
-        """Nodes of one partition: RF·|V|/k, at most |V|."""
+        """Nodes of the largest partition: RF·|V|/k (with capacities RF·|V|·top share), at most |V|."""
+        if self.top_share:
+            return min(self.n, self.rf * self.n * self.top_share)
         return min(self.n, self.rf * self.n / self.k)
 
     @property
     def e_p(self) -> float:
-        """Edge rows of one partition: the cap ``(1 + eps)|E|/k`` plus its halo copies."""
+        """Edge rows of the largest partition: the cap ``(1 + eps)|E|/k`` (with capacities
+        ``(1 + eps)·top share·|E|``) plus its halo copies."""
+        if self.top_share:
+            return math.ceil((1.0 + self.epsilon) * self.top_share * self.e) * (1.0 + self.halo_copies)
         return math.ceil((1.0 + self.epsilon) * self.e / self.k) * (1.0 + self.halo_copies)
+
+    @property
+    def n_all(self) -> float:
+        """Nodes of all partitions: k·:attr:`n_p` for equal shares, else RF·|V| (at most k·|V|)."""
+        if self.top_share:
+            return min(self.k * self.n, self.rf * self.n)
+        return self.k * self.n_p
+
+    @property
+    def e_all(self) -> float:
+        """Edge rows of all partitions at their caps: k·:attr:`e_p` for equal shares, else
+        ``(1 + eps)|E|`` and a row of rounding per partition, with the halo copies."""
+        if self.top_share:
+            return (math.ceil((1.0 + self.epsilon) * self.e) + self.k) * (1.0 + self.halo_copies)
+        return self.k * self.e_p
 
     @property
     def stream(self) -> float:

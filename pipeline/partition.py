@@ -50,7 +50,7 @@ from pipeline.stages.masters import (
     replica_rows,
 )
 from pipeline.stages.metis import metis_membership
-from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
+from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics, share_metrics
 from pipeline.stages.struct_cluster import (
     Communities,
     clustering_needs,
@@ -218,14 +218,15 @@ def _communities(run: PartitionConfig, edge_shards: list[Shard], degree: np.ndar
         mapping = map_communities(
             communities.volume, attr_ids, k, epsilon=run.epsilon,
             keep_attr_together=run.uses_attributes and steering.keep_attr_together,
-            community_id=communities.community_id, degree=degree, higher_id_first=published,
+            community_id=communities.community_id, degree=degree, higher_id_first=published, shares=run.shares,
         )
         steering.communities, steering.mapping = communities, mapping
         steering.vertex_part, steering.vertex_volume, steering.vertex_home = vertex_terms(
             mapping, communities.community_id, communities.volume, attr_ids if run.uses_attributes else None)
         clock.tick("mapping")
     elif run.algo == "metis":
-        steering.vertex_part = metis_membership(edge_shards, len(degree), k, run.seed, run.batch_rows)
+        steering.vertex_part = metis_membership(edge_shards, len(degree), k, run.seed, run.batch_rows,
+                                                shares=run.shares)
         steering.vertex_volume = degree
         clock.tick("metis")
 
@@ -367,11 +368,12 @@ def _two_phase_fallback(fallback: _Fallback, degrees: Degrees, attr_ids: np.ndar
         clock.tick("two-phase fallback")
 
 
-def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarray, num_parts: int,
-                    batch_rows: int, num_edges: int) -> tuple[np.ndarray, np.ndarray]:
+def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarray, run: PartitionConfig,
+                    num_edges: int) -> tuple[np.ndarray, np.ndarray]:
     """Count the edges of every replica (ranges of the stream on threads, each into its
     own counters, then summed; ``int32`` while no count can reach 2**31; the replica
-    bits and counter offsets packed in rows, :func:`replica_rows`), then choose.
+    bits and counter offsets packed in rows, :func:`replica_rows`), then choose (ties
+    relative to ``run``'s shares).
     Returns the masters and the rows with each master in place of its offset
     (:func:`~pipeline.stages.metrics.locality_batch`)."""
     offsets = replica_offsets(replicas)
@@ -380,7 +382,7 @@ def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarra
 
     def count(shards: range) -> np.ndarray:
         counts = np.zeros(offsets[-1], dtype=dtype)
-        for src, dst, part in iter_assigned(edge_shards[shards.start:shards.stop], workdir, batch_rows,
+        for src, dst, part in iter_assigned(edge_shards[shards.start:shards.stop], workdir, run.batch_rows,
                                             first_shard=shards.start):
             count_edges_per_replica(src, dst, part, rows, rows[:, -1], counts)
         return counts
@@ -388,7 +390,7 @@ def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarra
     counts, *others = map_shard_ranges(edge_shards, count) or [np.zeros(offsets[-1], dtype=dtype)]
     for more in others:
         counts += more
-    master = choose_masters(replicas, offsets, counts, num_parts)
+    master = choose_masters(replicas, offsets, counts, run.num_parts, run.shares)
     rows[:, -1] = master  # the rows of the locality pass: replica words, then the master
     return master, rows
 
@@ -426,8 +428,10 @@ def _measure(result: Assignment, rows: np.ndarray, attr_ids: np.ndarray, steerin
     result.metrics["drift"] = drift_metrics(
         result.loads, run.epsilon,
         steering.mapping.community_part if steering.mapping is not None else None,
-        steering.communities.volume if steering.communities is not None else None,
+        steering.communities.volume if steering.communities is not None else None, shares=run.shares,
     )
+    if run.shares is not None:
+        result.metrics["capacity"] = share_metrics(result.loads, result.metrics["masters"], run.shares)
     if steering.lift is not None:
         result.metrics["attribute_lift"] = {
             "lift": steering.lift.lift, "homophily": steering.lift.homophily, "chance": steering.lift.chance,
@@ -519,8 +523,7 @@ def partition(
         if fallback is not None:
             replicas, loads, settings = _two_phase_fallback(fallback, degrees, attr_ids, steering, workdir, clock,
                                                             (replicas, loads, settings))
-        master, rows = _choose_masters(source.edge_shards, workdir, replicas, run.num_parts, run.batch_rows,
-                                       degrees.num_edges)
+        master, rows = _choose_masters(source.edge_shards, workdir, replicas, run, degrees.num_edges)
         clock.tick("masters")
         result = Assignment(
             config=run, num_nodes=num_nodes, num_edges=degrees.num_edges, edge_shards=source.edge_shards,

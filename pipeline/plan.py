@@ -440,6 +440,7 @@ def plan_run(
         sweeps=workers or 1,
         ways=max(1, min(stream_ways(), max(1, sizes.edge_shards))),
         x_ratio=max(1.0, float(feature_ratio)),
+        top_share=max(run.shares) if run.shares else 0.0,
     )
     threads = threads or os.cpu_count() or 1
     needs = _stage_needs(run, shape)

@@ -29,7 +29,8 @@ from storage.locations.remote import add_storage_options_flag, remote_errors_as_
 from workflows.dask_client import add_dask_arguments, client_from_args, default_workers
 from workflows.extras import require_extra
 
-__all__ = ["byte_count", "config_from_args", "drift_text", "inspect_text", "metrics_table", "partition_table", "register"]
+__all__ = ["byte_count", "config_from_args", "drift_text", "inspect_text", "metrics_table", "partition_table", "register",
+           "share_text"]
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,13 @@ def register(subparsers, add_common) -> None:
                    help="asep: scale alpha and beta by min(1, attribute lift / REF); 0: no scaling "
                         "(the default)")
     p.add_argument("--epsilon", type=float, help="balance slack: cap = (1 + epsilon) |E| / K")
+    p.add_argument("--capacities", metavar="W1,...,WK",
+                   help="K positive numbers, each partition's machine's capacity: partition p takes the share "
+                        "Wp / sum(W) of the edges and masters, its cap (1 + epsilon) share |E| (default: equal)")
+    p.add_argument("--cluster", metavar="FILE",
+                   help="a TOML or JSON file with each machine's relative compute and memory ([[machine]] "
+                        "compute = ..., memory = ...); the shares follow the smaller of the two "
+                        "(docs/guide/partitioning.md)")
     p.add_argument("--memory-budget", type=byte_count, default=None, metavar="BYTES",
                    help="asep/hdrf hybrid: hold up to BYTES (e.g. 512M, 2G) of the low-degree subgraph in memory "
                         "and partition it by neighbourhood expansion, streaming the rest; about 12 B per edge "
@@ -191,11 +199,30 @@ def config_from_args(args: argparse.Namespace) -> tuple[PartitionConfig, int]:
             values[name] = value
     if args.num_parts is not None:
         values["num_parts"] = args.num_parts
+    _capacities_from_args(args, values)
     if args.halo is not None:
         halo = args.halo
     if "num_parts" not in values:
         raise InputError("give the number of partitions with -k K (or k in --config).")
     return PartitionConfig(**values), halo
+
+
+def _capacities_from_args(args: argparse.Namespace, values: dict[str, Any]) -> None:
+    """``--capacities`` or ``--cluster`` into ``values["capacities"]`` (checked against k;
+    without -k, k is their count)."""
+    from pipeline.capacity import normalise_capacities, parse_capacities, read_cluster_file
+
+    text, cluster = getattr(args, "capacities", None), getattr(args, "cluster", None)
+    if text is not None and cluster is not None:
+        raise InputError(format_problem("--capacities and --cluster", "one of them", "both",
+                                        "give the capacities either as numbers or as a cluster file."))
+    if text is None and cluster is None:
+        return
+    where = "--capacities" if text is not None else f"--cluster {cluster}"
+    capacities = parse_capacities(text) if text is not None else read_cluster_file(cluster)
+    values.setdefault("num_parts", len(capacities))
+    normalise_capacities(capacities, values["num_parts"], where)
+    values["capacities"] = capacities
 
 
 def _plan(args: argparse.Namespace, config: PartitionConfig, halo: int):
@@ -265,6 +292,8 @@ def _cmd_partition(args: argparse.Namespace) -> int:
             print(f"resumed {len(resumed)} finished partition(s) of an interrupted run")
         print(metrics_table(manifest))
         print(partition_table(manifest))
+        if share_text(manifest):
+            print(share_text(manifest))
         if manifest.get("metrics", {}).get("drift", {}).get("rebalance_advised"):
             print(drift_text(args.out, manifest))  # said now, not first by a later `asepr inspect`
     return 0
@@ -323,6 +352,26 @@ def partition_table(manifest: dict[str, Any], sizes: dict[int, int] | None = Non
         f"  {'total':>5} {total['nodes']:>12,} {total['masters']:>12,} {total['edges']:>13,} "
         f"{total['halo_edges']:>11,} {_human_bytes(total['bytes']):>11}"
     )
+    return "\n".join(lines)
+
+
+def share_text(manifest: dict[str, Any]) -> str | None:
+    """With capacities: each partition's target share and its shares of the edges and
+    masters, each also as a ratio to the target (1.000: exactly in proportion)."""
+    capacities = manifest.get("config", {}).get("capacities")
+    if not capacities:
+        return None
+    total = float(sum(capacities))
+    entries = sorted(manifest["partitions"], key=lambda e: e["part_id"])
+    edges = [e.get("counts", {}).get("edges", 0) for e in entries]
+    masters = [e.get("counts", {}).get("masters", 0) for e in entries]
+    lines = [f"shares (capacities {', '.join(f'{c:g}' for c in capacities)})",
+             f"  {'part':>5} {'share':>7} {'edges':>7} {'/share':>7} {'masters':>8} {'/share':>7}"]
+    for entry, e, m in zip(entries, edges, masters):
+        share = capacities[entry["part_id"]] / total
+        e_share, m_share = e / max(1, sum(edges)), m / max(1, sum(masters))
+        lines.append(f"  {entry['part_id']:>5} {share:>7.3f} {e_share:>7.3f} {e_share / share:>7.3f} "
+                     f"{m_share:>8.3f} {m_share / share:>7.3f}")
     return "\n".join(lines)
 
 
@@ -422,6 +471,9 @@ def inspect_text(out: str | Path, manifest: dict[str, Any], storage_options: dic
         except AseprError:
             pass
     lines.append(partition_table(manifest, sizes))
+    shares = share_text(manifest)
+    if shares:
+        lines.append(shares)
     return "\n".join(lines)
 
 

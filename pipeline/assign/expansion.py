@@ -8,7 +8,8 @@ neighbour (``int32``) and its partition (``int16``, -1 while unassigned): 6 byte
 entry, at most 12 per edge. Unmixed (``mixed`` False), only the edges between two low
 vertices are held, and the lists name low vertices only.
 
-The expansion fills partitions one after another up to ``target`` edges. Partition b
+The expansion fills partitions one after another, partition b up to ``target[b]``
+edges (the held edges over k, or with shares ``share_b`` of them). Partition b
 keeps a core set C and a boundary set S (``in_s[v] == b``). It moves to C the boundary
 vertex with the fewest unassigned edges (a min-heap), or a fresh seed when the boundary
 is exhausted; a vertex moved to C pulls all its neighbours into S, and a vertex joining
@@ -23,8 +24,8 @@ its own group first, and among boundary vertices with equally few unassigned edg
 takes one of its group first (docs/results/hybrid measures what it changes).
 
 Edges the expansion leaves (when a partition filled up in the middle of a vertex) go to
-the partition with the most endpoint replicas among those below ``target``, then the
-least loaded. The replicas are the bitset words of the
+the partition with the most endpoint replicas among those below their ``target``, then
+the least loaded relative to its target. The replicas are the bitset words of the
 :class:`~pipeline.assign.state.AssignState` rows, updated in place.
 """
 
@@ -45,8 +46,8 @@ __all__ = [
 #: ``threshold`` (vertices of degree <= it own a list).
 HeldLists = namedtuple("HeldLists", ["offsets", "nbr", "part", "degree", "threshold"])
 
-#: What the expansion fills and its scratch: ``target`` (the most held edges per
-#: partition), ``loads`` int64[k], ``vstate`` (the
+#: What the expansion fills and its scratch: ``target`` (int64[k], the most held edges
+#: of each partition), ``loads`` int64[k], ``vstate`` (the
 #: :class:`~pipeline.assign.state.AssignState` rows, replica words first), ``rem``
 #: int32[N] (unassigned entries per vertex), ``in_s`` int16[N] of -1, the boundary
 #: ``heap`` int32 and ``pos`` int32[N] of -1, the vertices' ``group`` (int16, -1 none)
@@ -278,7 +279,7 @@ def _add_boundary(v, b, size, lists, st):
         size += 1
         _sift_up(heap, pos, size - 1, b, rem, st.group, st.prefer_attr)
     for e in range(lists.offsets[v], lists.offsets[v + 1]):
-        if rem[v] == 0 or st.loads[b] >= st.target:
+        if rem[v] == 0 or st.loads[b] >= st.target[b]:
             break
         if lists.part[e] >= 0:
             continue
@@ -308,7 +309,8 @@ def _next_seed(cursor, order, rem, b, group_start, group_cursor, prefer_attr):
 
 @numba.njit(cache=True)
 def _leftovers(lists, st):
-    """Assign the entries the expansion left: most endpoint replicas below ``target``, then least load."""
+    """Assign the entries the expansion left: most endpoint replicas below ``target``, then least
+    load relative to the target."""
     rem, vstate, loads, target = st.rem, st.vstate, st.loads, st.target
     k = loads.shape[0]
     for x in range(rem.shape[0]):
@@ -321,17 +323,20 @@ def _leftovers(lists, st):
             best = -1
             best_score = -1
             for p in range(k):
-                if loads[p] >= target:
+                if loads[p] >= target[p]:
                     continue
                 s = 0
                 s += 2 * k if (vstate[x, p >> 6] >> (p & 63)) & 1 else 0
                 s += 2 * k if (vstate[y, p >> 6] >> (p & 63)) & 1 else 0
-                s += k - 1 - min(k - 1, np.int64(loads[p] * k // max(target, 1)))
+                s += k - 1 - min(k - 1, np.int64(loads[p] * k // max(target[p], 1)))
                 if s > best_score:
                     best_score = s
                     best = p
             if best < 0:
-                best = np.argmin(loads)
+                best = 0
+                for p in range(1, k):  # every partition at its target: the least relatively loaded
+                    if np.float64(loads[p]) / max(target[p], 1) < np.float64(loads[best]) / max(target[best], 1):
+                        best = p
             _assign(e, x, best, lists, st, False)
 
 
@@ -344,7 +349,7 @@ def expand(lists, st, order, group_start):
     lists
         The held CSR (:data:`HeldLists`; ``part`` initialised to -1, filled in).
     st
-        The :data:`ExpansionState`: ``k * target`` >= the held edges; ``loads`` zeros in,
+        The :data:`ExpansionState`: ``target`` sums to >= the held edges; ``loads`` zeros in,
         the held edges per partition out; ``rem`` each vertex's list length in; the
         replica words of ``vstate`` updated in place.
     order, group_start
@@ -359,7 +364,7 @@ def expand(lists, st, order, group_start):
     group_cursor = group_start[:k].copy()
     for b in range(k):
         size = 0
-        while loads[b] < target:
+        while loads[b] < target[b]:
             if size == 0:
                 x = _next_seed(cursor, order, rem, b, group_start, group_cursor, prefer_attr)
                 if x < 0:
@@ -374,7 +379,7 @@ def expand(lists, st, order, group_start):
                 _remove(heap, pos, size, x, b, rem, group, prefer_attr)
                 size -= 1
             for e in range(offsets[x], offsets[x + 1]):
-                if loads[b] >= target:
+                if loads[b] >= target[b]:
                     break
                 if part[e] < 0:
                     size = _add_boundary(nbr[e], b, size, lists, st)

@@ -1,7 +1,10 @@
 """All-k scoring (``all``: HDRF, and ASEP with ``--scoring hdrf``).
 
 Every partition is scored with the terms of :mod:`pipeline.assign.terms` plus HDRF's
-balance term ``lambda * (maxload - load(p)) / (1 + maxload - minload)``; plain HDRF
+balance term ``lambda * (maxload - load(p)) / (1 + maxload - minload)``, over loads
+relative to the partitions' shares (``load(p) / (k * share_p)``,
+:func:`pipeline.capacity.load_weights`: the loads themselves for equal shares, so a
+partition is preferred in proportion to how far it is below its share); plain HDRF
 runs with partial degrees and no community or attribute terms. The balance and
 replication terms of all k partitions are computed in one branch-free (vectorisable)
 loop, the community and home terms added at their at most four partitions, then the
@@ -13,7 +16,6 @@ pruning saves little and costs a branch per partition.
 from __future__ import annotations
 
 import numba
-import numpy as np
 
 from pipeline.assign.terms import edge_terms
 
@@ -46,20 +48,20 @@ def _first_max(scores, k):
 
 
 @numba.njit(cache=True, inline="always")
-def all_choice(vstate, u, v, words, loads, floads, scores, max_load, min_load, args):
-    """The best-scoring partition below the cap, or -1 when every partition is at it.
+def all_choice(vstate, u, v, words, loads, floads, scores, fmax, fmin, caps, args):
+    """The best-scoring partition below its cap, or -1 when every partition is at it.
 
-    ``floads`` mirrors ``loads`` as float64 and ``scores`` is a scratch array of k;
-    ``args`` are the kernel's (:data:`~pipeline.assign.kernel.KernelArgs`).
+    ``floads`` are the loads relative to the shares (float64), ``fmax`` and ``fmin``
+    their extremes, ``caps`` the partitions' edge caps and ``scores`` a scratch array
+    of k; ``args`` are the kernel's (:data:`~pipeline.assign.kernel.KernelArgs`).
     """
-    cap, use_partial, beta, lam = args.cap, args.use_partial, args.beta, args.lam
+    use_partial, beta, lam = args.use_partial, args.beta, args.lam
     gu, gv, pu, pv, scu, scv, hu, hv = edge_terms(vstate, u, v, words, use_partial, beta)
     k = loads.shape[0]
-    # The floats of a plain per-partition sum, in the same order: float(max - load)
-    # equals fmax - floads[q] exactly (integers below 2**53), g * 1.0 is g and
-    # s + 0.0 is s, so ties, and the assignment, agree with a scalar scan.
-    scale = lam / (1.0 + np.float64(max_load - min_load))
-    fmax = np.float64(max_load)
+    # The floats of a plain per-partition sum, in the same order: with equal shares
+    # float(max - load) equals fmax - floads[q] exactly (integers below 2**53), g * 1.0
+    # is g and s + 0.0 is s, so ties, and the assignment, agree with a scalar scan.
+    scale = lam / (1.0 + (fmax - fmin))
     for w in range(words):
         bu = vstate[u, w]
         bv = vstate[v, w]
@@ -67,13 +69,13 @@ def all_choice(vstate, u, v, words, loads, floads, scores, max_load, min_load, a
             s = scale * (fmax - floads[q])
             s += gu if (bu >> (q & 63)) & 1 else 0.0
             s += gv if (bv >> (q & 63)) & 1 else 0.0
-            scores[q] = s if loads[q] < cap else -1.0
-    if pu >= 0 and loads[pu] < cap:
+            scores[q] = s if loads[q] < caps[q] else -1.0
+    if pu >= 0 and loads[pu] < caps[pu]:
         scores[pu] += scu
-    if pv >= 0 and loads[pv] < cap:
+    if pv >= 0 and loads[pv] < caps[pv]:
         scores[pv] += scv
-    if hu >= 0 and loads[hu] < cap:
+    if hu >= 0 and loads[hu] < caps[hu]:
         scores[hu] += beta
-    if hv >= 0 and loads[hv] < cap:
+    if hv >= 0 and loads[hv] < caps[hv]:
         scores[hv] += beta
     return _first_max(scores, k)

@@ -9,6 +9,9 @@ the expansion left in the :class:`~pipeline.assign.state.AssignState`. With
 ``mixed=False`` only the edges between two low vertices are held, and the kernel streams
 those between a low and a high vertex too.
 
+With shares (:mod:`pipeline.capacity`), partition p's expansion fills up to its share
+of the held edges, and the kernel then streams the rest under the partitions' own caps.
+
 Memory *(our choice)*: the threshold is the largest degree whose held subgraph fits
 ``budget_bytes``, counting every array the hybrid allocates (:func:`held_bytes`, an
 upper bound of what :class:`HybridInfo` reports as allocated):
@@ -246,12 +249,21 @@ def _build(edge_shards: list[Shard], degree: np.ndarray, threshold: int, mixed: 
     return _Held(threshold, mixed, offsets, nbr, part, rem, held)
 
 
-def _expand(held: _Held, degree: np.ndarray, state: AssignState, groups: np.ndarray | None) -> int:
+def _targets(held_edges: int, k: int, shares: tuple[float, ...] | None) -> np.ndarray:
+    """``int64[k]``: the held edges each partition's expansion fills up to: an equal
+    ``ceil(held / k)`` each, or with shares ``ceil(share_p * held)``."""
+    if shares is None:
+        return np.full(k, -(-held_edges // k), dtype=np.int64)
+    return np.ceil(np.asarray(shares, dtype=np.float64) * held_edges).astype(np.int64)
+
+
+def _expand(held: _Held, degree: np.ndarray, state: AssignState, groups: np.ndarray | None,
+            shares: tuple[float, ...] | None) -> int:
     """Run the expansion into ``state`` (replicas, loads); returns the scratch bytes allocated."""
     k = state.num_parts
     n = len(degree)
     low_vertices = int(np.count_nonzero(held.rem))
-    target = -(-held.held_edges // k)
+    target = _targets(held.held_edges, k, shares)
     in_s = np.full(n, -1, dtype=np.int16)
     heap = np.empty(max(low_vertices, 1), dtype=np.int32)
     pos = np.full(n, -1, dtype=np.int32)
@@ -355,7 +367,7 @@ def hybrid_stream_assign(state: AssignState, edge_shards: list[Shard], degree: n
         held = _build(edge_shards, degree, threshold, mixed, state, batch_rows)
         t1 = time.perf_counter()
         groups = _groups(state, attr_ids, prefer)
-        scratch = _expand(held, degree, state, groups)
+        scratch = _expand(held, degree, state, groups, settings.shares)
         t2 = time.perf_counter()
         allocated = held.nbytes + scratch
         streamed, kernel_seconds = _final_pass(held, edge_shards, degree, state, settings, sink, batch_rows)

@@ -5,7 +5,24 @@ of the edge :data:`~pipeline.prefetch.PREFETCH_DISTANCE` ahead, counts the parti
 degrees, asks the mode's choice function for a partition (:mod:`.hashing`,
 :mod:`.greedy`, :mod:`.candidates`, :mod:`.hdrf`, :mod:`.twophase`; each inlined
 into this loop), falls back to the least-loaded partition when the choice is -1 or at
-the cap, and records the load and the replicas. Since ``k * cap >= |E|``, the cap always holds.
+its cap, and records the load and the replicas. Since the caps sum to at least |E|,
+they always hold.
+
+Each partition has its own cap, and loads are compared relative to the partitions'
+shares: the kernel keeps ``floads[p] = loads[p] * weight[p]`` beside the loads, with
+``weight[p] = 1 / (k * share_p)`` (:mod:`pipeline.capacity`), and every "least loaded"
+and every balance term reads ``floads``. With equal shares the weights are exactly 1.0,
+``floads`` equals the loads, and every comparison and score is the one of the integer
+loads, so the assignment is the same.
+
+With shares, partitions also have a floor *(our choice)*: the cap bounds a load from
+above only, and with three partitions at ``1 + eps`` times their share the fourth gets
+what is left, which is a machine idle for a share of every round. So once the edges
+still to come are no more than the floors' total deficit (``floors``: ``(1 - eps)``
+times each share of |E|, ``total``: |E| counted over every pass and generation, so
+``total - sum(loads)`` are the edges to come), each edge goes to the least relatively
+loaded partition below its floor. Equal shares have no floors: their assignment is the
+one-sided cap's, unchanged.
 
 The two-phase baselines (:mod:`.twophase`) stream the edges twice: once in mode
 ``prepartition``, then in their own mode. An edge that a phase leaves to the other
@@ -47,58 +64,85 @@ TWO_PHASE = (TWOPS_L, TWOPS_HDRF)
 #: How :func:`assign_batch` chooses, besides the state: ``mode`` (one of :data:`MODES`),
 #: ``use_partial`` (score with partial instead of exact degrees: plain HDRF), ``beta``
 #: and ``lam`` (the weights of the attribute-home term, whose homes of -1 never match,
-#: and of HDRF's balance term), ``cap`` (the hard per-partition edge cap: a partition at
-#: it is never chosen) and ``seed`` (of the hashing modes).
-KernelArgs = namedtuple("KernelArgs", ["mode", "use_partial", "beta", "lam", "cap", "seed"])
+#: and of HDRF's balance term), ``cap`` (the hard edge cap of every partition: a
+#: partition at it is never chosen), ``seed`` (of the hashing modes), and with shares
+#: (:mod:`pipeline.capacity`) ``caps`` (int64[k], each partition's own cap, in place of
+#: ``cap``), ``weight`` (float64[k], :func:`~pipeline.capacity.load_weights`) and
+#: ``bounds`` (uint64[k], :func:`~pipeline.capacity.hash_bounds`), ``floors`` (int64[k],
+#: :func:`~pipeline.capacity.edge_floors`) and ``total`` (the edges the floors are of).
+#: Left empty (the default), they are equal shares: ``cap`` for each, weights of 1.0,
+#: hashing mod k, no floors.
+KernelArgs = namedtuple("KernelArgs", ["mode", "use_partial", "beta", "lam", "cap", "seed", "caps", "weight",
+                                       "bounds", "floors", "total"],
+                        defaults=(np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, np.uint64),
+                                  np.zeros(0, np.int64), 0))
 
 
 @numba.njit(cache=True, inline="always")
-def _least_loaded(loads):
+def _least_loaded(loads, floads, caps):
+    """The least relatively loaded partition (first on ties); one below its cap if it is at its own."""
     best = 0
     for p in range(1, loads.shape[0]):
-        if loads[p] < loads[best]:
+        if floads[p] < floads[best]:
+            best = p
+    if loads[best] >= caps[best]:
+        # Only with shares: rounded caps can leave the relative minimum at its cap.
+        for p in range(loads.shape[0]):
+            if loads[p] < caps[p] and (loads[best] >= caps[best] or floads[p] < floads[best]):
+                best = p
+    return best
+
+
+@numba.njit(cache=True, inline="always")
+def _least_below_floor(loads, floads, floors):
+    """The least relatively loaded partition below its floor (first on ties)."""
+    best = -1
+    for p in range(loads.shape[0]):
+        if loads[p] < floors[p] and (best < 0 or floads[p] < floads[best]):
             best = p
     return best
 
 
 @numba.njit(cache=True, inline="always")
-def _load_extremes(loads):
-    """``(max_load, min_load, at_min)``: at_min counts the partitions at the minimum."""
-    max_load = loads[0]
-    min_load = loads[0]
-    for q in range(1, loads.shape[0]):
-        max_load = max(max_load, loads[q])
-        min_load = min(min_load, loads[q])
+def _load_extremes(floads):
+    """``(max, min, at_min)`` of the relative loads: at_min counts the partitions at the minimum."""
+    fmax = floads[0]
+    fmin = floads[0]
+    for q in range(1, floads.shape[0]):
+        fmax = max(fmax, floads[q])
+        fmin = min(fmin, floads[q])
     at_min = 0
-    for q in range(loads.shape[0]):
-        if loads[q] == min_load:
+    for q in range(floads.shape[0]):
+        if floads[q] == fmin:
             at_min += 1
-    return max_load, min_load, at_min
+    return fmax, fmin, at_min
 
 
 @numba.njit(cache=True, inline="always")
-def _add_load(loads, floads, p, max_load, min_load, at_min):
-    """Count one edge on ``p``; returns the new ``(max_load, min_load, at_min)``.
+def _add_load(loads, floads, weight, p, fmax, fmin, at_min):
+    """Count one edge on ``p``; returns the new ``(fmax, fmin, at_min)`` of the relative loads.
 
     Loads only grow: the max is tracked directly and the min with the count of
-    partitions at it, recomputed only when the last one leaves the min (amortised O(1)).
+    partitions at it, recomputed only when the last one leaves the min (amortised O(1)
+    for equal shares, where ties are common).
     """
-    if loads[p] == min_load:
+    grown = np.float64(loads[p] + 1) * weight[p]
+    if floads[p] == fmin:
         at_min -= 1
         if at_min == 0:
-            min_load = loads[p] + 1
+            fmin = grown
             for q in range(loads.shape[0]):
-                if q != p and loads[q] < min_load:
-                    min_load = loads[q]
+                if q != p and floads[q] < fmin:
+                    fmin = floads[q]
             for q in range(loads.shape[0]):
-                load_q = loads[q] + 1 if q == p else loads[q]
-                if load_q == min_load:
+                load_q = grown if q == p else floads[q]
+                if load_q == fmin:
                     at_min += 1
     loads[p] += 1
-    floads[p] += 1.0
-    if loads[p] > max_load:
-        max_load = loads[p]
-    return max_load, min_load, at_min
+    floads[p] = grown
+    if grown > fmax:
+        fmax = grown
+    return fmax, fmin, at_min
 
 
 @numba.njit(cache=True, nogil=True)
@@ -115,17 +159,29 @@ def assign_batch(src, dst, out, vstate, words, loads, args):
     args
         How to choose (:data:`KernelArgs`).
     """
-    mode, use_partial, beta, lam, cap, seed = args
+    mode, use_partial, beta, lam, cap, seed, caps_arg, weight_arg, bounds, floors_arg, total = args
     k = loads.shape[0]
-    max_load, min_load, at_min = _load_extremes(loads)
+    caps_owner = caps_arg.copy() if caps_arg.shape[0] == k else np.full(k, cap, dtype=np.int64)
+    weight_owner = weight_arg.copy() if weight_arg.shape[0] == k else np.ones(k, dtype=np.float64)
+    floors_owner = floors_arg.copy() if floors_arg.shape[0] == k else np.zeros(k, dtype=np.int64)
+    # Edges assigned so far and the floors' deficit (0 without floors: never forced).
+    assigned = np.int64(0)
+    deficit = np.int64(0)
+    for q in range(k):
+        assigned += loads[q]
+        deficit += max(np.int64(0), floors_owner[q] - loads[q])
     scores_owner = np.empty(k, dtype=np.float64)
-    floads_owner = loads.astype(np.float64)
+    floads_owner = loads.astype(np.float64) * weight_owner
+    fmax, fmin, at_min = _load_extremes(floads_owner)
     # The arrays the inlined choice functions take, without per-edge reference counts
-    # (pipeline.assign.refs); the two owned here stay alive to the end of the loop.
+    # (pipeline.assign.refs); the ones owned here stay alive to the end of the loop.
     vstate = borrowed(vstate)
     loads = borrowed(loads)
     scores = borrowed(scores_owner)
     floads = borrowed(floads_owner)
+    caps = borrowed(caps_owner)
+    weight = borrowed(weight_owner)
+    floors = borrowed(floors_owner)
     n = src.shape[0]
     for i in range(n):
         if i + PREFETCH_DISTANCE < n:
@@ -137,35 +193,43 @@ def assign_batch(src, dst, out, vstate, words, loads, args):
         if v != u:
             vstate[v, words + PDEG] += 1
         if mode == HASH:
-            p = hash_choice(u, v, k, seed)
+            p = hash_choice(u, v, k, seed, bounds)
         elif mode == DBH:
-            p = dbh_choice(vstate, u, v, words, k, seed)
+            p = dbh_choice(vstate, u, v, words, k, seed, bounds)
         elif mode == GREEDY:
-            p = greedy_choice(vstate, u, v, words, loads, cap)
+            p = greedy_choice(vstate, u, v, words, loads, floads, caps)
         elif mode == CANDIDATES:
-            p = candidates_choice(vstate, u, v, words, loads, max_load, cap, use_partial, beta)
+            p = candidates_choice(vstate, u, v, words, loads, floads, fmax, caps, use_partial, beta)
         elif mode == ALL:
-            p = all_choice(vstate, u, v, words, loads, floads, scores, max_load, min_load, args)
+            p = all_choice(vstate, u, v, words, loads, floads, scores, fmax, fmin, caps, args)
         else:
             if mode == PREPARTITION:
-                p = prepartition_choice(vstate, u, v, words, loads, cap)
+                p = prepartition_choice(vstate, u, v, words, loads, caps, bounds)
             elif mode == TWOPS_L:
-                p = linear_phase_choice(vstate, u, v, words, loads, cap)
+                p = linear_phase_choice(vstate, u, v, words, loads, caps, bounds)
             else:
-                p = hdrf_phase_choice(vstate, u, v, words, loads, floads, max_load, cap, lam)
+                p = hdrf_phase_choice(vstate, u, v, words, loads, floads, fmax, caps, lam)
             if p == WAIT:
                 out[i] = -1
                 vstate[u, words + PDEG] -= 1
                 if v != u:
                     vstate[v, words + PDEG] -= 1
                 continue
-        if p < 0 or loads[p] >= cap:
-            p = _least_loaded(loads)
+        if deficit > 0 and deficit >= total - assigned:
+            p = _least_below_floor(loads, floads, floors)
+        elif p < 0 or loads[p] >= caps[p]:
+            p = _least_loaded(loads, floads, caps)
+        if loads[p] < floors[p]:
+            deficit -= 1
+        assigned += 1
         out[i] = p
-        max_load, min_load, at_min = _add_load(loads, floads, p, max_load, min_load, at_min)
+        fmax, fmin, at_min = _add_load(loads, floads, weight, p, fmax, fmin, at_min)
         word = p >> 6
         bit = np.int64(1) << (p & 63)
         vstate[u, word] |= bit
         vstate[v, word] |= bit
     keep_alive(scores_owner)
     keep_alive(floads_owner)
+    keep_alive(caps_owner)
+    keep_alive(weight_owner)
+    keep_alive(floors_owner)

@@ -16,11 +16,16 @@ twice:
    * ``2ps-hdrf`` scores all k partitions by HDRF with exact degrees and the balance
      term ``lambda * (maxload - load(p)) / maxload``; ties go to the lowest id.
 
-Both phases share one fallback: when a target is at the cap (in phase 1 the common
+Both phases share one fallback: when a target is at its cap (in phase 1 the common
 partition, in phase 2 of ``2ps-l`` either candidate), the edge goes to ``x mod k``
 for the endpoint ``x`` of higher degree (``v`` on a tie), or to the least-loaded
-partition if that one is at the cap too (the kernel's fallback). Full partitions are
+partition if that one is at its cap too (the kernel's fallback). Full partitions are
 never scored. Degrees are exact in both phases.
+
+With shares (:mod:`pipeline.capacity`) *(our choice)*: each partition has its own cap,
+``maxload`` and ``load(p)`` are loads relative to the shares, and ``x mod k`` becomes
+the hash bucket of ``x`` (:func:`~pipeline.assign.hashing.bucket`), each partition
+drawn with its share.
 
 Each choice returns :data:`WAIT` for an edge the other phase assigns.
 """
@@ -30,6 +35,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from pipeline.assign.hashing import bucket, mix
 from pipeline.assign.state import DEG, PART, VOL, has_replica
 
 __all__ = ["WAIT", "hdrf_phase_choice", "linear_phase_choice", "prepartition_choice"]
@@ -39,20 +45,23 @@ WAIT = -2
 
 
 @numba.njit(cache=True, inline="always")
-def _full_fallback(vstate, u, v, words, k):
-    """``x mod k`` for the endpoint ``x`` of higher degree (``v`` on a tie)."""
+def _full_fallback(vstate, u, v, words, k, bounds):
+    """``x mod k`` for the endpoint ``x`` of higher degree (``v`` on a tie); with shares
+    (``bounds`` not empty) the hash bucket of ``x``."""
     x = u if vstate[u, words + DEG] > vstate[v, words + DEG] else v
-    return np.int64(x % k)
+    if bounds.shape[0] == 0:
+        return np.int64(x % k)
+    return bucket(mix(np.uint64(x)), k, bounds)
 
 
 @numba.njit(cache=True, inline="always")
-def prepartition_choice(vstate, u, v, words, loads, cap):
+def prepartition_choice(vstate, u, v, words, loads, caps, bounds):
     """Phase 1: ``p(c(u))`` when it equals ``p(c(v))`` (fallback when it is full), else WAIT."""
     pu = vstate[u, words + PART]
     if pu != vstate[v, words + PART]:
         return WAIT
-    if loads[pu] >= cap:
-        return _full_fallback(vstate, u, v, words, loads.shape[0])
+    if loads[pu] >= caps[pu]:
+        return _full_fallback(vstate, u, v, words, loads.shape[0], bounds)
     return pu
 
 
@@ -65,14 +74,14 @@ def _replication_terms(vstate, u, v, words):
 
 
 @numba.njit(cache=True, inline="always")
-def linear_phase_choice(vstate, u, v, words, loads, cap):
+def linear_phase_choice(vstate, u, v, words, loads, caps, bounds):
     """Phase 2 of 2PS-L: the better of ``p(c(u))`` and ``p(c(v))``, or WAIT."""
     pu = vstate[u, words + PART]
     pv = vstate[v, words + PART]
     if pu == pv:
         return WAIT
-    if loads[pu] >= cap or loads[pv] >= cap:
-        return _full_fallback(vstate, u, v, words, loads.shape[0])
+    if loads[pu] >= caps[pu] or loads[pv] >= caps[pv]:
+        return _full_fallback(vstate, u, v, words, loads.shape[0], bounds)
     gu, gv = _replication_terms(vstate, u, v, words)
     volumes = np.float64(vstate[u, words + VOL] + vstate[v, words + VOL])
     su = 0.0
@@ -89,10 +98,11 @@ def linear_phase_choice(vstate, u, v, words, loads, cap):
 
 
 @numba.njit(cache=True, inline="always")
-def hdrf_phase_choice(vstate, u, v, words, loads, floads, max_load, cap, lam):
-    """Phase 2 of 2PS-HDRF: the best HDRF score below the cap (first on ties), or WAIT.
+def hdrf_phase_choice(vstate, u, v, words, loads, floads, fmax, caps, lam):
+    """Phase 2 of 2PS-HDRF: the best HDRF score below the caps (first on ties), or WAIT.
 
-    ``floads`` mirrors ``loads`` as float64. Returns -1 when every partition is at the cap (the kernel's fallback).
+    ``floads`` are the loads relative to the shares (float64) and ``fmax`` their
+    maximum. Returns -1 when every partition is at its cap (the kernel's fallback).
     """
     if vstate[u, words + PART] == vstate[v, words + PART]:
         return WAIT
@@ -100,15 +110,14 @@ def hdrf_phase_choice(vstate, u, v, words, loads, floads, max_load, cap, lam):
     k = loads.shape[0]
     # The original divides by epsilon + maxload - minload with epsilon = 1 and the
     # minimum pinned to 1: the max load (never 0 once an edge is placed).
-    fmax = np.float64(max_load)
-    norm = fmax if max_load > 0 else 1.0
+    norm = fmax if fmax > 0 else 1.0
     best = -1
     best_score = -1.0
     for w in range(words):
         bu = vstate[u, w]
         bv = vstate[v, w]
         for q in range(w * 64, min(k, w * 64 + 64)):
-            if loads[q] >= cap:
+            if loads[q] >= caps[q]:
                 continue
             s = (gu if (bu >> (q & 63)) & 1 else 0.0) + (gv if (bv >> (q & 63)) & 1 else 0.0)
             s += lam * ((fmax - floads[q]) / norm)

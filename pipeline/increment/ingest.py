@@ -23,8 +23,10 @@ to assign the new edges:
    communities. Every new community is placed on its attribute cluster's home when
    that partition stays under the volume cap, else on the partition of least community
    volume (:func:`pipeline.stages.mapping.place_new_communities`).
-6. **Assignment**: the same kernel, mode and weights as the original run, on the
-   saved replica bitsets and loads, with the cap of the grown edge count.
+6. **Assignment**: the same kernel, mode, weights and partition shares as the
+   original run, on the saved replica bitsets and loads, with the caps of the grown
+   edge count (with shares, each partition's ``ceil((1+eps) share_p |E|)``: the
+   proportions hold as the graph grows).
 7. **Masters**: existing nodes keep theirs (a trainer's masters do not move); a new
    node gets the replica holding most of its edges (ties: fewer masters).
 8. **Write**: only the partitions that gain edges or nodes are rebuilt, and they are
@@ -59,7 +61,7 @@ from pipeline.stages.attr_cluster import AttrModel
 from pipeline.stages.degrees import compute_degrees
 from pipeline.stages.mapping import place_new_communities
 from pipeline.stages.masters import choose_new_masters, count_new_edges_per_replica, replica_offsets
-from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics
+from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics, share_metrics
 from pipeline.stages.struct_cluster import ClusterState
 from pipeline.store.commit import Staging, disk_errors, local_output, recover_journal
 from pipeline.store.continuation import Continuation
@@ -239,7 +241,7 @@ def _grow_communities(cont: Continuation, edge_shards: list[Shard], new_degree: 
         keep = config.uses_attributes and cont.kernel.keep_attr_together
         new_communities = place_new_communities(
             cont.community_part, cont.volume, cont.attr, cont.attr_home if keep else None, k,
-            epsilon=config.epsilon,
+            epsilon=config.epsilon, shares=cont.kernel.shares,
         )
         info.update(moves=moves, new_communities=new_communities)
     return new_communities
@@ -273,7 +275,8 @@ def _new_masters(cont: Continuation, edge_shards: list[Shard], first: int, workd
     for src, dst, part in iter_assigned(edge_shards, workdir, batch_rows):
         count_new_edges_per_replica(src, dst, part, cont.replicas, offsets, counts, first)
     per_part = np.bincount(cont.master[:first], minlength=cont.num_parts)
-    cont.master[first:] = choose_new_masters(cont.replicas, offsets, counts, cont.num_parts, first, per_part)
+    cont.master[first:] = choose_new_masters(cont.replicas, offsets, counts, cont.num_parts, first, per_part,
+                                             cont.kernel.shares)
 
 
 def _grown_metrics(cont: Continuation, edge_shards: list[Shard], batch_rows: int) -> tuple[dict, tuple[int, int]]:
@@ -285,7 +288,10 @@ def _grown_metrics(cont: Continuation, edge_shards: list[Shard], batch_rows: int
         total += b
     metrics = partition_metrics(cont.replicas, cont.loads, cont.master, cont.attr, cont.label, (local, total))
     metrics["cap"] = cont.kernel.cap
-    metrics["drift"] = drift_metrics(cont.loads, cont.kernel.epsilon, cont.community_part, cont.volume)
+    metrics["drift"] = drift_metrics(cont.loads, cont.kernel.epsilon, cont.community_part, cont.volume,
+                                     shares=cont.kernel.shares)
+    if cont.kernel.shares is not None:
+        metrics["capacity"] = share_metrics(cont.loads, metrics["masters"], cont.kernel.shares)
     return metrics, (local, total)
 
 

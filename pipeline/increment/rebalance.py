@@ -12,8 +12,12 @@ shows it and advises a rebalance). A rebalance:
    ``c`` (what moving ``c`` moves);
 2. moves communities, fewest moved edges per unit of volume first (ties: the larger
    volume, then the lower id), until ``p``'s community volume is within the cap; each
-   goes to the partition ``q`` with the least community volume that stays within the
-   volume cap (a community that fits nowhere stays). Its edges on ``p`` go with it when
+   goes to the partition ``q`` with the least community volume that stays within its
+   volume cap (a community that fits nowhere stays). With shares
+   (:mod:`pipeline.capacity`), each partition has its own caps (``(1+eps) share_p 2|E|``
+   volume, at least one community's, :func:`~pipeline.capacity.volume_limits`;
+   ``ceil((1+eps) share_p |E|)`` edges) and "least" compares volumes relative to the
+   shares, so a rebalance restores the proportions the run was given. Its edges on ``p`` go with it when
    ``q``'s edge load stays within the edge cap; otherwise only the community's mapping
    moves (its stored edges stay, its future edges go to ``q``), which moves no edge
    and keeps every load within the cap. Since the kernel fills partitions up to
@@ -43,10 +47,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.assign import edge_cap
+from pipeline.capacity import edge_caps, load_weights, volume_limits
 from pipeline.increment.generation import Plan, load_plan, save_plan, write_increment
 from pipeline.increment.rebuild import store_edges
-from pipeline.stages.metrics import drift_metrics, partition_metrics
+from pipeline.stages.metrics import drift_metrics, partition_metrics, share_metrics
 from pipeline.store.commit import Staging, disk_errors, local_output, recover_journal
 from pipeline.store.continuation import Continuation
 from pipeline.store.generations import RemoteStaging, begin_remote_run, remote_output
@@ -87,18 +91,19 @@ def plan_moves(cont: Continuation, store_urls: dict[int, str], storage_options: 
     counts of moved communities, volume, edges and remapped-only communities.
     """
     k = cont.num_parts
-    eps = cont.kernel.epsilon
+    eps, shares = cont.kernel.epsilon, cont.kernel.shares
     volume, part_of = cont.volume, cont.community_part
     live = (volume > 0) & (part_of >= 0)
     part_volume = np.bincount(part_of[live], weights=volume[live], minlength=k)[:k].astype(np.float64)
-    volume_cap = (1.0 + eps) * float(part_volume.sum()) / k
-    e_cap = edge_cap(int(cont.loads.sum()), k, eps)
+    volume_cap = volume_limits(float(part_volume.sum()), k, eps, shares)
+    e_cap = edge_caps(int(cont.loads.sum()), k, eps, shares)
+    weight = load_weights(k, shares)
     loads = cont.loads
     move_from = np.full(len(volume), -1, dtype=np.int32)
     move_to = np.full(len(volume), -1, dtype=np.int32)
     pairs: dict[tuple[int, int], list[int]] = {}
     sources = []
-    over = [int(p) for p in np.argsort(-part_volume, kind="stable") if part_volume[p] > volume_cap + 1e-9]
+    over = [int(p) for p in np.argsort(-part_volume * weight, kind="stable") if part_volume[p] > volume_cap[p] + 1e-9]
     for p in over:
         global_nid, rows, indices, _ = store_edges(store_urls[p], 0, storage_options)
         comm = cont.community[global_nid]
@@ -113,14 +118,14 @@ def plan_moves(cont: Continuation, store_urls: dict[int, str], storage_options: 
         edges_of[hit] = moved_count[pos[hit]]
         vols = volume[cands].astype(np.float64)
         order = np.lexsort((cands, -vols, edges_of / np.maximum(vols, 1.0)))
-        excess = part_volume[p] - volume_cap
+        excess = part_volume[p] - volume_cap[p]
         chosen = False
         for i in order:
             if excess <= 1e-9:
                 break
             c, vol, moved = int(cands[i]), float(vols[i]), int(edges_of[i])
-            dests = [int(q) for q in np.argsort(part_volume, kind="stable")
-                     if q != p and part_volume[q] + vol <= volume_cap]
+            dests = [int(q) for q in np.argsort(part_volume * weight, kind="stable")
+                     if q != p and part_volume[q] + vol <= volume_cap[q]]
             if not dests:
                 continue
             q = dests[0]
@@ -131,7 +136,7 @@ def plan_moves(cont: Continuation, store_urls: dict[int, str], storage_options: 
             excess -= vol
             entry[0] += 1
             entry[1] += int(vol)
-            if moved and loads[q] + moved <= e_cap:
+            if moved and loads[q] + moved <= e_cap[q]:
                 move_from[c], move_to[c] = p, q
                 loads[p] -= moved
                 loads[q] += moved
@@ -166,7 +171,7 @@ def plan_moves(cont: Continuation, store_urls: dict[int, str], storage_options: 
         "move_from": move_from, "move_to": move_to, "sources": sources,
         "moves": [{"from": p, "to": q, "communities": v[0], "volume": v[1], "edges": v[2], "remapped_only": v[3]}
                   for (p, q), v in sorted(pairs.items())],
-        "volume_cap": volume_cap,
+        "volume_cap": float(volume_cap.max(initial=0.0)),
     }
 
 
@@ -236,7 +241,7 @@ def _rebalance_locked(out_path: Path | str, client, progress: Progress | None, *
             )
         )
     eps = cont.kernel.epsilon
-    drift = drift_metrics(cont.loads, eps, cont.community_part, cont.volume)
+    drift = drift_metrics(cont.loads, eps, cont.community_part, cont.volume, shares=cont.kernel.shares)
     if not drift["rebalance_advised"]:
         log.warning("nothing to rebalance in %s: no partition is past its cap (community balance %.3f, "
                     "cap %.3f); it stays at generation %d", out_path, drift.get("community_balance", 1.0),
@@ -269,7 +274,7 @@ def _plan_rebalance(out_path, manifest, staging: Staging, cont: Continuation, ru
     t0 = time.perf_counter()
     urls = committed_store_urls(out_path, manifest, storage_options=staging.storage_options)
     before = drift_metrics(cont.loads, cont.kernel.epsilon,
-                           cont.community_part, cont.volume)
+                           cont.community_part, cont.volume, shares=cont.kernel.shares)
     old_master = cont.master.copy()
     with stage("plan moves", log) as info:
         moves = plan_moves(cont, urls, staging.storage_options)
@@ -288,8 +293,10 @@ def _plan_rebalance(out_path, manifest, staging: Staging, cont: Continuation, ru
     eps = cont.kernel.epsilon
     local_total = tuple(int(x) for x in cont.attrs.get("locality", (0, 0)))
     metrics = partition_metrics(cont.replicas, cont.loads, cont.master, cont.attr, cont.label, local_total)
-    metrics["cap"] = edge_cap(int(cont.loads.sum()), cont.num_parts, eps)
-    metrics["drift"] = drift_metrics(cont.loads, eps, cont.community_part, cont.volume)
+    metrics["cap"] = cont.kernel.with_edges(int(cont.loads.sum()), cont.num_parts).cap
+    metrics["drift"] = drift_metrics(cont.loads, eps, cont.community_part, cont.volume, shares=cont.kernel.shares)
+    if cont.kernel.shares is not None:
+        metrics["capacity"] = share_metrics(cont.loads, metrics["masters"], cont.kernel.shares)
     for key in ("attribute_lift", "ingest"):
         if key in manifest.get("metrics", {}):
             metrics[key] = manifest["metrics"][key]

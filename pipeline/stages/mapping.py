@@ -9,6 +9,11 @@ starts) until it would pass the volume cap ``(1 + epsilon) * 2|E| / k``, then to
 next least-loaded partition. Each attribute cluster's *home* is the partition that
 received most of its volume; the edge score rewards it (``beta``).
 
+With shares (:mod:`pipeline.capacity`) each partition has its own volume cap
+``(1 + epsilon) * share_p * 2|E|``, and "least loaded" compares volumes relative to the
+shares (``volume_p / (k * share_p)``), so each partition receives community volume in
+proportion to its share. Equal shares are the rules above, with the same arithmetic.
+
 Incremental ingest (:func:`place_new_communities`) keeps every existing community
 where it is and places each new one (in descending volume) on its attribute
 cluster's home when that partition stays under the volume cap, else on the
@@ -22,6 +27,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from pipeline.capacity import load_weights, volume_caps
 from pipeline.needs import Need, RunShape
 
 __all__ = ["CommunityMapping", "attr_homes", "map_communities", "mapping_needs", "place_new_communities",
@@ -46,22 +52,32 @@ def vertex_terms(mapping: CommunityMapping, community_id: np.ndarray, volume: np
     return mapping.community_part[community_id], volume[community_id], vertex_home
 
 
+@numba.njit(cache=True, inline="always")
+def _lightest(load, weight):
+    """The first partition of least ``load * weight`` (the least loaded relative to its share)."""
+    best = 0
+    for p in range(1, load.shape[0]):
+        if load[p] * weight[p] < load[best] * weight[best]:
+            best = p
+    return best
+
+
 @numba.njit(cache=True)
-def _pack(order, volume, group, num_parts, cap, keep_groups):
+def _pack(order, volume, group, caps, weight, keep_groups):
     part_of = np.full(volume.shape[0], -1, dtype=np.int32)
-    load = np.zeros(num_parts, dtype=np.float64)
+    load = np.zeros(caps.shape[0], dtype=np.float64)
     current = -1
     last_group = -1
     for i in range(order.shape[0]):
         c = order[i]
         vol = volume[c]
         if keep_groups:
-            if group[c] != last_group or current < 0 or load[current] + vol > cap:
-                current = int(np.argmin(load))
+            if group[c] != last_group or current < 0 or load[current] + vol > caps[current]:
+                current = _lightest(load, weight)
                 last_group = group[c]
             p = current
         else:
-            p = int(np.argmin(load))
+            p = _lightest(load, weight)
         part_of[c] = p
         load[p] += vol
     return part_of, load
@@ -77,6 +93,7 @@ def map_communities(
     community_id: np.ndarray | None = None,
     degree: np.ndarray | None = None,
     higher_id_first: bool = False,
+    shares: tuple[float, ...] | None = None,
 ) -> CommunityMapping:
     """Map every non-empty community to a partition.
 
@@ -97,13 +114,15 @@ def map_communities(
     higher_id_first
         Without ``keep_attr_together``: order communities of equal volume by
         descending id (the published 2PS-L) instead of ascending.
+    shares
+        Each partition's share (None: equal shares), :mod:`pipeline.capacity`.
     """
     if attr_cluster_id is None and keep_attr_together:
         raise ValueError("keep_attr_together packs by attribute cluster: attr_cluster_id is required")
     live = np.flatnonzero(volume > 0)
     group = (attr_cluster_id.astype(np.int64) if attr_cluster_id is not None  # indexed by community id
              else np.zeros(0, dtype=np.int64))
-    cap = (1.0 + epsilon) * float(volume.sum()) / num_parts
+    caps = volume_caps(float(volume.sum()), num_parts, epsilon, shares)
     if keep_attr_together:
         num_attr = int(attr_cluster_id.max()) + 1 if len(attr_cluster_id) else 1
         group_volume = np.bincount(group[live], weights=volume[live], minlength=num_attr)
@@ -111,7 +130,8 @@ def map_communities(
         order = live[np.lexsort((live, -volume[live], group[live], -group_volume[group[live]]))]
     else:
         order = live[np.lexsort((-live if higher_id_first else live, -volume[live]))]
-    part_of, load = _pack(order, volume.astype(np.float64), group, num_parts, cap, keep_attr_together)
+    part_of, load = _pack(order, volume.astype(np.float64), group, caps, load_weights(num_parts, shares),
+                          keep_attr_together)
     attr_home = (np.zeros(0, dtype=np.int32) if attr_cluster_id is None
                  else attr_homes(part_of, attr_cluster_id, volume, num_parts, community_id, degree))
     return CommunityMapping(community_part=part_of, attr_home=attr_home, part_volume=load)
@@ -144,15 +164,15 @@ def attr_homes(community_part: np.ndarray, attr_cluster_id: np.ndarray, volume: 
 
 
 @numba.njit(cache=True)
-def _place(order, volume, home_of, part_of, part_volume, cap):
+def _place(order, volume, home_of, part_of, part_volume, caps, weight):
     for i in range(order.shape[0]):
         c = order[i]
         vol = volume[c]
         h = home_of[c]
-        if h >= 0 and part_volume[h] + vol <= cap:
+        if h >= 0 and part_volume[h] + vol <= caps[h]:
             p = h
         else:
-            p = int(np.argmin(part_volume))
+            p = _lightest(part_volume, weight)
         part_of[c] = p
         part_volume[p] += vol
 
@@ -165,6 +185,7 @@ def place_new_communities(
     num_parts: int,
     *,
     epsilon: float = 0.05,
+    shares: tuple[float, ...] | None = None,
 ) -> int:
     """Give every live community without a partition one, in place; return how many.
 
@@ -178,6 +199,9 @@ def place_new_communities(
         Attribute cluster per vertex; a community's cluster is its founder's.
     attr_home
         Home partition per attribute cluster (None: place by volume alone, 2PS-L).
+    shares
+        Each partition's share (None: equal shares): the volume caps and the
+        least-loaded rule are relative to them, as in :func:`map_communities`.
     """
     live = volume > 0
     part_volume = np.bincount(
@@ -195,8 +219,9 @@ def place_new_communities(
         home = np.full(len(order), -1)
     home_of = np.full(len(volume), -1, dtype=np.int64)
     home_of[order] = home
-    cap = (1.0 + epsilon) * float(volume.sum()) / num_parts
-    _place(order.astype(np.int64), volume.astype(np.float64), home_of, community_part, part_volume, cap)
+    caps = volume_caps(float(volume.sum()), num_parts, epsilon, shares)
+    _place(order.astype(np.int64), volume.astype(np.float64), home_of, community_part, part_volume, caps,
+           load_weights(num_parts, shares))
     return len(order)
 
 

@@ -2,7 +2,9 @@
 
 METIS partitions the vertices of the whole (symmetrised, simple) graph in memory; the
 assignment kernel then treats each vertex's METIS part as its community's partition.
-It is a quality reference, not a streaming algorithm: its memory grows with |E|.
+It is a quality reference, not a streaming algorithm: its memory grows with |E|. With
+shares (:mod:`pipeline.capacity`) METIS is asked for parts of those target weights
+(``tpwgts``), and the kernel's caps and balance term follow the shares as for ASEP.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def _symmetric_csr(edge_shards: list[Shard], num_nodes: int, batch_rows: int) ->
 
 
 def metis_membership(edge_shards: list[Shard], num_nodes: int, num_parts: int, seed: int,
-                     batch_rows: int) -> np.ndarray:
+                     batch_rows: int, shares: tuple[float, ...] | None = None) -> np.ndarray:
     """The METIS part (int32) of every vertex, for ``num_parts`` parts.
 
     Parameters
@@ -49,6 +51,8 @@ def metis_membership(edge_shards: list[Shard], num_nodes: int, num_parts: int, s
         k and METIS's seed.
     batch_rows
         Rows per decoded batch.
+    shares
+        Each part's target share of the vertices (None: equal parts).
     """
     import pymetis
 
@@ -56,11 +60,12 @@ def metis_membership(edge_shards: list[Shard], num_nodes: int, num_parts: int, s
         return np.zeros(num_nodes, dtype=np.int32)
     xadj, adjncy = _symmetric_csr(edge_shards, num_nodes, batch_rows)
     opts = pymetis.Options(seed=seed)
+    weights = {} if shares is None else {"tpwgts": [float(s) for s in shares]}
     adjacency = pymetis.CSRAdjacency(xadj, adjncy) if hasattr(pymetis, "CSRAdjacency") else None
     if adjacency is not None:
-        _, membership = pymetis.part_graph(num_parts, adjacency, options=opts)
+        _, membership = pymetis.part_graph(num_parts, adjacency, options=opts, **weights)
     else:
-        _, membership = pymetis.part_graph(num_parts, xadj=xadj, adjncy=adjncy, options=opts)
+        _, membership = pymetis.part_graph(num_parts, xadj=xadj, adjncy=adjncy, options=opts, **weights)
     return np.asarray(membership, dtype=np.int32)
 
 

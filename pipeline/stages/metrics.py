@@ -10,7 +10,10 @@
   incidences, one per endpoint; self-loops give none);
 * drift (:func:`drift_metrics`): how far the edge loads and the community volumes
   mapped to each partition are from their caps, and whether ``asepr rebalance`` is
-  advised.
+  advised;
+* with shares (:mod:`pipeline.capacity`, :func:`share_metrics`): each partition's
+  share of the edges and of the masters beside its target share, and the balances
+  relative to the shares.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ import numba
 import numpy as np
 
 from pipeline.bitset import has_bit
+from pipeline.capacity import edge_caps, volume_limits
 from pipeline.config import PartitionConfig
 from pipeline.needs import Need, RunShape, held_arrays
 
-__all__ = ["drift_metrics", "locality_batch", "metrics_needs", "partition_metrics", "vertex_part_counts"]
+__all__ = ["drift_metrics", "locality_batch", "metrics_needs", "partition_metrics", "share_metrics",
+           "vertex_part_counts"]
 
 
 @numba.njit(cache=True, nogil=True)
@@ -118,16 +123,46 @@ def partition_metrics(
     }
 
 
+def _relative_balance(amounts: np.ndarray, shares) -> float:
+    """``max_p amount_p / (share_p * total)``: max over mean for equal shares (None)."""
+    total = float(amounts.sum())
+    if total <= 0:
+        return 1.0
+    if shares is None:
+        return float(amounts.max() / (total / len(amounts)))
+    return float((amounts / (np.asarray(shares, dtype=np.float64) * total)).max())
+
+
+def share_metrics(loads: np.ndarray, masters: np.ndarray, shares) -> dict:
+    """Each partition's target share, its share of the edges and of the masters, and
+    the largest of each relative to its target (1.0: exactly in proportion)."""
+    loads = np.asarray(loads, dtype=np.float64)
+    masters = np.asarray(masters, dtype=np.float64)
+    return {
+        "shares": [float(s) for s in shares],
+        "edge_shares": (loads / max(loads.sum(), 1.0)).tolist(),
+        "master_shares": (masters / max(masters.sum(), 1.0)).tolist(),
+        "edge_balance": _relative_balance(loads, shares),
+        "master_balance": _relative_balance(masters, shares),
+    }
+
+
 def drift_metrics(
     loads: np.ndarray,
     epsilon: float,
     community_part: np.ndarray | None = None,
     volume: np.ndarray | None = None,
+    shares: tuple[float, ...] | None = None,
 ) -> dict:
     """Balance drift of an assignment, from O(N) state.
 
     The kernel never fills a partition past the edge cap ``ceil((1+eps)|E|/k)``, so the
-    edge balance stays within ``1 + eps``. What drifts as a graph grows is the
+    edge balance stays within ``1 + eps``. With ``shares`` each partition has its own
+    caps (``ceil((1+eps) share_p |E|)`` edges; the volume of
+    :func:`pipeline.capacity.volume_limits`), the balances are relative to them
+    (``max_p load_p / (share_p |E|)``, and the volumes' largest ratio to their caps
+    times ``1 + eps``), and ``edge_caps`` and ``volume_caps`` list the caps. What drifts
+    as a graph grows is the
     structure the kernel steers by: the *community volume* of a partition (the summed
     volume of the communities mapped to it). Once a partition's community volume
     passes the volume cap ``(1+eps)·2|E|/k``, more of its communities' edges than fit
@@ -138,27 +173,31 @@ def drift_metrics(
     loads = np.asarray(loads, dtype=np.int64)
     k = len(loads)
     num_edges = int(loads.sum())
-    edge_cap = int(np.ceil((1.0 + epsilon) * num_edges / k)) if k else 0
-    mean = num_edges / k if k else 0.0
+    caps = edge_caps(num_edges, k, epsilon, shares) if k else np.zeros(0, np.int64)
     out: dict = {
         "epsilon": float(epsilon),
-        "edge_balance": float(loads.max() / mean) if mean > 0 else 1.0,
-        "edge_cap": edge_cap,
-        "edge_over_cap": [int(p) for p in np.flatnonzero(loads > edge_cap)],
+        "edge_balance": _relative_balance(loads, shares) if k else 1.0,
+        "edge_cap": int(caps.max(initial=0)),
+        "edge_over_cap": [int(p) for p in np.flatnonzero(loads > caps)],
     }
+    if shares is not None:
+        out["edge_caps"] = [int(c) for c in caps]
     over = list(out["edge_over_cap"])
     if community_part is not None and volume is not None:
         live = (volume > 0) & (community_part >= 0)
         part_volume = np.bincount(community_part[live], weights=volume[live], minlength=k)[:k]
         total = float(part_volume.sum())
-        volume_cap = (1.0 + epsilon) * total / k if k else 0.0
-        mean_volume = total / k if k else 0.0
+        vcaps = volume_limits(total, k, epsilon, shares) if k else np.zeros(0)
+        balance = _relative_balance(part_volume, None) if shares is None or not total else \
+            float((part_volume / vcaps).max() * (1.0 + epsilon))
         out.update(
             community_volume=[int(v) for v in part_volume],
-            community_balance=float(part_volume.max() / mean_volume) if mean_volume > 0 else 1.0,
-            volume_cap=float(volume_cap),
-            volume_over_cap=[int(p) for p in np.flatnonzero(part_volume > volume_cap + 1e-9)],
+            community_balance=balance if k else 1.0,
+            volume_cap=float(vcaps.max(initial=0.0)),
+            volume_over_cap=[int(p) for p in np.flatnonzero(part_volume > vcaps + 1e-9)],
         )
+        if shares is not None:
+            out["volume_caps"] = [float(c) for c in vcaps]
         over = sorted(set(over) | set(out["volume_over_cap"]))
     out["overloaded"] = over
     out["rebalance_advised"] = bool(over)

@@ -522,12 +522,13 @@ def finalize_edges_needs(s: RunShape) -> Need:
     """Memory and disk of :func:`finalize_edges`, per partition: its routed records, read
     and concatenated (32 B per edge row), then ``src``/``dst`` and their part-local ids;
     the mapped ``master`` int32[N] and its comparison, ``present`` bool[N],
-    ``local_of_global`` int64[N]; ``global_nid``, ``indptr``, the counts (24 B per node)."""
+    ``local_of_global`` int64[N]; ``global_nid``, ``indptr``, the counts (24 B per node).
+    A task is sized for the largest partition, the stores for all of them."""
     task = 32 * s.e_p + 14 * s.n + 24 * s.n_p
-    stores = s.k * (s.n_p * (8 / STORE_RATIO["global_nid"] + 8 / STORE_RATIO["indptr"] + 1 / STORE_RATIO["flags"])
-                    + s.e_p * (4 / STORE_RATIO["indices"] + (1 / STORE_RATIO["flags"] if s.halo_copies else 0))
-                    + STORE_TREE)
-    return Need(task=task, tasks=s.k, written=stores + s.k * 8 * s.n_p, kept=stores)
+    stores = (s.n_all * (8 / STORE_RATIO["global_nid"] + 8 / STORE_RATIO["indptr"] + 1 / STORE_RATIO["flags"])
+              + s.e_all * (4 / STORE_RATIO["indices"] + (1 / STORE_RATIO["flags"] if s.halo_copies else 0))
+              + s.k * STORE_TREE)
+    return Need(task=task, tasks=s.k, written=stores + 8 * s.n_all, kept=stores)
 
 
 def finalize_nodes_needs(s: RunShape) -> Need:
@@ -545,5 +546,5 @@ def finalize_nodes_needs(s: RunShape) -> Need:
     buffers = (3 * min(s.n_p * 4 * s.d, CHUNK_BYTES) + min(s.n_p * 8, CHUNK_BYTES) + min(s.n_p, CHUNK_BYTES)
                + 8 * 65_536)
     task = per_sweep * buffers + 2 * step_rows * (4 * s.d + 9) + 8 * min(s.n_p, step_rows)
-    stores = s.k * s.n_p * (4 * s.d / s.x_ratio + 8 / STORE_RATIO["y"] + 1 / STORE_RATIO["flags"])
+    stores = s.n_all * (4 * s.d / s.x_ratio + 8 / STORE_RATIO["y"] + 1 / STORE_RATIO["flags"])
     return Need(task=task, tasks=sweeps, written=stores, kept=stores)

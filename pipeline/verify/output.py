@@ -34,6 +34,8 @@ Checks (each problem names the partition, what was expected and what was found):
    stores: the loads are the partitions' edge counts, the replica bitsets are the
    nodes that touch an (assigned) edge of each partition, and the masters are the
    node map's.
+9. **shares**: each partition's assigned edges within its own cap
+   ``ceil((1 + eps) share_p |E|)`` (:mod:`pipeline.verify.shares`, in each store's scan).
 
 How it runs: each array of each store is read once, through the checked reader, and
 that one read serves the checksums, the CSR checks, the edge fingerprints and the
@@ -456,7 +458,7 @@ def _report_stores(out, manifest, options, totals: _Totals, state, parts, report
     scan failed raises here, after the problems of the partitions before it)."""
     for part in parts:
         problems.extend(_value(part).problems)
-    report.checks += ["manifest and store attributes", "checksums", "CSR well formed"]
+    report.checks += ["manifest and store attributes", "checksums", "CSR well formed", "edges within each share"]
     count = totals.master_count
     zero, many = np.flatnonzero(count == 0), np.flatnonzero(count > 1)
     if all(part.store is not None for part in parts) and len(zero):

@@ -7,7 +7,8 @@ layout, and returns what the checks across partitions need (:class:`PartitionSca
 A store whose chunks are missing, undecodable or altered is described chunk by chunk
 by :func:`storage.partitions.store.checksum_problems` (which reads it again), then
 scanned again with its damaged chunks read as the fill value, so that the problems it
-causes elsewhere (masters, edges, node rows) are reported too.
+causes elsewhere (masters, edges, node rows) are reported too. A well-formed store's
+assigned edges must also be within its share's cap (:mod:`pipeline.verify.shares`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
+from pipeline.verify.shares import share_problems
 from storage.errors import StoreError
 from storage.partitions.output_stores import resolve_store_url
 from storage.partitions.store import (
@@ -214,6 +216,8 @@ def scan_partition(out, manifest, entry, storage_options) -> PartitionScan:
     scan.csr, found = _check_csr(where, data, scan.store.attrs, int(manifest["num_nodes"]), halo,
                                  bool(manifest.get("undirected", False)))
     scan.problems += found
+    if scan.csr is not None:
+        scan.problems += [(where, m) for m in share_problems(manifest, scan.part_id, scan.csr.owned_edges)]
     scan.arrays = {name: data[name] for name in NODE_ROW_ARRAYS if name in data}
     return scan
 
