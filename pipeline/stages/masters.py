@@ -39,6 +39,7 @@ __all__ = [
     "choose_new_masters",
     "count_edges_per_replica",
     "count_new_edges_per_replica",
+    "master_miss",
     "masters_needs",
     "popcounts",
     "replica_offsets",
@@ -145,27 +146,38 @@ def count_new_edges_per_replica(src, dst, part, replicas, offsets, counts, first
             counts[offsets[v - first] + _rank(replicas, v, p)] += 1
 
 
+@numba.njit(cache=True, inline="always")
+def _replica_counts(replicas, v, slot, counts, parts, edges):
+    """The partitions of A(v) in ascending order into ``parts`` and v's edges on each
+    into ``edges`` (its counters start at ``slot``); returns |A(v)|."""
+    m = 0
+    for w in range(replicas.shape[1]):
+        bits = replicas[v, w]
+        while bits != np.uint64(0):
+            low = bits & (~bits + np.uint64(1))
+            parts[m] = w * 64 + popcount64(low - np.uint64(1))
+            edges[m] = counts[slot + m]
+            m += 1
+            bits ^= low
+    return m
+
+
 @numba.njit(cache=True)
 def _choose(replicas, offsets, counts, num_parts, first, masters_per_part, weight):
     n = replicas.shape[0]
     master = np.empty(n - first, dtype=np.int32)
+    parts = np.empty(num_parts, dtype=np.int64)
+    edges = np.empty(num_parts, dtype=np.int64)
     for v in range(first, n):
         best = -1
         best_count = -1
-        slot = offsets[v - first]
-        for w in range(replicas.shape[1]):
-            bits = replicas[v, w]
-            while bits != np.uint64(0):
-                low = bits & (~bits + np.uint64(1))
-                p = w * 64 + popcount64(low - np.uint64(1))
-                c = counts[slot]
-                slot += 1
-                if (c > best_count) or (
-                    c == best_count and masters_per_part[p] * weight[p] < masters_per_part[best] * weight[best]
-                ):
-                    best = p
-                    best_count = c
-                bits ^= low
+        for i in range(_replica_counts(replicas, v, offsets[v - first], counts, parts, edges)):
+            p, c = parts[i], edges[i]
+            if (c > best_count) or (
+                c == best_count and masters_per_part[p] * weight[p] < masters_per_part[best] * weight[best]
+            ):
+                best = p
+                best_count = c
         if best < 0:
             best = 0
             for p in range(1, num_parts):
@@ -187,6 +199,8 @@ def _move_candidates(replicas, offsets, counts, first, master, fill):
     loss = np.empty(n - first, dtype=np.int64)
     m = 0
     lowest = fill.min()
+    parts = np.empty(fill.shape[0], dtype=np.int64)
+    edges = np.empty(fill.shape[0], dtype=np.int64)
     for v in range(first, n):
         own = master[v - first]
         if fill[own] <= lowest:
@@ -194,20 +208,13 @@ def _move_candidates(replicas, offsets, counts, first, master, fill):
         own_count = 0
         best = -1
         best_count = -1
-        slot = offsets[v - first]
-        for w in range(replicas.shape[1]):
-            bits = replicas[v, w]
-            while bits != np.uint64(0):
-                low = bits & (~bits + np.uint64(1))
-                p = w * 64 + popcount64(low - np.uint64(1))
-                c = np.int64(counts[slot])
-                slot += 1
-                if p == own:
-                    own_count = c
-                elif fill[p] < fill[own] and c > best_count:
-                    best = p
-                    best_count = c
-                bits ^= low
+        for i in range(_replica_counts(replicas, v, offsets[v - first], counts, parts, edges)):
+            p, c = parts[i], edges[i]
+            if p == own:
+                own_count = c
+            elif fill[p] < fill[own] and c > best_count:
+                best = p
+                best_count = c
         if best >= 0:
             vertex[m] = v - first
             dest[m] = best
@@ -260,6 +267,12 @@ def balance_masters(replicas: np.ndarray, offsets: np.ndarray, counts: np.ndarra
         if step == 0:
             break
     return moved
+
+
+def master_miss(master: np.ndarray, shares: tuple[float, ...]) -> float:
+    """The largest relative miss of a partition's master count from its share."""
+    per_part = np.bincount(master, minlength=len(shares)) / max(1, len(master))
+    return float(np.abs(per_part / np.asarray(shares) - 1.0).max())
 
 
 def choose_masters(
