@@ -44,6 +44,7 @@ from pipeline.stages.degrees import Degrees, compute_degrees
 from pipeline.stages.mapping import CommunityMapping, attr_homes, map_communities, vertex_terms
 from pipeline.stages.masters import (
     choose_masters,
+    master_miss,
     count_edges_per_replica,
     popcounts,
     replica_offsets,
@@ -139,6 +140,8 @@ class _Steering:
     hybrid: HybridInfo | None = None
     #: Bytes of the assignment kernel's packed per-vertex rows.
     state_bytes: int = 0
+    #: The chosen stream's masters and rows, when the fallback chose by them (shares).
+    masters: tuple[np.ndarray, np.ndarray] | None = None
 
 
 # --- the stages -------------------------------------------------------------------------------
@@ -328,10 +331,29 @@ class _Fallback:
             self._pool = None
 
 
+def _by_master_shares(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, steering: _Steering,
+                      streams: dict[str, tuple[Path, np.ndarray]], chosen: str) -> str:
+    """With shares *(our choice)*: the stream whose masters can follow the shares within
+    epsilon wins over one whose cannot (a stream that leaves too many vertices on one
+    partition alone forces their masters there), else ``chosen`` stays. Keeps the
+    winner's masters and rows in ``steering.masters`` for the masters stage."""
+    found = {name: _choose_masters(edge_shards, directory, replicas, run, degrees.num_edges)
+             for name, (directory, replicas) in streams.items()}
+    miss = {name: master_miss(master, run.shares) for name, (master, _) in found.items()}
+    fits = {name: value <= run.epsilon for name, value in miss.items()}
+    if fits["asep"] != fits["2ps-hdrf"]:
+        chosen = "asep" if fits["asep"] else "2ps-hdrf"
+        log.info("masters: only the %s stream's follow the shares within %g: keeping it", chosen, run.epsilon)
+    steering.masters = found[chosen]
+    steering.fallback.update(asep_master_miss=miss["asep"], two_phase_master_miss=miss["2ps-hdrf"])
+    return chosen
+
+
 def _two_phase_fallback(fallback: _Fallback, degrees: Degrees, attr_ids: np.ndarray, steering: _Steering,
-                        workdir: Path, clock: StageClock, own: tuple[np.ndarray, np.ndarray, KernelSettings]
-                        ) -> tuple[np.ndarray, np.ndarray, KernelSettings]:
-    """Keep 2PS-HDRF's assignment (:class:`_Fallback`) if it replicates fewer vertices.
+                        workdir: Path, clock: StageClock, own: tuple[np.ndarray, np.ndarray, KernelSettings],
+                        run: PartitionConfig, edge_shards: list[Shard]) -> tuple[np.ndarray, np.ndarray, KernelSettings]:
+    """Keep 2PS-HDRF's assignment (:class:`_Fallback`) if it replicates fewer vertices
+    (with shares, :func:`_by_master_shares` first).
 
     ``own`` is ASEP's ``(replicas, loads, settings)``, its edge partitions in
     ``workdir``. When the two-phase stream wins, its files replace them and
@@ -353,6 +375,10 @@ def _two_phase_fallback(fallback: _Fallback, degrees: Degrees, attr_ids: np.ndar
         covered = max(1, int(np.count_nonzero(degrees.degree)))
         steering.fallback = {"chosen": chosen, "asep_rf": replicas_own / covered,
                              "two_phase_rf": replicas_alt / covered}
+        if run.shares is not None:
+            chosen = _by_master_shares(run, edge_shards, degrees, steering,
+                                       {"asep": (workdir, own[0]), "2ps-hdrf": (alt.directory, alt_replicas)}, chosen)
+            steering.fallback["chosen"] = chosen
         if chosen == "asep":
             return own
         for part_file in alt.directory.glob("edge-parts-*.npy"):
@@ -522,8 +548,10 @@ def partition(
                                             attr_ids if run.uses_attributes else None)
         if fallback is not None:
             replicas, loads, settings = _two_phase_fallback(fallback, degrees, attr_ids, steering, workdir, clock,
-                                                            (replicas, loads, settings))
-        master, rows = _choose_masters(source.edge_shards, workdir, replicas, run, degrees.num_edges)
+                                                            (replicas, loads, settings), run, source.edge_shards)
+        master, rows = steering.masters or _choose_masters(source.edge_shards, workdir, replicas, run,
+                                                           degrees.num_edges)
+        steering.masters = None
         clock.tick("masters")
         result = Assignment(
             config=run, num_nodes=num_nodes, num_edges=degrees.num_edges, edge_shards=source.edge_shards,

@@ -20,9 +20,10 @@ above only, and with three partitions at ``1 + eps`` times their share the fourt
 what is left, which is a machine idle for a share of every round. So once the edges
 still to come are no more than the floors' total deficit (``floors``: ``(1 - eps)``
 times each share of |E|, ``total``: |E| counted over every pass and generation, so
-``total - sum(loads)`` are the edges to come), each edge goes to the least relatively
-loaded partition below its floor. Equal shares have no floors: their assignment is the
-one-sided cap's, unchanged.
+``total - sum(loads)`` are the edges to come), each edge goes to a partition below its
+floor: one that holds replicas of both endpoints, else of one, else the least
+relatively loaded. Equal shares have no floors: their assignment is the one-sided
+cap's, unchanged.
 
 The two-phase baselines (:mod:`.twophase`) stream the edges twice: once in mode
 ``prepartition``, then in their own mode. An edge that a phase leaves to the other
@@ -45,7 +46,7 @@ from pipeline.assign.greedy import greedy_choice
 from pipeline.assign.hashing import dbh_choice, hash_choice
 from pipeline.assign.hdrf import all_choice
 from pipeline.assign.refs import borrowed, keep_alive
-from pipeline.assign.state import PDEG
+from pipeline.assign.state import PDEG, has_replica
 from pipeline.assign.twophase import WAIT, hdrf_phase_choice, linear_phase_choice, prepartition_choice
 from pipeline.prefetch import PREFETCH_DISTANCE, prefetch_write
 
@@ -94,12 +95,18 @@ def _least_loaded(loads, floads, caps):
 
 
 @numba.njit(cache=True, inline="always")
-def _least_below_floor(loads, floads, floors):
-    """The least relatively loaded partition below its floor (first on ties)."""
+def _below_floor(vstate, u, v, loads, floads, floors):
+    """Among the partitions below their floor, one holding most of the endpoints' replicas
+    (both, one, none), then the least relatively loaded (first on ties)."""
     best = -1
+    best_held = -1
     for p in range(loads.shape[0]):
-        if loads[p] < floors[p] and (best < 0 or floads[p] < floads[best]):
+        if loads[p] >= floors[p]:
+            continue
+        held = (1 if has_replica(vstate, u, p) else 0) + (1 if has_replica(vstate, v, p) else 0)
+        if held > best_held or (held == best_held and floads[p] < floads[best]):
             best = p
+            best_held = held
     return best
 
 
@@ -216,7 +223,7 @@ def assign_batch(src, dst, out, vstate, words, loads, args):
                     vstate[v, words + PDEG] -= 1
                 continue
         if deficit > 0 and deficit >= total - assigned:
-            p = _least_below_floor(loads, floads, floors)
+            p = _below_floor(vstate, u, v, loads, floads, floors)
         elif p < 0 or loads[p] >= caps[p]:
             p = _least_loaded(loads, floads, caps)
         if loads[p] < floors[p]:

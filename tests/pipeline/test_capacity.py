@@ -169,6 +169,10 @@ def test_a_run_records_its_capacities_and_holds_its_shares(weighted):
     assert manifest["config"]["capacities"] == [2.0, 1.0, 1.0, 1.0]
     assert read_state_attrs(weighted["out"], manifest)["kernel"]["shares"] == [0.4, 0.2, 0.2, 0.2]
     assert_in_proportion(manifest, (0.4, 0.2, 0.2, 0.2))
+    # The two-phase fallback weighed both streams' masters against the shares.
+    fallback = manifest["metrics"]["two_phase_fallback"]
+    chosen = "asep_master_miss" if fallback["chosen"] == "asep" else "two_phase_master_miss"
+    assert fallback[chosen] <= 0.05 or min(fallback["asep_master_miss"], fallback["two_phase_master_miss"]) > 0.05
     assert verify_output(weighted["out"]).ok
 
 
