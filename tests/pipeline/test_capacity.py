@@ -253,3 +253,21 @@ def test_plan_sizes_the_largest_partition_by_the_largest_share():
     assert weighted.n_p == pytest.approx(8000) and shape.n_p == pytest.approx(5000)
     assert shape.n_all == 4 * shape.n_p and weighted.n_all == pytest.approx(20_000)
     assert weighted.e_all < 4 * weighted.e_p
+
+
+@pytest.mark.parametrize("algo, budget", [
+    ("asep", 0), ("asep", 40_000), ("hdrf", 40_000), ("2ps-l", 0), ("2ps-hdrf", 0), ("dbh", 0), ("greedy", 0),
+    ("metis", 0),
+])
+def test_every_algorithm_and_the_hybrid_hold_the_shares(inputs, tmp_path, algo, budget):
+    if algo == "metis":
+        pytest.importorskip("pymetis")
+    shares = (0.5, 0.25, 0.25)
+    config = PartitionConfig(num_parts=3, algo=algo, capacities=(2, 1, 1), memory_budget=budget)
+    manifest = partition_to_store(inputs[8], tmp_path / "out", config)
+    loads = np.array(manifest["metrics"]["loads"])
+    assert (loads <= edge_caps(int(loads.sum()), 3, 0.05, shares)).all()
+    assert (loads >= edge_floors(int(loads.sum()), 0.05, shares)).all()
+    if budget:
+        assert manifest["metrics"]["hybrid"]["held_edges"] > 0
+    assert verify_output(tmp_path / "out").ok
