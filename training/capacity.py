@@ -40,8 +40,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch
-
 from storage.errors import format_problem
 
 __all__ = ["StepPlan", "check_rank_lists", "parse_rank_list"]
@@ -126,6 +124,8 @@ class StepPlan:
         segment's seconds per step, all gathered, become the ranks' speeds."""
         if not self.measure or self.speeds is not None:
             return
+        import torch  # the parser reads --speeds without torch (partition-only installs)
+
         seconds, steps = self._observed or (float("nan"), 0)
         mine = torch.tensor([seconds / steps if steps else float("nan")], dtype=torch.float64)
         every = torch.cat(comm.all_gather(mine, "control")).tolist()
@@ -157,6 +157,8 @@ class StepPlan:
         """The metrics columns of a round (an uncounted all_gather): every rank's steps in
         it (``local_steps_ranks``), its speed over the fastest (``speed_ratio_ranks``, "-"
         before they are known) and the declared slowdowns (``slowdown_ranks``)."""
+        import torch
+
         ratio = self.ratio
         mine = torch.tensor([float(round_steps), -1.0 if ratio is None else ratio, self.slowdown],
                             dtype=torch.float64)
