@@ -200,7 +200,8 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
             args += ["-q"] * bool(quiet) + ["-v"] * int(verbose)
             # torchrun sets OMP_NUM_THREADS=1 per rank; the trainer picks its own thread count.
             threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
-            environment = {LOCK_TOKEN_VARIABLE: lock.token, STORAGE_OPTIONS_VARIABLE: json.dumps(storage_options or {})}
+            environment = {LOCK_TOKEN_VARIABLE: lock.token, STORAGE_OPTIONS_VARIABLE: json.dumps(storage_options or {}),
+                           **(FRESH_STORE_PER_ROUND if max_restarts else {})}
             with _environment(OMP_NUM_THREADS=threads, **environment), _startup_progress(runs):
                 _elastic_launch(args, nproc, monitor_interval, max_restarts=max_restarts, runs=runs)
     except AseprError:
@@ -212,6 +213,13 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
         raise
 
 
+#: torch's elastic agents share one store between the rendezvous rounds of a job, without
+#: a prefix per round, so the ranks restarted after a lost machine read the process-group
+#: addresses of the ranks before them and wait for those; with sharing off, rank 0 of every
+#: round hosts a fresh store (set whenever the ranks may be restarted).
+FRESH_STORE_PER_ROUND = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
 def _launch_across_machines(out, run_dir, runs: RunDir, config: TrainConfig, nproc: int, elastic: Elastic,
                             max_restarts: int, storage_options: dict | None, flags: list[str],
                             monitor_interval: float) -> None:
@@ -219,7 +227,8 @@ def _launch_across_machines(out, run_dir, runs: RunDir, config: TrainConfig, npr
     takes it) and every machine writes the same ``config.json``."""
     args = [str(out), "--config", str(runs.write_config(config)), "--run-dir", str(run_dir), *flags]
     threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
-    with _environment(OMP_NUM_THREADS=threads, **{STORAGE_OPTIONS_VARIABLE: json.dumps(storage_options or {})}):
+    with _environment(OMP_NUM_THREADS=threads, **{STORAGE_OPTIONS_VARIABLE: json.dumps(storage_options or {})},
+                      **FRESH_STORE_PER_ROUND):
         _elastic_launch(args, nproc, monitor_interval, elastic=elastic, max_restarts=max_restarts, runs=runs)
 
 
