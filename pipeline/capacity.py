@@ -22,7 +22,6 @@ capacities is the run without them, byte for byte.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,12 +31,10 @@ import numpy as np
 from storage.errors import InputError, format_problem
 
 __all__ = [
-    "CLUSTER_KEYS", "edge_caps", "edge_floors", "hash_bounds", "load_weights", "normalise_capacities", "parse_capacities",
+    "edge_caps", "edge_floors", "hash_bounds", "load_weights", "normalise_capacities", "parse_capacities",
     "read_cluster_file", "shares_of", "volume_caps", "volume_limits",
 ]
 
-#: What a machine of a cluster file may say (``name`` is for people; see :func:`read_cluster_file`).
-CLUSTER_KEYS = ("name", "compute", "memory")
 
 _FIX = "give k positive numbers separated by commas, e.g. --capacities 2,1,1,1."
 
@@ -174,26 +171,10 @@ def hash_bounds(shares: Sequence[float] | None) -> np.ndarray:
     return bounds
 
 
-def _cluster_table(path: Path) -> list:
-    text = path.read_text()
-    if path.suffix.lower() == ".json":
-        raw = json.loads(text)
-    else:
-        try:
-            import tomllib
-        except ModuleNotFoundError:  # Python 3.10
-            import tomli as tomllib
-        raw = tomllib.loads(text)
-    machines = raw.get("machine") if isinstance(raw, dict) else None
-    if not isinstance(machines, list) or not machines:
-        raise ValueError("no list of machines under the key 'machine'")
-    return machines
-
-
 def read_cluster_file(path: str | Path) -> tuple[float, ...]:
     """The capacities of a cluster file: one per machine, in order.
 
-    The file is TOML (``[[machine]]`` tables) or JSON (``{"machine": [...]}``). Every
+    The file is the one ``asepr train --cluster`` reads (:mod:`storage.cluster`). Every
     machine gives ``compute`` (its relative speed), ``memory`` (its memory, in any one
     unit for all), or both (a key is given for every machine or for none). Each column
     is normalised to sum to 1, and a machine's capacity is the smaller of its two: a
@@ -204,32 +185,15 @@ def read_cluster_file(path: str | Path) -> tuple[float, ...]:
     ------
     InputError
         An unreadable file, no machines, an unknown key, a key given for some machines
-        only, or a value that is not a positive number.
+        only, a value that is not a positive number, or neither key.
     """
-    where = f"--cluster {path}"
-    example = "a [[machine]] table per machine with compute = SPEED and memory = BYTES (docs/guide/partitioning.md)"
-    try:
-        machines = _cluster_table(Path(path))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise InputError(format_problem(where, "a TOML or JSON file of machines", str(exc), f"write {example}.")) \
-            from exc
-    given = {key for machine in machines if isinstance(machine, dict) for key in machine} & {"compute", "memory"}
-    if not given:
-        raise InputError(format_problem(where, "compute or memory for every machine", "neither", f"write {example}."))
-    columns: dict[str, list[float]] = {key: [] for key in sorted(given)}
-    for i, machine in enumerate(machines):
-        if not isinstance(machine, dict):
-            raise InputError(format_problem(f"{where}, machine {i}", "a table", repr(machine), f"write {example}."))
-        unknown = sorted(set(machine) - set(CLUSTER_KEYS))
-        if unknown:
-            raise InputError(format_problem(f"{where}, machine {i}", f"the keys {', '.join(CLUSTER_KEYS)}",
-                                            ", ".join(unknown), "fix the spelling or remove the key."))
-        for key, column in columns.items():
-            value = machine.get(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                    math.isfinite(value) and value > 0):
-                raise InputError(format_problem(f"{where}, machine {i}, {key}", "a positive number", repr(value),
-                                                f"write {example}."))
-            column.append(float(value))
-    normalised = [np.asarray(column) / sum(column) for column in columns.values()]
+    from storage.cluster import read_cluster
+
+    cluster = read_cluster(path)
+    columns = [c for c in (cluster.column("compute"), cluster.column("memory")) if c is not None]
+    if not columns:
+        raise InputError(format_problem(cluster.source, "compute or memory for every machine", "neither",
+                                        "write a [[machine]] table per machine with compute = SPEED and "
+                                        "memory = SIZE (docs/guide/partitioning.md)."))
+    normalised = [np.asarray(column) / sum(column) for column in columns]
     return tuple(float(c) for c in np.minimum.reduce(normalised))

@@ -11,15 +11,19 @@ TOML (``.toml``) or JSON (``.json``; any other name is tried as JSON, then as TO
     # one [[machine]] table per machine, in rank (and partition) order
     [[machine]]
     name = "new"        # optional, for messages
-    compute = 1.0       # relative speed (any positive scale; only the ratios count; default 1)
-    memory = 64         # memory in any one unit for all machines (partitioning; default equal)
+    compute = 1.0       # relative speed (any positive scale; only the ratios count)
+    memory = 64         # memory in any one unit for all machines (partitioning only)
 
     [[machine]]
     name = "old"
     compute = 0.33
 
-JSON has the same shape: ``{"machine": [{"compute": 1.0}, {"compute": 0.33}]}``. Every
-error names the file, the machine and the key, what was expected and what was found.
+JSON has the same shape: ``{"machine": [{"compute": 1.0}, {"compute": 0.33}]}``.
+``compute`` and ``memory`` are each given for every machine or for none: a machine
+without a value would otherwise have to be guessed equal to the others. Training reads
+``compute`` (equal speeds where no machine gives it); partitioning reads both
+(:func:`pipeline.capacity.read_cluster_file`). Every error names the file, the machine
+and the key, what was expected and what was found.
 """
 
 from __future__ import annotations
@@ -40,11 +44,11 @@ _FIX = "write one [[machine]] table per machine with compute = a number > 0 (see
 
 @dataclass(frozen=True)
 class Machine:
-    """One machine: its name, relative compute and memory."""
+    """One machine: its name, relative compute and memory (None where the file gives none)."""
 
     name: str
-    compute: float = 1.0
-    memory: float = 1.0
+    compute: float | None = None
+    memory: float | None = None
 
 
 @dataclass(frozen=True)
@@ -55,13 +59,19 @@ class Cluster:
     source: str = "cluster file"
 
     def rank_speeds(self) -> tuple[float, ...]:
-        """Each trainer rank's relative compute: rank r runs on machine r."""
-        return tuple(m.compute for m in self.machines)
+        """Each trainer rank's relative compute: rank r runs on machine r (all equal when
+        the file gives no compute)."""
+        return tuple(1.0 if m.compute is None else m.compute for m in self.machines)
+
+    def column(self, key: str) -> tuple[float, ...] | None:
+        """Every machine's ``compute`` or ``memory``, or None when the file gives none."""
+        values = tuple(getattr(m, key) for m in self.machines)
+        return None if values[0] is None else values
 
 
-def _number(where: str, key: str, value: Any, default: float) -> float:
+def _number(where: str, key: str, value: Any) -> float | None:
     if value is None:
-        return default
+        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise InputError(format_problem(f"{where}, {key!r}", "a number > 0", repr(value), _FIX))
     return float(value)
@@ -77,8 +87,7 @@ def _machine(where: str, entry: Any, index: int) -> Machine:
                                         f"unknown keys {unknown}", _FIX))
     name = str(entry.get("name", f"machine {index}"))
     at = f"{where}, machine {name!r}"
-    return Machine(name, _number(at, "compute", entry.get("compute"), 1.0),
-                   _number(at, "memory", entry.get("memory"), 1.0))
+    return Machine(name, _number(at, "compute", entry.get("compute")), _number(at, "memory", entry.get("memory")))
 
 
 def _parse(path: Path, text: str) -> Any:
@@ -100,7 +109,8 @@ def read_cluster(path: str | Path) -> Cluster:
     ------
     InputError
         Naming the file (and the machine and key): missing, unreadable, not TOML or
-        JSON, no machines, an unknown key, or a value out of range.
+        JSON, no machines, an unknown key, a value out of range, or a key given for
+        some machines only.
     """
     path = Path(path)
     try:
@@ -114,4 +124,11 @@ def read_cluster(path: str | Path) -> Cluster:
         found = "no 'machine'" if machines is None else repr(machines)[:60]
         raise InputError(format_problem(f"cluster file {path}", "a non-empty list of tables 'machine'", found, _FIX))
     where = f"cluster file {path}"
-    return Cluster(tuple(_machine(where, entry, i) for i, entry in enumerate(machines)), where)
+    cluster = Cluster(tuple(_machine(where, entry, i) for i, entry in enumerate(machines)), where)
+    for key in ("compute", "memory"):
+        missing = [m.name for m in cluster.machines if getattr(m, key) is None]
+        if missing and len(missing) < len(cluster.machines):
+            raise InputError(format_problem(f"{where}, {key!r}", "a value for every machine or for none",
+                                            f"none for {', '.join(repr(n) for n in missing[:3])}"
+                                            + (" ..." if len(missing) > 3 else ""), _FIX))
+    return cluster

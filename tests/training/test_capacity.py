@@ -154,12 +154,13 @@ def test_a_cluster_file_gives_each_rank_its_machines_speed(tmp_path, kind):
     import argparse
 
     path = tmp_path / f"cluster.{kind}"
-    machines = [{"name": "a", "compute": 1.0, "memory": 2.0}, {"name": "b", "compute": 1.0}, {"compute": 0.25}]
+    machines = [{"name": "a", "compute": 1.0, "memory": 2.0}, {"name": "b", "compute": 1.0, "memory": 2.0},
+                {"compute": 0.25, "memory": 1.0}]
     if kind == "json":
         path.write_text(json.dumps({"machine": machines}))
     else:
-        path.write_text('[[machine]]\nname = "a"\ncompute = 1.0\nmemory = 2.0\n\n[[machine]]\nname = "b"\n\n'
-                        '[[machine]]\ncompute = 0.25\n')
+        path.write_text('[[machine]]\nname = "a"\ncompute = 1.0\nmemory = 2.0\n\n[[machine]]\nname = "b"\n'
+                        'compute = 1.0\nmemory = 2.0\n\n[[machine]]\ncompute = 0.25\nmemory = 1.0\n')
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)
     assert config_from_args(parser.parse_args(["--cluster", str(path)])).speeds == (1.0, 1.0, 0.25)
@@ -180,6 +181,10 @@ def test_a_bad_cluster_file_is_named_with_the_machine_and_key(tmp_path):
         read_cluster(bad)
     bad.write_text('[[machine]]\nspeed = 2\n')
     with pytest.raises(ValueError, match=r"unknown keys \['speed'\]"):
+        read_cluster(bad)
+    bad.write_text('[[machine]]\nname = "new"\ncompute = 1\n[[machine]]\nname = "old"\nmemory = 8\n')
+    with pytest.raises(ValueError, match=r"'compute': expected a value for every machine or for none, found none "
+                                         r"for 'old'\. Fix:"):
         read_cluster(bad)
     with pytest.raises(ValueError, match="expected a readable TOML or JSON file"):
         read_cluster(tmp_path / "missing.toml")
