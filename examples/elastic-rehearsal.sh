@@ -24,18 +24,10 @@ shift $(( $# < 5 ? $# : 5 )); [[ ${1:-} == -- ]] && shift
 EXTRA=("$@")
 R=$(( K / 2 ))
 mkdir -p "$WORK"/{store/graphs,driver,node0,node1}
-free_port() { python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-S3_PORT=$(free_port)
+. "$(dirname "$0")/rehearsal-store.sh"
 PIDS=()
 trap 'kill -9 "${PIDS[@]}" 2>/dev/null || true' EXIT
-
-# --- the object store (on real machines: S3, or MinIO/Ceph reachable by every node) ---
-touch "$WORK/rclone.conf"
-RCLONE_CONFIG="$WORK/rclone.conf" rclone serve s3 --addr "127.0.0.1:$S3_PORT" \
-    --auth-key AKIDREHEARSAL1,secretrehearsal1 "$WORK/store" > "$WORK/store.log" 2>&1 &
-PIDS+=($!)
-export ASEPR_STORAGE_OPTIONS="{\"key\": \"AKIDREHEARSAL1\", \"secret\": \"secretrehearsal1\", \"client_kwargs\": {\"endpoint_url\": \"http://127.0.0.1:$S3_PORT\"}}"
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/" && break; sleep 0.1; done
+start_store
 
 # --- the driver: import and partition into the store ---
 cd "$WORK/driver"

@@ -15,18 +15,11 @@
 set -euo pipefail
 WORK=${1:-$(mktemp -d)}
 mkdir -p "$WORK"/{store/graphs,driver,node0,node1}
-free_port() { python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-S3_PORT=$(free_port); DASK_PORT=$(free_port); RDZV_PORT=$(free_port)
+. "$(dirname "$0")/rehearsal-store.sh"
+DASK_PORT=$(free_port); RDZV_PORT=$(free_port)
 PIDS=()
 trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
-
-# --- the object store (on real machines: S3, or MinIO/Ceph reachable by every node) ---
-touch "$WORK/rclone.conf"
-RCLONE_CONFIG="$WORK/rclone.conf" rclone serve s3 --addr "127.0.0.1:$S3_PORT" \
-    --auth-key AKIDREHEARSAL1,secretrehearsal1 "$WORK/store" > "$WORK/store.log" 2>&1 &
-PIDS+=($!)
-export ASEPR_STORAGE_OPTIONS="{\"key\": \"AKIDREHEARSAL1\", \"secret\": \"secretrehearsal1\", \"client_kwargs\": {\"endpoint_url\": \"http://127.0.0.1:$S3_PORT\"}}"
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$S3_PORT/" && break; sleep 0.1; done
+start_store
 
 # --- node0: the Dask scheduler and a worker; node1: a worker ---
 (cd "$WORK/node0" && exec dask scheduler --host 127.0.0.1 --port "$DASK_PORT" --no-dashboard) > "$WORK/node0/scheduler.log" 2>&1 &

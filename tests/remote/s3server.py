@@ -37,6 +37,13 @@ def rclone_binary() -> str | None:
     return shutil.which("rclone")
 
 
+def environment_of_this_python() -> dict[str, str]:
+    """The environment with this interpreter's ``bin`` first on ``PATH``: a script run from
+    a test finds the same ``python``, ``asepr``, ``torchrun`` and ``rclone`` as the test,
+    activated or not."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
 def _die_with_parent() -> None:
     """In the server's process, before exec: SIGKILL when the test process goes, so that a
     test run killed before its teardown leaves no server behind (Linux only)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.remote.s3server import rclone_binary
+from tests.remote.s3server import environment_of_this_python, rclone_binary
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "elastic-rehearsal.sh"
 ROUNDS, KILL_AFTER = 6, 3
@@ -23,7 +23,7 @@ def test_the_survivor_of_a_killed_agent_finishes_the_run_from_its_last_complete_
     work = tmp_path / "work"
     done = subprocess.run(["bash", str(SCRIPT), str(work), "", "2", str(ROUNDS), str(KILL_AFTER), "--",
                            "--hidden", "32", "--local-epochs", "3", "--threads", "1", "--seed", "3"],
-                          capture_output=True, text=True, timeout=1800)
+                          capture_output=True, text=True, timeout=1800, env=environment_of_this_python())
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     whole, lost = summary["whole"], summary["lost"]

@@ -334,3 +334,20 @@ def test_layerwise_sage_is_exact_on_a_multigraph_with_self_loops(tmp_path):
     keys = arrays["src"] * 40 + arrays["dst"]
     assert len(np.unique(keys)) < len(keys) and (arrays["src"] == arrays["dst"]).any()
     _fork_ranks(_multigraph_rank, str(tmp_path / "in"))
+
+
+def test_fds_without_pymetis_names_the_extra_and_the_hash_partition(cora_input, tmp_path, monkeypatch):
+    """METIS is an extra: without it every rank stops before any collective with the fix."""
+    import sys
+
+    from training.checkpoint import TrainerError
+
+    monkeypatch.setitem(sys.modules, "pymetis", None)  # as if not installed
+    _init(0, 1, _free_port())
+    try:
+        with pytest.raises(TrainerError, match=r"no pymetis in this environment\. Fix: pip install "
+                                               r"'asepr\[metis\]', or pass --fds-partition hash"):
+            run_fds(str(cora_input), tmp_path / "run", SMALL, partition="auto")
+        assert not (tmp_path / "run" / "metrics.csv").exists()
+    finally:
+        dist.destroy_process_group()

@@ -49,6 +49,7 @@ started), and the bytes since the round started summed over all ranks:
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import logging
 import math
 import time
@@ -148,6 +149,11 @@ def run_fds(input_url: str | Path, run_dir: str | Path, config: TrainConfig, *, 
         raise TrainerError(format_problem(f"input {input_url}", f"{meta['num_nodes']} node rows (meta.json)",
                                           f"{num_nodes} rows", "run `asepr validate` on the input."))
     kind = resolve_partitioner(partition, num_edges)
+    if kind == "metis" and importlib.util.find_spec("pymetis") is None:
+        raise TrainerError(format_problem(
+            f"fds's vertex partition ({partition})", "pymetis for METIS (graphs up to 5M edges under auto)",
+            "no pymetis in this environment",
+            "pip install 'asepr[metis]', or pass --fds-partition hash (a hashed vertex partition)."))
     t0 = time.perf_counter()
     cut = all_ranks_ready(comm, "partition the vertices", lambda: _partition_vertices(
         input_url, runs, config, comm, kind, num_nodes, resume=resume, storage_options=storage_options))
