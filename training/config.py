@@ -76,7 +76,7 @@ def resolve_batch_size(batch_size: int | str, num_train: int, total_train: int |
     number of ranks: averaging W ranks' steps of ``B / W`` seeds is one step of ``B``.
     With batches of 256 on every rank, W ranks take W times fewer steps per epoch than
     the centralized run, and the global model falls behind it at large W
-    (docs/results/train-k16).
+    (docs/results/train-headline).
     """
     if batch_size != "auto":
         return int(batch_size)
