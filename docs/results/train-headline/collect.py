@@ -1,6 +1,10 @@
 """The tables of this folder's README from ``asepr bench train``'s Parquet files.
 
     python docs/results/train-headline/collect.py REPORT [REPORT ...] > tables.md
+
+A REPORT written ``DIR=STRATEGY,...`` contributes only those strategies' runs (the fds
+runs of an earlier launch whose configuration the later ones share); runs whose rounds
+have no CPU clock are not timed.
     python docs/results/train-headline/collect.py --diagnostics JSON [JSON ...]
 
 Each REPORT is a ``bench train`` output directory (``train.parquet`` and
@@ -34,24 +38,34 @@ KEYS = ["dataset", "k", "strategy", "partitioner"]
 def load(reports: list[str]) -> pl.DataFrame:
     columns = ["dataset", "k", "strategy", "partitioner", "seed", "test_at_best_val", "best_val",
                "bytes_per_epoch", "replication_factor", "compute_s"]
-    frames = [pl.read_parquet(f"{r}/train.parquet") for r in reports]
-    frames = [f.select([c if c in f.columns else pl.lit(None).alias(c) for c in columns]) for f in frames]
+    frames, round_frames = [], []
+    for report in reports:
+        path, _, only = report.partition("=")  # DIR=fds,avg: only these strategies' runs of DIR
+        keep = pl.col("strategy").is_in(only.split(",")) if only else pl.lit(True)
+        frame = pl.read_parquet(f"{path}/train.parquet").filter(keep)
+        frames.append(frame.select([c if c in frame.columns else pl.lit(None).alias(c) for c in columns]))
+        rounds = pl.read_parquet(f"{path}/train_rounds.parquet").filter(keep)
+        if "compute_s_cum_max" not in rounds.columns:  # no CPU clock (version 0.1.0): not timed
+            rounds = rounds.head(0)
+        round_frames.append(rounds)
     df = pl.concat(frames, how="vertical_relaxed").unique(subset=KEYS + ["seed"], keep="last", maintain_order=True)
-    rounds = pl.concat([pl.read_parquet(f"{r}/train_rounds.parquet") for r in reports], how="diagonal_relaxed")
+    rounds = pl.concat(round_frames, how="diagonal_relaxed")
     central = df.filter(pl.col("strategy") == "centralized").group_by("dataset").agg(pl.col("best_val").mean())
     target = {r["dataset"]: 0.99 * r["best_val"] for r in central.to_dicts()}
-    t99 = []
+    t99, timed = [], []
     for run in df.select(KEYS + ["seed"]).to_dicts():
         mine = rounds.filter(*(pl.col(c) == v for c, v in run.items())).unique("epoch", keep="last").sort("epoch")
         t99.append(time_to_fraction(mine.to_dicts(), target.get(run["dataset"]), 10) if len(mine) else None)
-    return df.with_columns(pl.col("test_at_best_val") * 100, pl.Series("t99", t99, dtype=pl.Float64))
+        timed.append(len(mine) > 0)
+    return df.with_columns(pl.col("test_at_best_val") * 100, pl.Series("t99", t99, dtype=pl.Float64),
+                           pl.Series("timed", timed))
 
 
 def summary(df: pl.DataFrame) -> pl.DataFrame:
     return df.group_by(KEYS, maintain_order=True).agg(
         pl.len().alias("seeds"), pl.col("test_at_best_val").mean().alias("test"),
         pl.col("test_at_best_val").min().alias("lo"), pl.col("test_at_best_val").max().alias("hi"),
-        pl.col("t99").mean().alias("t99"), pl.col("t99").count().alias("reached"),
+        pl.col("t99").mean().alias("t99"), pl.col("t99").count().alias("reached"), pl.col("timed").all(),
         pl.col("bytes_per_epoch").mean().alias("bytes"), pl.col("replication_factor").mean().alias("rf"))
 
 
@@ -62,16 +76,24 @@ def cell(row: dict | None) -> str:
     return f"{row['test']:.2f}{spread}"
 
 
+def mib(row: dict | None) -> str:
+    return "-" if not row or row["bytes"] is None else f"{row['bytes'] / 2**20:.2f}"
+
+
 def time_cell(row: dict | None) -> str:
-    if not row or row["t99"] is None:
-        return "not reached" if row else "-"
+    if not row or not row["timed"]:
+        return "not timed" if row else "-"
+    if row["t99"] is None:
+        return "not reached"
     partial = "" if row["reached"] == row["seeds"] else f" ({row['reached']}/{row['seeds']})"
     return f"{row['t99']:.1f}{partial}"
 
 
 def main(reports: list[str]) -> None:
     s = summary(load(reports))
-    rows = {(r["dataset"], r["k"], r["strategy"], r["partitioner"]): r for r in s.to_dicts()}
+    order = list(dict.fromkeys(s["dataset"]))
+    rows = {(r["dataset"], r["k"], r["strategy"], r["partitioner"]): r
+            for r in sorted(s.to_dicts(), key=lambda r: (order.index(r["dataset"]), r["k"]))}
     print("# Training headline: the tables\n")
     print("Written by `collect.py` (see [README.md](README.md)); test accuracy at the best validation point in "
           "points, mean over seeds (lowest–highest); modelled seconds to 99 % of centralized's best validation "
@@ -79,8 +101,8 @@ def main(reports: list[str]) -> None:
     central = {d: r for (d, k, st, _), r in rows.items() if st == "centralized"}
     fds = {(d, k): r for (d, k, st, _), r in rows.items() if st == "fds"}
     print("| graph | k | seeds | centralized | default | fds | default − centralized | default − fds |"
-          " s to 99 % @10G: centralized / default / fds |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          " s to 99 % @10G: centralized / default / fds | MiB/rank/epoch: default / fds |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for (d, k, st, p), r in rows.items():
         if st != DEFAULT or p != "asep":
             continue
@@ -89,7 +111,7 @@ def main(reports: list[str]) -> None:
         gap_c = f"{r['test'] - c['test']:+.2f}" if c else "-"
         gap_f = f"{r['test'] - f['test']:+.2f}" if f else "-"
         print(f"| {name} | {k} | {r['seeds']} | {cell(c)} | {cell(r)} | {cell(f)} | {gap_c} | {gap_f} | "
-              f"{time_cell(c)} / {time_cell(r)} / {time_cell(f)} |")
+              f"{time_cell(c)} / {time_cell(r)} / {time_cell(f)} | {mib(r)} / {mib(f)} |")
     print()
     print("| graph | k | seeds | ASEP: RF, test | 2PS-HDRF: RF, test | ASEP − 2PS-HDRF |")
     print("|---|---|---|---|---|---|")
