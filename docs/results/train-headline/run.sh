@@ -32,7 +32,6 @@ for graph in amazon-photo coauthor-cs coauthor-physics; do  # tuning graphs, and
     bench "$graph" k16 16 "0 1 2" centralized avg+scaffold fds -- --partitioners asep 2ps-hdrf
 done
 bench amazon-computers k16 "16 32" "0 1 2" centralized avg+scaffold fds -- --partitioners asep 2ps-hdrf
-bench coauthor-physics k32 32 0 avg+scaffold fds   # one seed (time); timed against k16's centralized runs
 mkdir -p "$WORK/amazon-computers-k48/runs/amazon-computers"
 for seed in 0 1 2; do  # the k = 16 launch's centralized runs, reused
     ln -sfn "$WORK/amazon-computers-k16/runs/amazon-computers/centralized-s$seed" \
@@ -40,18 +39,20 @@ for seed in 0 1 2; do  # the k = 16 launch's centralized runs, reused
 done
 bench amazon-computers k48 "4 8" "0 1 2" centralized avg+scaffold
 bench amazon-computers kdcon16 16 0 avg+scaffold+kd avg+scaffold+con avg+scaffold+kd+con
+bench amazon-computers con16 16 "1 2" avg+scaffold+con
+bench coauthor-physics con16 16 "0 1 2" avg+scaffold+con
 
 # fds at k = 4 and 8: the runs of k4-k8-batch-256/ (fds's configuration does not depend on
 # the ASEPR trainers' batch rule); the same protocol.
 python "$HERE/collect.py" "$WORK"/amazon-photo-k16 "$WORK"/coauthor-cs-k16 "$HERE/k4-k8-batch-256=fds" \
     "$WORK"/amazon-computers-k16 "$WORK"/coauthor-physics-k16 "$WORK"/amazon-computers-k48 \
-    "$WORK"/coauthor-physics-k32 "$WORK"/amazon-computers-kdcon16 > "$HERE/tables.md"
+    "$WORK"/amazon-computers-kdcon16 "$WORK"/*-con16 > "$HERE/tables.md"
 mkdir -p "$HERE/diagnostics" "$HERE/reports"
 for part in "$WORK"/cache/{amazon-computers,coauthor-physics}-{asep,2ps-hdrf}-k{16,32}; do
     [[ -d $part ]] && asepr inspect "$part" --diagnose --json > "$HERE/diagnostics/$(basename "$part").json"
 done
 python "$HERE/collect.py" --diagnostics "$HERE"/diagnostics/*.json >> "$HERE/tables.md"
-for report in "$WORK"/*-k16 "$WORK"/*-k32 "$WORK"/*-k48 "$WORK"/*-kdcon16; do  # the reports, without the runs
+for report in "$WORK"/*-k16 "$WORK"/*-k48 "$WORK"/*-kdcon16 "$WORK"/*-con16; do  # the reports, without the runs
     mkdir -p "$HERE/reports/$(basename "$report")"
     cp "$report"/train.md "$report"/*.parquet "$report"/*.png "$HERE/reports/$(basename "$report")/" 2>/dev/null || true
 done
