@@ -204,8 +204,9 @@ def test_the_server_killed_mid_partition_then_back_the_rerun_completes(graph, ow
     assert verify_output(out, input_url=graph, storage_options=options).ok
     time.sleep(5)  # the failed writer's lease (this process, still alive) expires
     again = partition_to_store(graph, out, CONFIG, overwrite=True, storage_options=options)
-    # the store that finished first (either, as the two are built side by side) is resumed
-    assert again["generation"] == 2 and len(again["run"]["resumed_partitions"]) == 1
+    # the store committed before the server died is resumed; the other one too when it had
+    # finished by then (the two are built side by side, so which and how many is timing's)
+    assert again["generation"] == 2 and len(again["run"]["resumed_partitions"]) >= 1
     assert verify_output(out, input_url=graph, storage_options=options).ok
 
 
