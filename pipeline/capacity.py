@@ -47,18 +47,13 @@ def parse_capacities(text: str, where: str = "--capacities") -> tuple[float, ...
     InputError
         An entry that is not a finite number > 0.
     """
-    parts = [p.strip() for p in str(text).split(",")]
-    values = []
-    for part in parts:
-        try:
-            value = float(part)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and value > 0):
-            raise InputError(format_problem(where, "positive numbers separated by commas",
-                                            f"{part!r} in {text!r}", _FIX))
-        values.append(value)
-    return tuple(values)
+    from storage.cluster import parse_positive_list
+
+    try:
+        return parse_positive_list(text)
+    except ValueError as exc:
+        raise InputError(format_problem(where, "positive numbers separated by commas",
+                                        f"{str(exc)!r} in {text!r}", _FIX)) from None
 
 
 def normalise_capacities(capacities: Sequence[float] | None, num_parts: int,

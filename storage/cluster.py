@@ -37,9 +37,25 @@ from typing import Any
 
 from storage.errors import InputError, format_problem
 
-__all__ = ["Cluster", "Machine", "read_cluster"]
+__all__ = ["Cluster", "Machine", "parse_positive_list", "read_cluster"]
 
 _FIX = "write one [[machine]] table per machine with compute = a number > 0 (see docs/guide/training.md)."
+
+
+def parse_positive_list(text: str) -> tuple[float, ...]:
+    """``"2, 1,0.5"`` -> ``(2.0, 1.0, 0.5)``: one finite number > 0 per machine, partition
+    or rank (``--capacities``, ``--speeds``, ``--slowdown``). ValueError carrying the first
+    entry that is not one; each flag words its own message."""
+    values = []
+    for part in str(text).split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(part.strip())
+        values.append(value)
+    return tuple(values)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from storage.cluster import parse_positive_list
 from storage.errors import format_problem
 
 __all__ = ["StepPlan", "check_rank_lists", "parse_rank_list"]
@@ -54,12 +55,9 @@ def parse_rank_list(text: str, flag: str, *, measure: bool = False) -> tuple[flo
     example = "1,1,1,0.33" if flag == "--speeds" else "1,1,1,3"
     expected = f"comma-separated numbers > 0, one per rank (e.g. {example})" + (", or measure" if measure else "")
     try:
-        values = tuple(float(v) for v in text.split(","))
+        return parse_positive_list(text)
     except ValueError:
-        values = ()
-    if not values or not all(math.isfinite(v) and v > 0 for v in values):
-        raise ValueError(format_problem(flag, expected, repr(text), f"pass {flag} {example}."))
-    return values
+        raise ValueError(format_problem(flag, expected, repr(text), f"pass {flag} {example}.")) from None
 
 
 def check_rank_lists(config, world_size: int) -> str | None:

@@ -87,7 +87,7 @@ B="/work/main/.venv/bin/python -m workflows bench train -k 8 --strategies avg+sc
 run() { name=$1; shift
   PYTHONPATH=$TREE flock -s /work/scratch/cpu.lock $B "$@" --out $WORK/$name >> $WORK/$name.log 2>&1
   echo "rc=$?" >> $WORK/$name.log; }
-run tail-report-s12 --datasets coauthor-physics amazon-computers --seeds 1 2 --cache /work/scratch/train/cache
+run tail-report-seeds-1-2 --datasets coauthor-physics amazon-computers --seeds 1 2 --cache /work/scratch/train/cache
 run tune-tail --datasets coauthor-cs amazon-photo --seeds 0 1 --cache /work/scratch/train/alpha/cache0.5
 run fb-tail --datasets facebook-pagepage --seeds 0 1 --cache /work/scratch/lead/cache
 

@@ -91,4 +91,4 @@ if __name__ == "__main__":
     headline_table("global, 10 mini-batches", ["headline-b10", "headline-b10-k4"])
     headline_table("global, full batch", ["headline-full"])
     headline_table("path, tail-weighted segments (diagnostic patch tail-weight.patch)",
-                   ["diag-tail-coauthor-physics", "diag-tail-amazon-computers", "tail-report-s12"])
+                   ["diag-tail-coauthor-physics", "diag-tail-amazon-computers", "tail-report-seeds-1-2"])
