@@ -198,11 +198,9 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
                 args += ["--strategy", "fds", "--fds-partition", fds_partition]
             args += ["--resume"] * bool(resume) + ["--overwrite"] * bool(overwrite and not resume)
             args += ["-q"] * bool(quiet) + ["-v"] * int(verbose)
-            # torchrun sets OMP_NUM_THREADS=1 per rank; the trainer picks its own thread count.
-            threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
             environment = {LOCK_TOKEN_VARIABLE: lock.token, STORAGE_OPTIONS_VARIABLE: json.dumps(storage_options or {}),
                            **(FRESH_STORE_PER_ROUND if max_restarts else {})}
-            with _environment(OMP_NUM_THREADS=threads, **environment), _startup_progress(runs):
+            with _environment(OMP_NUM_THREADS=_rank_threads(nproc), **environment), _startup_progress(runs):
                 _elastic_launch(args, nproc, monitor_interval, max_restarts=max_restarts, runs=runs)
     except AseprError:
         for directory in made:  # a launch refused at once leaves no empty run directory behind
@@ -211,6 +209,12 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
             except OSError:
                 break
         raise
+
+
+def _rank_threads(nproc: int) -> str:
+    """torchrun sets OMP_NUM_THREADS=1 per rank unless it is set; give each rank its share
+    of the cores (the trainer then picks its own thread count)."""
+    return os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
 
 
 #: torch's elastic agents share one store between the rendezvous rounds of a job, without
@@ -226,9 +230,8 @@ def _launch_across_machines(out, run_dir, runs: RunDir, config: TrainConfig, npr
     """This machine's agent of a job across machines: no lock here (rank 0 of the job
     takes it) and every machine writes the same ``config.json``."""
     args = [str(out), "--config", str(runs.write_config(config)), "--run-dir", str(run_dir), *flags]
-    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // nproc))
-    with _environment(OMP_NUM_THREADS=threads, **{STORAGE_OPTIONS_VARIABLE: json.dumps(storage_options or {})},
-                      **FRESH_STORE_PER_ROUND):
+    options = {STORAGE_OPTIONS_VARIABLE: json.dumps(storage_options or {})}
+    with _environment(OMP_NUM_THREADS=_rank_threads(nproc), **options, **FRESH_STORE_PER_ROUND):
         _elastic_launch(args, nproc, monitor_interval, elastic=elastic, max_restarts=max_restarts, runs=runs)
 
 
