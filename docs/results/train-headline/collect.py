@@ -90,7 +90,8 @@ def time_cell(row: dict | None) -> str:
 
 
 def main(reports: list[str]) -> None:
-    s = summary(load(reports))
+    full = load(reports)
+    s = summary(full)
     order = list(dict.fromkeys(s["dataset"]))
     rows = {(r["dataset"], r["k"], r["strategy"], r["partitioner"]): r
             for r in sorted(s.to_dicts(), key=lambda r: (order.index(r["dataset"]), r["k"]))}
@@ -128,12 +129,11 @@ def main(reports: list[str]) -> None:
         print("| graph | k | strategy | seeds | test | default, same seeds | − default | s to 99 % @10G: it / default "
               "| MiB/rank/epoch: it / default |")
         print("|---|---|---|---|---|---|---|---|---|")
-        full = load(reports)
         for (d, k, st, p), r in extra:
             seeds = full.filter((pl.col("dataset") == d) & (pl.col("k") == k) & (pl.col("strategy") == st)
                                 & (pl.col("partitioner") == p))["seed"]
             same = summary(full.filter((pl.col("dataset") == d) & (pl.col("k") == k) & (pl.col("strategy") == DEFAULT)
-                                       & (pl.col("partitioner") == p) & pl.col("seed").is_in(seeds)))
+                                       & (pl.col("partitioner") == p) & pl.col("seed").is_in(seeds.implode())))
             base = same.to_dicts()[0] if len(same) else None
             diff = f"{r['test'] - base['test']:+.2f}" if base else "-"
             print(f"| {d} | {k} | {st} | {r['seeds']} | {cell(r)} | {cell(base)} | {diff} | "
