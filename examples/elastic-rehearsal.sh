@@ -16,7 +16,7 @@
 # summary of both runs: rounds, world sizes, the round resumed from, test accuracy.
 set -euo pipefail
 WORK=${1:-$(mktemp -d)}
-NPZ=${2:-$(python -c 'from workflows.demo import bundled_cora; print(bundled_cora())')}
+NPZ=${2:-$(python -c 'from asepr.workflows.demo import bundled_cora; print(bundled_cora())')}
 K=${3:-2}
 ROUNDS=${4:-6}
 KILL_AFTER=${5:-3}
@@ -37,7 +37,7 @@ asepr partition graph-in s3://graphs/g/out -k "$K" --storage-options "$ASEPR_STO
 kill_after() {  # kill_after RUN ROUNDS PID: SIGKILL PID once RUN has committed ROUNDS rounds, mid-round
     python - "$@" <<'PY'
 import json, os, signal, sys, time
-from training.checkpoint import RunDir
+from asepr.training.rundir.checkpoint import RunDir
 runs = RunDir(f"s3://graphs/g/runs/{sys.argv[1]}", json.loads(os.environ["ASEPR_STORAGE_OPTIONS"]))
 committed = lambda: (lambda r: 0 if r is None else r + 1)(runs.latest_round())
 while committed() < int(sys.argv[2]):
@@ -82,8 +82,8 @@ train lost "$KILL_AFTER"
 
 python - "$WORK" <<'PY'
 import json, os, sys
-from training.checkpoint import RunDir
-from training.elastic import PLACEMENT
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.elastic import PLACEMENT
 options = json.loads(os.environ["ASEPR_STORAGE_OPTIONS"])
 summary = {}
 for name in ("whole", "lost"):

@@ -32,7 +32,7 @@ done
 
 # --- the driver: import the input and partition it into the store, on the cluster ---
 cd "$WORK/driver"
-CORA=$(python -c 'from workflows.demo import bundled_cora; print(bundled_cora())')
+CORA=$(python -c 'from asepr.workflows.demo import bundled_cora; print(bundled_cora())')
 asepr import gnn-npz "$CORA" cora-in -q
 asepr partition cora-in s3://graphs/cora/out -k 4 --scheduler-address "tcp://127.0.0.1:$DASK_PORT" \
     --storage-options "$ASEPR_STORAGE_OPTIONS" --no-progress -q
@@ -44,7 +44,7 @@ train() {  # train ROUNDS [--resume]
     local agents=()
     for node in node0 node1; do
         (cd "$WORK/$node" && exec torchrun --nnodes 2 --nproc-per-node 2 --rdzv-backend c10d \
-            --rdzv-endpoint "127.0.0.1:$RDZV_PORT" --rdzv-id cora-rehearsal -m training.main \
+            --rdzv-endpoint "127.0.0.1:$RDZV_PORT" --rdzv-id cora-rehearsal --no-python asepr-rank \
             s3://graphs/cora/out --run-dir s3://graphs/cora/runs/sage --rounds "$1" --local-epochs 1 \
             --hidden 16 --eval local --timeout 300 "${@:2}") > "$WORK/$node/train-$1.log" 2>&1 &
         agents+=($!)
@@ -69,7 +69,7 @@ asepr ingest s3://graphs/cora/out new-edges --scheduler-address "tcp://127.0.0.1
 train 3 --resume
 python - <<'PY'
 import json, os
-from training.checkpoint import RunDir
+from asepr.training.rundir.checkpoint import RunDir
 runs = RunDir("s3://graphs/cora/runs/sage", json.loads(os.environ["ASEPR_STORAGE_OPTIONS"]))
 rows = runs.read_metrics()
 print("rounds", [r["round"] for r in rows], "world size", runs.read_run_info()["world_size"],

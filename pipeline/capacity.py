@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from storage.errors import InputError, format_problem
+from asepr.storage.errors import InputError, format_problem
 
 __all__ = [
     "edge_caps", "edge_floors", "hash_bounds", "load_weights", "normalise_capacities", "parse_capacities",
@@ -47,7 +47,7 @@ def parse_capacities(text: str, where: str = "--capacities") -> tuple[float, ...
     InputError
         An entry that is not a finite number > 0.
     """
-    from storage.cluster import parse_positive_list
+    from asepr.storage.cluster import parse_positive_list
 
     try:
         return parse_positive_list(text)
@@ -110,7 +110,7 @@ def edge_caps(num_edges: int, num_parts: int, epsilon: float, shares: Sequence[f
 
 def edge_floors(num_edges: int, epsilon: float, shares: Sequence[float]) -> np.ndarray:
     """``int64[k]``: with shares, the edges partition p is filled to by the end of the
-    stream, ``floor((1 - eps) * share_p * |E|)`` (the kernel's floors, :mod:`pipeline.assign.kernel`)."""
+    stream, ``floor((1 - eps) * share_p * |E|)`` (the kernel's floors, :mod:`asepr.pipeline.assign.kernel`)."""
     share = np.asarray(shares, dtype=np.float64)
     return np.floor(max(0.0, 1.0 - epsilon) * share * num_edges).astype(np.int64)
 
@@ -169,7 +169,7 @@ def hash_bounds(shares: Sequence[float] | None) -> np.ndarray:
 def read_cluster_file(path: str | Path) -> tuple[float, ...]:
     """The capacities of a cluster file: one per machine, in order.
 
-    The file is the one ``asepr train --cluster`` reads (:mod:`storage.cluster`). Every
+    The file is the one ``asepr train --cluster`` reads (:mod:`asepr.storage.cluster`). Every
     machine gives ``compute`` (its relative speed), ``memory`` (its memory, in any one
     unit for all), or both (a key is given for every machine or for none). Each column
     is normalised to sum to 1, and a machine's capacity is the smaller of its two: a
@@ -182,7 +182,7 @@ def read_cluster_file(path: str | Path) -> tuple[float, ...]:
         An unreadable file, no machines, an unknown key, a key given for some machines
         only, a value that is not a positive number, or neither key.
     """
-    from storage.cluster import read_cluster
+    from asepr.storage.cluster import read_cluster
 
     cluster = read_cluster(path)
     columns = [c for c in (cluster.column("compute"), cluster.column("memory")) if c is not None]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from pipeline.capacity import normalise_capacities, shares_of
-from storage.errors import InputError
+from asepr.pipeline.capacity import normalise_capacities, shares_of
+from asepr.storage.errors import InputError
 
 __all__ = ["ALGORITHMS", "SCORINGS", "TUNING_SET", "PartitionConfig"]
 
@@ -14,7 +14,7 @@ __all__ = ["ALGORITHMS", "SCORINGS", "TUNING_SET", "PartitionConfig"]
 TUNING_SET = ("amazon-computers", "coauthor-physics")
 
 if TYPE_CHECKING:
-    from storage.inputs.directory import InputDir
+    from asepr.storage.inputs.directory import InputDir
 
 ALGORITHMS = ("asep", "2ps-l", "2ps-hdrf", "hdrf", "dbh", "greedy", "hash", "metis")
 SCORINGS = ("candidates", "hdrf")
@@ -34,7 +34,7 @@ class PartitionConfig:
         k, the number of partitions.
     algo
         ``asep`` (default) or a baseline: ``2ps-l``, ``2ps-hdrf`` (the published
-        two-phase algorithms, :mod:`pipeline.assign.twophase`), ``hdrf``, ``dbh``,
+        two-phase algorithms, :mod:`asepr.pipeline.assign.twophase`), ``hdrf``, ``dbh``,
         ``greedy``, ``hash``, ``metis`` (in memory, small graphs only).
     scoring
         ASEP only: ``hdrf`` (default) scores all k partitions with an added HDRF
@@ -57,7 +57,7 @@ class PartitionConfig:
         Use this categorical node column as the attribute clusters instead of k-means.
     lift_reference
         Scale alpha and beta by ``min(1, lift / lift_reference)``, where ``lift`` is
-        the measured attribute lift (:mod:`pipeline.stages.attr_lift`); 0 (default)
+        the measured attribute lift (:mod:`asepr.pipeline.stages.attr_lift`); 0 (default)
         disables scaling, which at the earlier alpha = beta = 0.25 won as many replication cells
         or more (``docs/results/partition-sweep``).
     cluster_passes
@@ -70,9 +70,9 @@ class PartitionConfig:
         ``capacities`` ``ceil((1 + epsilon) * share_p * |E|)`` for partition p.
     capacities
         k positive numbers, each partition's machine's capacity (``--capacities``, or
-        from a cluster file, :func:`pipeline.capacity.read_cluster_file`); partition p
+        from a cluster file, :func:`asepr.pipeline.capacity.read_cluster_file`); partition p
         takes the share ``W_p / sum(W)`` of the edges and masters
-        (:mod:`pipeline.capacity`). None (default), or all equal (stored as None), is
+        (:mod:`asepr.pipeline.capacity`). None (default), or all equal (stored as None), is
         an equal share each.
     hdrf_lambda
         Weight of HDRF's balance term.
@@ -91,7 +91,7 @@ class PartitionConfig:
         is the same either way.
     memory_budget
         ``asep`` and ``hdrf``: bytes the hybrid assignment may hold beyond the O(|V|)
-        state (:mod:`pipeline.assign.hybrid`): the edges of the vertices up to a degree
+        state (:mod:`asepr.pipeline.assign.hybrid`): the edges of the vertices up to a degree
         threshold are held and partitioned by neighbourhood expansion, the rest are
         streamed. 0 (default) is pure streaming; about 12 bytes per edge plus 28 per
         vertex holds the whole graph (``docs/results/hybrid``).
@@ -103,7 +103,7 @@ class PartitionConfig:
         dimensions lost the clusters' signal on the wide shared datasets, 256 kept it
         (``docs/results/partition-sweep``).
     kmeans_max_passes, kmeans_tol, kmeans_sample
-        k-means (:func:`pipeline.stages.attr_cluster.attribute_clusters`) fits on a
+        k-means (:func:`asepr.pipeline.stages.attr_cluster.attribute_clusters`) fits on a
         uniform sample of ``max(kmeans_sample, 1024 · C)`` rows (at most 128 MiB
         embedded) with up to ``kmeans_max_passes`` Lloyd updates per restart, stopping
         when no centroid moves by ``kmeans_tol``; one further pass labels every node

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import dask
 
-from storage.errors import AseprError
+from asepr.storage.errors import AseprError
 
 if TYPE_CHECKING:
     import distributed

@@ -34,10 +34,10 @@ from typing import Any
 import numba
 import numpy as np
 
-from storage import SPLIT_TRAIN, read_manifest
-from storage.partitions.output_stores import open_entry_store
-from storage.partitions.reader import read_committed
-from storage.resources import stage
+from asepr.storage import SPLIT_TRAIN, read_manifest
+from asepr.storage.partitions.output_stores import open_entry_store
+from asepr.storage.partitions.reader import read_committed
+from asepr.storage.resources import stage
 
 __all__ = ["Diagnostics", "PartitionDiagnostics", "diagnose_output", "js_divergence", "walk_step"]
 

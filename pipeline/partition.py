@@ -1,4 +1,4 @@
-"""``pipeline.partition``: the whole ASEP (or baseline) run, stage by stage.
+"""``asepr.pipeline.partition``: the whole ASEP (or baseline) run, stage by stage.
 
 Stages (docs/design.md#data-flow): validate → ② degrees (Dask) → ③ attribute clusters (Dask) →
 ④ structural clusters (stream) → ⑤ community → partition map → ⑥ edge assignment
@@ -6,7 +6,7 @@ Stages (docs/design.md#data-flow): validate → ② degrees (Dask) → ③ attri
 streaming stages keep O(N) state and the edge → partition result goes to disk, one
 ``int16`` array per input edge shard, aligned with the shard's rows.
 
-The input is opened once (:func:`storage.inputs.directory.open_input`) and its shards passed to
+The input is opened once (:func:`asepr.storage.inputs.directory.open_input`) and its shards passed to
 every stage. The Dask stages run on ``client`` when given and on dask's threaded
 scheduler otherwise; setting up a cluster (``LocalCluster``, a scheduler address) is
 the caller's business (``workflows``).
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.assign import (
+from asepr.pipeline.assign import (
     AssignState,
     EdgePartSink,
     KernelSettings,
@@ -34,15 +34,15 @@ from pipeline.assign import (
     iter_assigned,
     stream_assign,
 )
-from pipeline.assign.hybrid import HybridInfo, assignment_needs, hybrid_stream_assign
-from pipeline.config import PartitionConfig
-from pipeline.needs import Need, RunShape
-from pipeline.stages.attr_cluster import AttrClusters, attribute_clusters
-from pipeline.stages.attr_column import column_clusters
-from pipeline.stages.attr_lift import AttributeLift, attribute_lift
-from pipeline.stages.degrees import Degrees, compute_degrees
-from pipeline.stages.mapping import CommunityMapping, attr_homes, map_communities, vertex_terms
-from pipeline.stages.masters import (
+from asepr.pipeline.assign.hybrid import HybridInfo, assignment_needs, hybrid_stream_assign
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.planning.needs import Need, RunShape
+from asepr.pipeline.stages.attr_cluster import AttrClusters, attribute_clusters
+from asepr.pipeline.stages.attr_column import column_clusters
+from asepr.pipeline.stages.attr_lift import AttributeLift, attribute_lift
+from asepr.pipeline.stages.degrees import Degrees, compute_degrees
+from asepr.pipeline.stages.mapping import CommunityMapping, attr_homes, map_communities, vertex_terms
+from asepr.pipeline.stages.masters import (
     choose_masters,
     master_miss,
     count_edges_per_replica,
@@ -50,24 +50,24 @@ from pipeline.stages.masters import (
     replica_offsets,
     replica_rows,
 )
-from pipeline.stages.metis import metis_membership
-from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics, share_metrics
-from pipeline.stages.struct_cluster import (
+from asepr.pipeline.stages.metis import metis_membership
+from asepr.pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics, share_metrics
+from asepr.pipeline.stages.struct_cluster import (
     Communities,
     clustering_needs,
     published_clusters,
     structural_clusters,
 )
-from pipeline.stream import iter_edge_batches, map_shard_ranges
-from storage.errors import InputError, format_problem
-from storage.inputs.directory import InputDir, open_input, open_parquet
-from storage.inputs.node_table import NodeTable
-from storage.inputs.npy import load_npy
-from storage.integrity.report import ValidationReport
-from storage.integrity.validate import validate_input
-from storage.locations.fs import Shard
-from storage.partitions.reader import read_node_column
-from storage.resources import StageClock, peak_rss_bytes, stage
+from asepr.pipeline.stream import iter_edge_batches, map_shard_ranges
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.inputs.directory import InputDir, open_input, open_parquet
+from asepr.storage.inputs.node_table import NodeTable
+from asepr.storage.inputs.npy import load_npy
+from asepr.storage.integrity.report import ValidationReport
+from asepr.storage.integrity.validate import validate_input
+from asepr.storage.locations.fs import Shard
+from asepr.storage.partitions.reader import read_node_column
+from asepr.storage.resources import StageClock, peak_rss_bytes, stage
 
 __all__ = ["Assignment", "fallback_needs", "partition"]
 
@@ -238,7 +238,7 @@ def _assign(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, st
             workdir: Path, clock: StageClock, attr_ids: np.ndarray | None = None
             ) -> tuple[np.ndarray, np.ndarray, KernelSettings]:
     """⑥: stream every edge through the kernel, or with ``run.memory_budget`` the hybrid
-    (:func:`~pipeline.assign.hybrid.hybrid_stream_assign`); returns ``(replicas, loads, settings)``."""
+    (:func:`~asepr.pipeline.assign.hybrid.hybrid_stream_assign`); returns ``(replicas, loads, settings)``."""
     settings = KernelSettings.for_run(run, degrees.num_edges, alpha=steering.alpha, beta=steering.beta,
                                       keep_attr_together=steering.keep_attr_together)
     state = AssignState(run.num_parts, degrees.degree, steering.vertex_part, steering.vertex_volume,
@@ -303,7 +303,7 @@ class _Fallback:
     spare core the fallback costs about the wall time by which it outlasts ASEP's
     k-means, clustering and stream, not its own (20M-edge ``asepr synth`` graph, k = 16,
     ``docs/results/scale``). The price is memory: both O(|V|) kernel states live at once
-    (:mod:`pipeline.plan` models it). The result does not depend on the order.
+    (:mod:`asepr.pipeline.planning.plan` models it). The result does not depend on the order.
     """
 
     def __init__(self, run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, workdir: Path):
@@ -401,7 +401,7 @@ def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarra
     bits and counter offsets packed in rows, :func:`replica_rows`), then choose (ties
     relative to ``run``'s shares).
     Returns the masters and the rows with each master in place of its offset
-    (:func:`~pipeline.stages.metrics.locality_batch`)."""
+    (:func:`~asepr.pipeline.stages.metrics.locality_batch`)."""
     offsets = replica_offsets(replicas)
     rows = replica_rows(replicas, offsets)
     dtype = np.int32 if num_edges < 2**31 else np.int64
@@ -422,7 +422,7 @@ def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarra
 
 
 def _locality(edge_shards: list[Shard], rows: np.ndarray, batch_rows: int) -> tuple[int, int]:
-    """(local, total) 1-hop incidences (:func:`~pipeline.stages.metrics.locality_batch`
+    """(local, total) 1-hop incidences (:func:`~asepr.pipeline.stages.metrics.locality_batch`
     of the rows :func:`_choose_masters` returns), ranges of the stream on threads."""
     def count(shards: range) -> tuple[int, int]:
         local = total = 0
@@ -495,7 +495,7 @@ def partition(
     ----------
     input_url
         An input directory (``edges/``, ``nodes/``, optional ``meta.json``), or one
-        already opened (:func:`storage.inputs.directory.open_input`).
+        already opened (:func:`asepr.storage.inputs.directory.open_input`).
     num_parts, algo
         Shorthands for ``config.num_parts`` and ``config.algo``.
     config

@@ -1,10 +1,10 @@
 """The whole ``asepr partition`` run: validate, partition, write, commit.
 
 :func:`partition_to_store` calls, in order, the validator (which also writes the
-decoded copy of the input that the streaming passes read), :func:`pipeline.partition`
-and the store writer (:func:`pipeline.store.write.write_generation`), inside the
+decoded copy of the input that the streaming passes read), :func:`asepr.pipeline.partition`
+and the store writer (:func:`asepr.pipeline.store.write.write_generation`), inside the
 output's lock; a rerun with the same input, config and halo resumes what a killed run
-left (:mod:`pipeline.store.run_record`).
+left (:mod:`asepr.pipeline.store.run_record`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import PartitionConfig
-from pipeline.needs import EDGE_ROW, MIB, Need, RunShape
-from pipeline.partition import partition
-from pipeline.store.commit import Staging
-from pipeline.store.generations import begin_remote_run, remote_output
-from pipeline.store.output_dir import decoded_copy, writable_output
-from pipeline.store.run_record import (
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.planning.needs import EDGE_ROW, MIB, Need, RunShape
+from asepr.pipeline.partition import partition
+from asepr.pipeline.store.commit import Staging
+from asepr.pipeline.store.generations import begin_remote_run, remote_output
+from asepr.pipeline.store.output_dir import decoded_copy, writable_output
+from asepr.pipeline.store.run_record import (
     SavedAssignment,
     check_halo,
     input_info_from_report,
@@ -33,23 +33,23 @@ from pipeline.store.run_record import (
     stage_state,
     staged_state_ok,
 )
-from pipeline.store.tasks import Progress, bar_for
-from pipeline.store.write import begin_run, write_generation
-from storage.inputs.decoded import decoded_row, decoded_shards
-from storage.inputs.decoded_copy import validate_and_copy
-from storage.inputs.directory import InputDir, open_input
-from storage.inputs.node_table import NodeTable, node_table_bytes
-from storage.integrity.report import ValidationReport
-from storage.locations.direct_io import WRITE_BUFFER
-from storage.locations.fs import Shard
-from storage.locations.location import is_local_url
-from storage.resources import stage
+from asepr.pipeline.store.tasks import Progress, bar_for
+from asepr.pipeline.store.write import begin_run, write_generation
+from asepr.storage.inputs.decoded import decoded_row, decoded_shards
+from asepr.storage.inputs.decoded_copy import validate_and_copy
+from asepr.storage.inputs.directory import InputDir, open_input
+from asepr.storage.inputs.node_table import NodeTable, node_table_bytes
+from asepr.storage.integrity.report import ValidationReport
+from asepr.storage.locations.direct_io import WRITE_BUFFER
+from asepr.storage.locations.fs import Shard
+from asepr.storage.locations.location import is_local_url
+from asepr.storage.resources import stage
 
 __all__ = ["partition_to_store", "validate_needs"]
 
 log = logging.getLogger(__name__)
 
-#: Features per node batch of the validator's node pass (storage.integrity.checks).
+#: Features per node batch of the validator's node pass (asepr.storage.integrity.checks).
 NODE_BATCH_BYTES = 16 * MIB
 
 
@@ -77,9 +77,9 @@ def partition_to_store(
         The input directory (``edges/``, ``nodes/``, optional ``meta.json``).
     out
         The output: a local directory, or an fsspec URL of an object-store prefix
-        (committed by :mod:`pipeline.store.generations`, under a lease).
+        (committed by :mod:`asepr.pipeline.store.generations`, under a lease).
     config
-        How to partition (:class:`~pipeline.config.PartitionConfig`).
+        How to partition (:class:`~asepr.pipeline.config.PartitionConfig`).
     halo
         1 to copy the 1-hop in-neighbourhood of every master into its partition.
     client
@@ -205,13 +205,13 @@ def validate_needs(run: PartitionConfig, s: RunShape) -> Need:
     """Memory and disk of :func:`_validate`, the validator's two passes at once: node pass
     ``seen`` bool[N] + reading a node shard, or one node batch (16 MiB of features, their
     ``isfinite`` mask, ids, labels); edge pass ``degree`` int64[N] + the batch and its
-    range masks. It also writes the decoded edge copy (:mod:`storage.inputs.decoded`, 8 B per
+    range masks. It also writes the decoded edge copy (:mod:`asepr.storage.inputs.decoded`, 8 B per
     edge, 16 past 2**31 nodes), removed once the route has read it, and the decoded node
-    table (:mod:`storage.inputs.node_table`, ``4d + 9`` B per node), kept until the run ends."""
+    table (:mod:`asepr.storage.inputs.node_table`, ``4d + 9`` B per node), kept until the run ends."""
     node_rows = min(s.n_s, max(1024, min(run.batch_rows, NODE_BATCH_BYTES // (4 * max(1, s.d)))))
     node_pass = s.n + max(s.node_read, 2 * node_rows * (5 * s.d + 17))
     edge_pass = 8 * s.n + 2 * EDGE_ROW * s.b + 4 * s.b
     # The two passes run side by side; the copies' writers buffer a block each
-    # (storage.locations.direct_io): src and dst, x, y and split.
+    # (asepr.storage.locations.direct_io): src and dst, x, y and split.
     return Need(driver=node_pass + edge_pass + 5 * WRITE_BUFFER,
                 written=decoded_row(s.n) * s.e + node_table_bytes(s.n, s.d))

@@ -19,10 +19,10 @@ from typing import TypeVar
 
 import numpy as np
 
-from storage.inputs.decoded import read_decoded
-from storage.inputs.directory import open_parquet
-from storage.locations.fs import Shard
-from storage.progress import Bar, NoBar, carried, current
+from asepr.storage.inputs.decoded import read_decoded
+from asepr.storage.inputs.directory import open_parquet
+from asepr.storage.locations.fs import Shard
+from asepr.storage.progress import Bar, NoBar, carried, current
 
 __all__ = ["EdgeBatch", "iter_edge_batches", "map_shard_ranges", "shard_ranges", "stream_ways", "warmup_arrays"]
 
@@ -52,7 +52,7 @@ def _produce(shards: list[Shard], batch_rows: int, first_shard: int = 0,
     if every_decoded:
         bar.expect(sum(_decoded_rows(shard) for shard in shards))
     for index, shard in enumerate(shards, start=first_shard):
-        if shard.decoded is not None:  # the validator's raw copy (storage.inputs.decoded)
+        if shard.decoded is not None:  # the validator's raw copy (asepr.storage.inputs.decoded)
             if not every_decoded:
                 bar.expect(_decoded_rows(shard))
             for row0, src, dst in read_decoded(shard, batch_rows):
@@ -96,7 +96,7 @@ def iter_edge_batches(
     ``first_shard`` is the index of ``shards[0]`` in the whole stream (a range of it,
     :func:`shard_ranges`): the batches' ``shard_index`` count from there, their
     ``position`` from the range's start. The rows are counted into the progress of the
-    stage that consumes them (:mod:`storage.progress`) as they are handed over.
+    stage that consumes them (:mod:`asepr.storage.progress`) as they are handed over.
     """
     bar = current()
     if prefetch <= 0:

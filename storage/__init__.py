@@ -3,23 +3,23 @@
 ``storage`` is the lowest layer: it knows file formats and nothing of partitioning
 algorithms or training. One concept per folder:
 
-- :mod:`storage.inputs`: the input format, the one way in (``open_input``), the writer the
+- :mod:`asepr.storage.inputs`: the input format, the one way in (``open_input``), the writer the
   importers share, ``asepr clean`` and the decoded copies of a partition run;
-- :mod:`storage.importers`: public formats (gnn-benchmark, MUSAE, OGB, edge lists) into the
+- :mod:`asepr.storage.importers`: public formats (gnn-benchmark, MUSAE, OGB, edge lists) into the
   input format;
-- :mod:`storage.integrity`: streaming validation and the checked reads of a store;
-- :mod:`storage.partitions`: the per-partition Zarr stores, the manifest and ``state.zarr``;
-- :mod:`storage.commit`: atomic writes, the output lock, the object-store lease and path
+- :mod:`asepr.storage.integrity`: streaming validation and the checked reads of a store;
+- :mod:`asepr.storage.partitions`: the per-partition Zarr stores, the manifest and ``state.zarr``;
+- :mod:`asepr.storage.commit`: atomic writes, the output lock, the object-store lease and path
   confinement;
-- :mod:`storage.locations`: fsspec paths, local and object-store locations.
+- :mod:`asepr.storage.locations`: fsspec paths, local and object-store locations.
 
-Beside them: the error hierarchy (:mod:`storage.errors`) and stage timing and memory
-(:mod:`storage.resources`). The names users import are re-exported here.
+Beside them: the error hierarchy (:mod:`asepr.storage.errors`) and stage timing and memory
+(:mod:`asepr.storage.resources`). The names users import are re-exported here.
 """
 
-from storage.commit.atomic import staged_output, write_bytes_atomic
-from storage.commit.lock import OutputLock
-from storage.errors import (
+from asepr.storage.commit.atomic import staged_output, write_bytes_atomic
+from asepr.storage.commit.lock import OutputLock
+from asepr.storage.errors import (
     AseprError,
     InputError,
     InputNotFoundError,
@@ -27,9 +27,9 @@ from storage.errors import (
     StoreError,
     format_problem,
 )
-from storage.inputs.dedup import EdgeDedup
-from storage.inputs.directory import InputDir, input_paths, open_input, open_parquet, read_meta
-from storage.inputs.schema import (
+from asepr.storage.inputs.dedup import EdgeDedup
+from asepr.storage.inputs.directory import InputDir, input_paths, open_input, open_parquet, read_meta
+from asepr.storage.inputs.schema import (
     FORMAT_VERSION,
     META_NAME,
     SPLIT_NONE,
@@ -42,13 +42,13 @@ from storage.inputs.schema import (
     feature_matrix,
     node_schema,
 )
-from storage.inputs.writer import InputWriter
-from storage.integrity.report import ShardInfo, ValidationReport
-from storage.integrity.validate import validate_input
-from storage.locations.fs import Shard, discover_shards, fingerprint, join, resolve, url_of
-from storage.partitions.manifest import MANIFEST_NAME, read_manifest, write_manifest
-from storage.partitions.output_stores import open_partition
-from storage.partitions.store import PartitionStore, open_store
+from asepr.storage.inputs.writer import InputWriter
+from asepr.storage.integrity.report import ShardInfo, ValidationReport
+from asepr.storage.integrity.validate import validate_input
+from asepr.storage.locations.fs import Shard, discover_shards, fingerprint, join, resolve, url_of
+from asepr.storage.partitions.manifest import MANIFEST_NAME, read_manifest, write_manifest
+from asepr.storage.partitions.output_stores import open_partition
+from asepr.storage.partitions.store import PartitionStore, open_store
 
 __all__ = [
     "MANIFEST_NAME",

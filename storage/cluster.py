@@ -22,7 +22,7 @@ JSON has the same shape: ``{"machine": [{"compute": 1.0}, {"compute": 0.33}]}``.
 ``compute`` and ``memory`` are each given for every machine or for none: a machine
 without a value would otherwise have to be guessed equal to the others. Training reads
 ``compute`` (equal speeds where no machine gives it); partitioning reads both
-(:func:`pipeline.capacity.read_cluster_file`). Every error names the file, the machine
+(:func:`asepr.pipeline.capacity.read_cluster_file`). Every error names the file, the machine
 and the key, what was expected and what was found.
 """
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storage.errors import InputError, format_problem
+from asepr.storage.errors import InputError, format_problem
 
 __all__ = ["Cluster", "Machine", "parse_positive_list", "read_cluster"]
 

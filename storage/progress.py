@@ -1,6 +1,6 @@
 """Progress of long steps: the library counts, the command line draws.
 
-Every stage that :func:`storage.resources.stage` logs is also tracked here: it opens a
+Every stage that :func:`asepr.storage.resources.stage` logs is also tracked here: it opens a
 progress *bar* for its thread (:func:`track`), and the loops inside it count what they
 have done into the innermost bar of their thread (:func:`advance`: rows read, rows
 written, tasks finished, checks made), after announcing how much there is when they

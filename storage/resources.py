@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-from storage.progress import track
+from asepr.storage.progress import track
 
 __all__ = ["StageClock", "own_peak_rss_bytes", "peak_rss_bytes", "stage", "tune_malloc", "vm_hwm_bytes"]
 
@@ -91,7 +91,7 @@ def stage(name: str, logger: logging.Logger) -> Iterator[dict]:
     """Log how long a stage took and the process's peak RSS after it.
 
     Yields a dict the stage may fill with extra figures to log (``rows``, ...). The
-    stage's progress is tracked meanwhile (:func:`storage.progress.track`): the loops
+    stage's progress is tracked meanwhile (:func:`asepr.storage.progress.track`): the loops
     inside it count into its bar, which a command line draws.
     """
     info: dict = {}

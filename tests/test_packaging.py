@@ -4,28 +4,58 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
-from setuptools import find_packages
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_every_package_is_installed():
+ROOMS = ("storage", "pipeline", "training", "workflows")
+
+
+def test_every_package_is_listed():
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
-    include = setuptools["packages"]["find"]["include"]
-    installed = set(find_packages(where=str(REPO), include=include))
-    found = {
-        ".".join(p.parent.relative_to(REPO).parts)
-        for top in ("storage", "pipeline", "training", "workflows")
-        for p in (REPO / top).rglob("__init__.py")
+    listed = set(setuptools["packages"])
+    assert setuptools["package-dir"] == {"asepr": "api", **{f"asepr.{room}": room for room in ROOMS}}
+    found = {"asepr"} | {
+        ".".join(("asepr", *p.parent.relative_to(REPO).parts))
+        for room in ROOMS
+        for p in (REPO / room).rglob("__init__.py")
     }
-    assert found <= installed, f"packages missing from pyproject.toml: {sorted(found - installed)}"
-    assert not any(name.startswith("tests") for name in installed)
+    assert found == listed, f"missing from pyproject.toml: {sorted(found - listed)}; not a package: {sorted(listed - found)}"
+
+
+def test_the_wheel_installs_one_top_level_package_with_every_module(tmp_path):
+    """A user's site-packages gains ``asepr`` and nothing else: no ``storage``, ``training``..."""
+    tree = tmp_path / "tree"  # a copy, so that the build leaves nothing in the checkout
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        tree.mkdir(exist_ok=True)
+        shutil.copy(REPO / name, tree / name)
+    for room in ("api", *ROOMS):
+        shutil.copytree(REPO / room, tree / room, ignore=shutil.ignore_patterns("__pycache__"))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(tree)],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("asepr-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
+    assert tops == {"asepr"}
+    sources = {"asepr/__init__.py", "asepr/__main__.py"} | {
+        "asepr/" + p.relative_to(REPO).as_posix() for room in ROOMS for p in (REPO / room).rglob("*.py")
+    }
+    assert sources <= set(names), sorted(sources - set(names))[:10]
+    assert "asepr/workflows/data/cora.npz" in names
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    with zipfile.ZipFile(wheel) as archive:
+        scripts = archive.read(entry_points).decode()
+    assert "asepr = asepr.workflows.cli:run" in scripts and "asepr-rank = asepr.training.main:run" in scripts
 
 
 def _parsers(parser: argparse.ArgumentParser, path: str = "asepr"):
@@ -38,7 +68,7 @@ def _parsers(parser: argparse.ArgumentParser, path: str = "asepr"):
 
 
 def test_every_option_of_every_command_has_help():
-    from workflows.cli import build_parser
+    from asepr.workflows.cli import build_parser
 
     missing = [
         f"{path} {'/'.join(action.option_strings) or action.dest}"
@@ -51,7 +81,7 @@ def test_every_option_of_every_command_has_help():
 
 
 def test_rounds_help_says_resumed_rounds_count():
-    from workflows.cli import build_parser
+    from asepr.workflows.cli import build_parser
 
     train = dict(_parsers(build_parser()))["asepr train"]
     rounds = next(a for a in train._actions if "--rounds" in a.option_strings)
@@ -59,7 +89,7 @@ def test_rounds_help_says_resumed_rounds_count():
 
 
 def test_version_is_the_installed_one(capsys):
-    from workflows.cli import main
+    from asepr.workflows.cli import main
 
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     with pytest.raises(SystemExit) as exit_info:
@@ -82,7 +112,7 @@ class _Absent(importlib.abc.MetaPathFinder):
 sys.meta_path.insert(0, _Absent())
 """
 _CLI = """
-from workflows.cli import main
+from asepr.workflows.cli import main
 code = main(sys.argv[1:])
 assert not any(m.split(".")[0] in ("torch", "torch_geometric", "pymetis") for m in sys.modules)
 sys.exit(code)
@@ -111,7 +141,7 @@ def test_the_base_install_dependencies_have_no_torch_pyg_or_metis():
 
 def test_partition_and_verify_run_without_torch_pyg_or_metis(tmp_path):
     found = subprocess.run(  # the bundled Cora's path, from the module that also runs the demo
-        [sys.executable, "-c", _WITHOUT_EXTRAS + "from workflows.demo import bundled_cora\nprint(bundled_cora())"],
+        [sys.executable, "-c", _WITHOUT_EXTRAS + "from asepr.workflows.demo import bundled_cora\nprint(bundled_cora())"],
         cwd=REPO, capture_output=True, text=True, timeout=600)
     assert found.returncode == 0, found.stderr
     cora = Path(found.stdout.strip())
@@ -133,3 +163,30 @@ def test_partition_and_verify_run_without_torch_pyg_or_metis(tmp_path):
         assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
         assert f"install asepr[{extra}]" in done.stderr
     assert not any((tmp_path / name).exists() for name in ("metis", "out.runs", "demo"))
+
+
+def test_import_asepr_gives_the_api_without_torch():
+    """``import asepr; asepr.partition`` on a partition-only install: no torch, PyG or pymetis."""
+    code = _WITHOUT_EXTRAS + """
+import asepr
+assert callable(asepr.partition) and callable(asepr.open_partition) and callable(asepr.verify_output)
+assert callable(asepr.ingest) and asepr.PartitionConfig.__name__ == "PartitionConfig"
+assert not any(m.split(".")[0] in ("torch", "torch_geometric", "pymetis") for m in sys.modules)
+try:
+    asepr.load_local_graph
+except ModuleNotFoundError as exc:
+    print("training needs", exc.name)
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "training needs torch"
+
+
+def test_the_public_api_names_resolve():
+    import asepr
+
+    for name in asepr.__all__:
+        assert getattr(asepr, name) is not None, name
+    assert asepr.open_pyg_stores.__module__ == "asepr.training.graph.pyg_store"
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        asepr.nothing  # noqa: B018

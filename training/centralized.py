@@ -3,7 +3,7 @@
 It reads the whole input (``edges/`` and ``nodes/`` Parquet shards) into memory, so it
 is for graphs that fit on one machine: it is the accuracy ceiling the distributed
 strategies are measured against. Training is the round loop of
-:func:`training.distributed.train_rounds` with a single rank and no reconciliation
+:func:`asepr.training.loop.distributed.train_rounds` with a single rank and no reconciliation
 (:func:`centralized_config`), so the model, the optimiser, the evaluation (exact: the
 whole graph is the rank's graph) and the metrics rows are exactly those of the
 distributed trainers. One process has a global model after every step, so, as fds, it
@@ -24,14 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from storage.errors import InputError, format_problem
-from storage.inputs.directory import open_input, open_parquet
-from storage.inputs.schema import check_node_schema, feature_matrix
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import LocalGraph, build_local_graph
-from training.distributed import train_rounds
-from training.rounds import configure_cpu
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.inputs.directory import open_input, open_parquet
+from asepr.storage.inputs.schema import check_node_schema, feature_matrix
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import LocalGraph, build_local_graph
+from asepr.training.loop.distributed import train_rounds
+from asepr.training.loop.rounds import configure_cpu
 
 __all__ = ["centralized_config", "load_input_graph", "run_centralized"]
 

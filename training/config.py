@@ -15,25 +15,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storage.errors import format_problem
+from asepr.storage.errors import format_problem
 
 __all__ = ["AUTO_BATCH_MAX", "AUTO_BATCH_MIN", "AUTO_BATCH_STEPS", "DEFAULT_EVAL_SAMPLE", "DEVICES", "EVAL_MODES", "FDS_PARTITIONERS", "MODELS", "RECONCILE_PARTS", "REMOVED_FIELDS",
            "SERVER_OPTIMIZERS", "STRATEGIES", "TASKS", "TrainConfig", "load_config", "parse_batch_size",
            "parse_reconcile", "removed_conflicts", "resolve_batch_size"]
 
 MODELS = ("sage", "gcn", "gat")
-#: ``--fds-partition``: the fds baseline's vertex partition (:mod:`training.fds.partition`).
+#: ``--fds-partition``: the fds baseline's vertex partition (:mod:`asepr.training.fds.partition`).
 FDS_PARTITIONERS = ("auto", "metis", "hash")
 TASKS = ("node", "link")
 #: ``--eval``: the global model's exact whole-graph metrics, or the cheap partition-local ones.
 EVAL_MODES = ("exact", "local")
-#: ``eval_sample``'s default (see :data:`training.eval_sample.DEFAULT_EVAL_SAMPLE`).
+#: ``eval_sample``'s default (see :data:`asepr.training.evaluation.eval_sample.DEFAULT_EVAL_SAMPLE`).
 DEFAULT_EVAL_SAMPLE = 5_000
 #: ``--device``: where the model, the batches and the evaluation run (auto: CUDA when present).
 DEVICES = ("auto", "cuda", "cpu")
 #: The building blocks of a reconciliation strategy, joined by "+".
 RECONCILE_PARTS = ("avg", "kd", "con", "corr", "scaffold")
-#: ``--server-opt``: the server optimisers of :mod:`training.reconcile.server`.
+#: ``--server-opt``: the server optimisers of :mod:`asepr.training.reconcile.server`.
 SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam")
 #: The named strategies the benchmark compares (any "+"-combination containing avg is valid).
 STRATEGIES = ("avg", "avg+kd", "avg+con", "avg+kd+con", "avg+corr", "avg+scaffold")
@@ -103,10 +103,10 @@ REMOVED_FIELDS: dict[str, Any] = {
     "scaffold_batches": 0, "scaffold_weigh_segments": True, "sync_warmup": 0.0, "negative_pool": 0,
     "remote_negatives": 0.5,
     # Settings of the kd, con, corr and fedadam strategies, now fixed at their defaults
-    # (training.reconcile.distill, .contrastive, .correct, .server).
+    # (asepr.training.reconcile.distill, .contrastive, .correct, .server).
     "kd_steps": 10, "kd_temperature": 2.0, "kd_lr": None, "mu": None, "tau": 0.5, "server_beta2": 0.99,
     "server_tau": 1e-3, "corr_steps": 4, "corr_batch_size": 256, "corr_lr": None,
-    # The link evaluation's candidate sample (training.tasks.EVAL_POOL).
+    # The link evaluation's candidate sample (asepr.training.tasks.EVAL_POOL).
     "link_eval_pool": 1 << 14,
 }
 
@@ -182,12 +182,12 @@ class TrainConfig:
         R reconciliation rounds of E local epochs each.
     reconcile
         ``"avg"`` joined by ``"+"`` with any of ``"kd"``, ``"con"``, ``"corr"``,
-        ``"scaffold"`` (:mod:`training.reconcile`). Default ``"avg+scaffold"`` for both
+        ``"scaffold"`` (:mod:`asepr.training.reconcile`). Default ``"avg+scaffold"`` for both
         tasks (link prediction: chosen on Cora, where ``avg`` fell 10 % or more below
         centralized MRR on one seed of three and ``avg+scaffold`` on none;
         docs/results/train-link-scaffold). ``kd``, ``con`` and ``corr`` run with fixed
-        settings (:mod:`training.reconcile.distill`, :mod:`~training.reconcile.contrastive`,
-        :mod:`~training.reconcile.correct`).
+        settings (:mod:`asepr.training.reconcile.distill`, :mod:`~asepr.training.reconcile.contrastive`,
+        :mod:`~asepr.training.reconcile.correct`).
     batch_size, fanouts
         Mini-batches of ``batch_size`` seeds (training nodes, or training edges for link
         prediction) with a uniform neighbour sampler of ``fanouts`` per layer (one per
@@ -203,18 +203,18 @@ class TrainConfig:
         N > 0 (default 10 for node classification): every rank takes the same number of
         optimiser steps per round
         (``local_epochs`` epochs of the whole training set, see
-        :func:`training.local.steps_per_round`) and the ranks reconcile after every N
+        :func:`asepr.training.loop.local.steps_per_round`) and the ranks reconcile after every N
         of them (full-batch, a step is an epoch). 0 (default for link prediction): they
         reconcile once per round, after ``local_epochs`` epochs each.
     scaffold_clip
         ``scaffold``: > 0 bounds each step's correction to this multiple of the raw
-        gradient's norm (:class:`training.reconcile.scaffold.ControlVariates`); 0: unbounded.
+        gradient's norm (:class:`asepr.training.reconcile.scaffold.ControlVariates`); 0: unbounded.
         Default 0.5: unbounded, the correction lowered coauthor-cs's plateau by 0.4
         points; at 0.5 it is level with ``avg`` there and keeps amazon-photo's gain
         (docs/results/train-tuning/drift).
     server_opt, server_lr, server_momentum
         The server optimiser applied to each round's averaged update
-        (:class:`training.reconcile.server.ServerOptimizer`): ``"fedavg"`` (the average
+        (:class:`asepr.training.reconcile.server.ServerOptimizer`): ``"fedavg"`` (the average
         itself at ``server_lr`` 1), ``"fedavgm"`` (momentum ``server_momentum``) or
         ``"fedadam"`` (β₁ ``server_momentum``). ``server_lr`` defaults to 1 for fedavg and
         fedavgm and to 0.01 for fedadam.
@@ -226,7 +226,7 @@ class TrainConfig:
         global edge, so every rank and the centralized run hold out the same edges), and
         the negatives ranked against each held-out edge, drawn uniformly among every
         vertex of the whole graph (or, on larger graphs, a seeded sample shared by all
-        ranks, :data:`training.tasks.EVAL_POOL`), whose embeddings the ranks gather once
+        ranks, :data:`asepr.training.tasks.EVAL_POOL`), whose embeddings the ranks gather once
         per evaluation: the same candidates for every strategy.
     feature_norm
         ``"l2"`` (default) divides each node's feature row by its L2 norm (rows of zeros
@@ -248,7 +248,7 @@ class TrainConfig:
         Process-group timeout: a rank blocked on a dead peer fails after this long.
     threads
         torch CPU threads per process (0: its share of the idle cores of its machine,
-        :func:`training.rounds.threads`).
+        :func:`asepr.training.loop.rounds.threads`).
     device
         ``"cuda"``: the model, the batches and the evaluation on the rank's GPU (NCCL
         between ranks); ``"cpu"`` (gloo); ``"auto"`` (default): CUDA when present.
@@ -263,21 +263,21 @@ class TrainConfig:
         strategy is evaluated after the same epochs. The last round is always evaluated.
     eval_mode
         ``"exact"`` (default): the global model's metrics on the whole graph
-        (:class:`training.inference.Evaluator`); ``"local"``: each rank scores its own
+        (:class:`asepr.training.evaluation.inference.Evaluator`); ``"local"``: each rank scores its own
         master nodes with the model run on its partition only (cheaper, not exact).
     eval_sample
         The exact evaluation of a node task scores about this many validation (and
         test) masters, a sample seeded by ``seed`` and the same in every round and on
-        every rank, with the metric's 95 % interval (:mod:`training.eval_sample`); a
+        every rank, with the metric's 95 % interval (:mod:`asepr.training.evaluation.eval_sample`); a
         split of at most twice this many is scored whole. 0: every master. Default
         :data:`DEFAULT_EVAL_SAMPLE` (5,000).
     patience
         P > 0: stop training once the validation metric has not improved for P
-        evaluations in a row (early stopping, :func:`training.protocol.patience_spent`),
+        evaluations in a row (early stopping, :func:`asepr.training.protocol.patience_spent`),
         at most after ``rounds`` rounds; every rank sees the same global metric, so all
         stop after the same round. 0 (default): train every round.
     speeds, measure_speeds
-        Capacity-aware training (:mod:`training.capacity`): in each synchronised segment of
+        Capacity-aware training (:mod:`asepr.training.group.capacity`): in each synchronised segment of
         ``sync_every`` steps rank r takes ``max(1, round(sync_every · speed_r / max_speed))``,
         and the reconciliation normalises each rank's update by its steps (FedNova).
         ``speeds``: one relative speed per rank, declared (``--speeds``, or a cluster file's
@@ -292,7 +292,7 @@ class TrainConfig:
     slowdown
         One factor per rank (default none: 1 each): the modelled cluster time counts rank
         r's measured CPU seconds times its factor (``compute_s_cum_max``,
-        :class:`training.protocol.ComputeClock`), and a measured speed is divided by it. A
+        :class:`asepr.training.protocol.ComputeClock`), and a measured speed is divided by it. A
         declared, modelled heterogeneity: training itself is unchanged.
     """
 
@@ -425,7 +425,7 @@ class TrainConfig:
 
     @property
     def capacity_aware(self) -> bool:
-        """Whether each rank's local steps follow its speed (:mod:`training.capacity`)."""
+        """Whether each rank's local steps follow its speed (:mod:`asepr.training.group.capacity`)."""
         return bool(self.speeds) or bool(self.measure_speeds) or float(self.deadline) > 0
 
     @property

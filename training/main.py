@@ -1,10 +1,12 @@
-"""The trainer entry point: ``python -m training.main OUT [flags]``, one process per rank.
+"""The trainer entry point: ``asepr-rank OUT [flags]``, one process per rank.
 
-``asepr train OUT --nproc K`` resolves the :class:`~training.config.TrainConfig`, writes
+``asepr train OUT --nproc K`` resolves the :class:`~asepr.training.config.TrainConfig`, writes
 it to ``RUN/config.json`` and launches K of these through ``torch.distributed.run``
-(:mod:`workflows.launch`) with ``--config RUN/config.json``; each rank reads the config
-back (:func:`training.config.load_config`). ``torchrun --nproc-per-node K -m
-training.main OUT [flags]`` and SLURM ``srun`` work too: the flags then build the config
+(:mod:`asepr.workflows.launch`) with ``--config RUN/config.json``; each rank reads the config
+back (:func:`asepr.training.config.load_config`). ``torchrun --nproc-per-node K --no-python
+asepr-rank OUT [flags]`` and SLURM ``srun asepr-rank`` work too (``python -m
+asepr.training.main`` is the same entry; the console script puts no working directory on
+``sys.path``, so a user's own folders there cannot shadow the package): the flags then build the config
 (:func:`config_from_args`, the one way from flags to a config), and rank 0 takes the run
 directory's lock itself. A run directory holding a previous run is refused unless
 ``--resume`` continues it or ``--overwrite`` starts over. ``--strategy fds`` runs the
@@ -29,10 +31,10 @@ from typing import Any
 
 import fsspec
 
-from storage.commit.holder import set_command_name
-from storage.errors import AseprError, format_problem, os_errors_as_problems
-from storage.locations.remote import add_storage_options_flag, remote_errors_as_problems
-from training.config import (
+from asepr.storage.commit.holder import set_command_name
+from asepr.storage.errors import AseprError, format_problem, os_errors_as_problems
+from asepr.storage.locations.remote import add_storage_options_flag, remote_errors_as_problems
+from asepr.training.config import (
     DEVICES,
     EVAL_MODES,
     FDS_PARTITIONERS,
@@ -47,7 +49,7 @@ from training.config import (
 __all__ = ["STRATEGY_CHOICES", "add_train_arguments", "config_from_args", "default_run_dir", "format_row", "main",
            "read_config"]
 
-log = logging.getLogger("training.main")
+log = logging.getLogger("asepr.training.main")
 
 # flag dest → TrainConfig field (when they differ)
 _RENAMES = {"layers": "num_layers", "eval_negatives": "link_eval_negatives", "timeout": "timeout_s",
@@ -66,7 +68,7 @@ def _batch_size_arg(text: str) -> int | str:
 
 def _rank_list_arg(flag: str, measure: bool = False):
     """argparse's type of ``--speeds`` / ``--slowdown`` (a bad value: its one-line usage error)."""
-    from training.capacity import parse_rank_list
+    from asepr.training.group.capacity import parse_rank_list
 
     def parse(text: str):
         try:
@@ -78,7 +80,7 @@ def _rank_list_arg(flag: str, measure: bool = False):
 
 
 def _add_capacity_arguments(p: argparse.ArgumentParser, d: TrainConfig) -> None:
-    """Ranks of different speeds (:mod:`training.capacity`)."""
+    """Ranks of different speeds (:mod:`asepr.training.group.capacity`)."""
     p.add_argument("--speeds", type=_rank_list_arg("--speeds", measure=True), default=d.speeds,
                    metavar="S1,...,SW|measure",
                    help="each rank's relative speed; in every segment of --sync-every steps rank r takes "
@@ -97,7 +99,7 @@ def _add_capacity_arguments(p: argparse.ArgumentParser, d: TrainConfig) -> None:
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
-    """The trainer flags, shared by ``asepr train`` and ``python -m training.main``."""
+    """The trainer flags, shared by ``asepr train`` and ``asepr-rank``."""
     d = TrainConfig()
     p.add_argument("--run-dir", help="checkpoints and metrics.csv, a path or an fsspec URL "
                                      "(default: OUT.runs/TASK-MODEL-STRATEGY)")
@@ -193,7 +195,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         if values.get("speeds") or values.get("measure_speeds"):
             raise ValueError(format_problem("--cluster", "the speeds from one place", "--cluster with --speeds",
                                             "drop --speeds or --cluster."))
-        from storage.cluster import read_cluster
+        from asepr.storage.cluster import read_cluster
 
         values["speeds"] = read_cluster(args.cluster).rank_speeds()
     return TrainConfig(**values)
@@ -215,14 +217,14 @@ def _resolve_config(args: argparse.Namespace, argv: Sequence[str]) -> TrainConfi
         return config_from_args(args)
     given = _config_flags_given(argv) + ["--cluster"] * bool(getattr(args, "cluster", None))
     if given:
-        raise ValueError(format_problem("python -m training.main", "--config FILE or the config flags, not both",
+        raise ValueError(format_problem("asepr-rank", "--config FILE or the config flags, not both",
                                         f"--config with {' '.join(given)}",
                                         "put those values into the config file, or drop --config."))
     return read_config(args.config, args.storage_options)
 
 
 def read_config(path: str | Path, storage_options: dict | None = None) -> TrainConfig:
-    """``--config FILE``: a local file (:func:`training.config.load_config`), or
+    """``--config FILE``: a local file (:func:`asepr.training.config.load_config`), or
     ``RUN/config.json`` of a run directory on an object store (ValueError naming it)."""
     if "://" not in str(path):
         return load_config(path)
@@ -263,7 +265,7 @@ def format_row(row: dict[str, Any]) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m training.main", description=__doc__.splitlines()[0],
+    parser = argparse.ArgumentParser(prog="asepr-rank", description=__doc__.splitlines()[0],
                                      allow_abbrev=False)
     parser.add_argument("out", help="the partition output directory (the input directory with --strategy fds)")
     parser.add_argument("-v", "--verbose", action="count", default=0)
@@ -278,15 +280,15 @@ def _parser() -> argparse.ArgumentParser:
 def _train(args: argparse.Namespace, config: TrainConfig) -> None:
     """This rank's run: rank 0 holds the run directory (unless the launcher does), then train.
 
-    A group that torchrun's agent restarted (a lost machine, :mod:`training.elastic`)
+    A group that torchrun's agent restarted (a lost machine, :mod:`asepr.training.group.elastic`)
     resumes from the latest complete round, at whatever world size it now has; before the
     first complete round it starts over."""
-    from storage.commit.lease import DEFAULT_TTL_S
-    from training.checkpoint import RunDir
-    from training.comm import Comm
-    from training.distributed import run_trainer
-    from training.elastic import claim_run_dir, restarted
-    from training.rounds import all_ranks_ready
+    from asepr.storage.commit.lease import DEFAULT_TTL_S
+    from asepr.training.rundir.checkpoint import RunDir
+    from asepr.training.group.comm import Comm
+    from asepr.training.loop.distributed import run_trainer
+    from asepr.training.group.elastic import claim_run_dir, restarted
+    from asepr.training.loop.rounds import all_ranks_ready
 
     comm = Comm()
     run_dir = args.run_dir or default_run_dir(args.out, config, args.strategy)
@@ -316,7 +318,7 @@ def _train(args: argparse.Namespace, config: TrainConfig) -> None:
 
             args.resume = bool(comm.gather_uncounted(torch.tensor([float(complete[0])]))[0, 0])
         if args.strategy == "fds":
-            from training.fds import run_fds
+            from asepr.training.fds import run_fds
 
             run_fds(args.out, run_dir, config, partition=args.fds_partition, resume=args.resume, comm=comm,
                     on_round=on_round)
@@ -333,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import torch.distributed as dist
 
-    from training.distributed import exit_with_parent, init_process_group
+    from asepr.training.loop.distributed import exit_with_parent, init_process_group
 
     try:
         config = _resolve_config(args, argv)
@@ -365,5 +367,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             dist.destroy_process_group()
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The ``asepr-rank`` console script."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

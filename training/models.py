@@ -2,7 +2,7 @@
 
 ``GNN.forward(x, edge_index, return_embeddings=True)`` also returns every layer's
 node embeddings (the last one is the output), which the cross-layer contrastive loss
-of :mod:`training.reconcile.contrastive` compares between models. All models of one
+of :mod:`asepr.training.reconcile.contrastive` compares between models. All models of one
 run share one architecture, so their parameters travel as one flat buffer
 (:func:`flatten` / :func:`unflatten_into`).
 """
@@ -89,7 +89,7 @@ class GNN(nn.Module):
 
 
 def build_model(config, in_dim: int, out_dim: int) -> GNN:
-    """The model a :class:`~training.config.TrainConfig` describes."""
+    """The model a :class:`~asepr.training.config.TrainConfig` describes."""
     return GNN(config.model, in_dim, config.hidden, out_dim, config.num_layers, config.dropout, config.heads)
 
 

@@ -13,7 +13,7 @@ compute: the CPU seconds of its process while it trains (:class:`ComputeClock`,
 ``time.process_time``, all its threads; evaluation excluded). Training is synchronous,
 so a round takes as long as its slowest rank: the cluster's compute up to an evaluation
 is the sum over the rounds of the largest rank's seconds (``compute_s_cum_max`` in the
-metrics rows). A rank declared slower (``--slowdown``, :mod:`training.capacity`) counts
+metrics rows). A rank declared slower (``--slowdown``, :mod:`asepr.training.group.capacity`) counts
 its CPU seconds times its factor: a modelled machine of that speed.
 :func:`cluster_seconds` adds the network model: the busiest rank's bytes over the
 bandwidth plus its messages times a latency, with the evaluation's bytes folded in (an

@@ -14,7 +14,7 @@
 
 Scoring is global: every rank scores its own master nodes (or own edges) and the
 sums are all_reduced. ``score(outputs, comm)`` scores given model outputs (the exact
-whole-graph outputs of :class:`training.inference.ExactInference`, or fds's layer-wise
+whole-graph outputs of :class:`asepr.training.evaluation.inference.ExactInference`, or fds's layer-wise
 ones); ``evaluate(model, comm)`` scores the model's outputs on the rank's own graph
 (the cheap partition-local evaluation). ROC-AUC is computed from score histograms of
 2^14 bins that are all_reduced (exact up to ties within one bin).
@@ -31,11 +31,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch_geometric.sampler import NodeSamplerInput
 
-from training.comm import Comm
-from training.config import resolve_batch_size
-from training.data import LocalGraph
-from training.models import graph_operator
-from training.sampler import NeighborSampler
+from asepr.training.group.comm import Comm
+from asepr.training.config import resolve_batch_size
+from asepr.training.graph.data import LocalGraph
+from asepr.training.models import graph_operator
+from asepr.training.graph.sampler import NeighborSampler
 
 __all__ = ["Batch", "EvalNegatives", "LinkTask", "NodeTask", "auc_from_histograms", "make_task"]
 
@@ -49,7 +49,7 @@ HITS_K = 50
 @dataclass
 class Batch:
     """One step's input: rows ``n_id`` of the graph (None: all), the graph over those rows
-    (:func:`~training.models.graph_operator`),
+    (:func:`~asepr.training.models.graph_operator`),
     the task loss of the model output, and the rows the contrastive loss compares."""
 
     n_id: torch.Tensor | None

@@ -1,3 +1,3 @@
-from workflows.cli import run
+from asepr.workflows.cli import run
 
 run()

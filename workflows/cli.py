@@ -3,7 +3,7 @@
 Each subcommand parses its flags, sets up logging and calls one library function; no
 algorithm lives here. Errors from the asepr hierarchy print one clear message and
 exit with status 1 (2 for usage errors, as argparse does); so do the OS errors a user can
-fix (a full disk, a directory it may not write: :func:`storage.errors.os_error_problem`).
+fix (a full disk, a directory it may not write: :func:`asepr.storage.errors.os_error_problem`).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ import os
 import sys
 from collections.abc import Sequence
 
-from storage.commit.holder import set_command_name
-from storage.errors import AseprError, os_errors_as_problems
-from storage.progress import reporting
-from storage.resources import tune_malloc
-from workflows.extras import missing_extra, require_extra
-from workflows.progress import reporter_for
+from asepr.storage.commit.holder import set_command_name
+from asepr.storage.errors import AseprError, os_errors_as_problems
+from asepr.storage.progress import reporting
+from asepr.storage.resources import tune_malloc
+from asepr.workflows.extras import missing_extra, require_extra
+from asepr.workflows.progress import reporter_for
 
 __all__ = ["build_parser", "main", "run"]
 
@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_modules():
-    from workflows import commands_bench, commands_ingest, commands_partition, commands_train, plot
+    from asepr.workflows import commands_bench, commands_ingest, commands_partition, commands_train, plot
 
     return [commands_partition, commands_ingest, commands_train, plot, commands_bench]
 
@@ -186,7 +186,7 @@ def _setup_logging(args: argparse.Namespace) -> None:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from workflows.importing import run_import
+    from asepr.workflows.importing import run_import
 
     meta = run_import(
         args.format,
@@ -226,7 +226,7 @@ def import_summary(meta: dict, out: str) -> str:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
-    from pipeline.inputs.synth import SynthConfig, generate
+    from asepr.pipeline.inputs.synth import SynthConfig, generate
 
     config = SynthConfig(
         num_nodes=args.nodes,
@@ -250,7 +250,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from storage.integrity.validate import validate_input
+    from asepr.storage.integrity.validate import validate_input
 
     if args.input is None and (args.edges is None or args.nodes is None):
         raise AseprError("give an INPUT directory, or both --edges and --nodes.")
@@ -271,7 +271,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_clean(args: argparse.Namespace) -> int:
-    from storage.inputs.clean import clean_input
+    from asepr.storage.inputs.clean import clean_input
 
     meta = clean_input(
         args.input,
@@ -289,7 +289,7 @@ def _cmd_clean(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from workflows.demo import run_demo
+    from asepr.workflows.demo import run_demo
 
     require_extra("torch", "asepr demo, which trains")  # before any step of the flow
 
@@ -317,7 +317,7 @@ def _without_prefix(message: str, command: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    tune_malloc()  # before any thread starts: see storage.resources
+    tune_malloc()  # before any thread starts: see asepr.storage.resources
     parser = build_parser()
     args = parser.parse_args(argv)
     _setup_logging(args)
@@ -325,7 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = getattr(args, "handler", None) or _COMMANDS[args.command]
     try:
         # A full disk or an unwritable directory: the project's error. Long steps show
-        # their progress unless -q or --no-progress (workflows.progress).
+        # their progress unless -q or --no-progress (asepr.workflows.progress).
         with os_errors_as_problems(), reporting(reporter_for(args)):
             return handler(args)
     except AseprError as exc:

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from storage.locations.remote import add_storage_options_flag
+from asepr.storage.locations.remote import add_storage_options_flag
 
 __all__ = ["register"]
 
@@ -15,8 +15,8 @@ DEFAULT_ALGOS = ["asep", "2ps-l", "2ps-hdrf", "hdrf", "dbh", "greedy", "hash"]
 
 
 def _bench_partition(args: argparse.Namespace) -> int:
-    from pipeline.config import PartitionConfig
-    from workflows.bench.partition import bench_partition
+    from asepr.pipeline.config import PartitionConfig
+    from asepr.workflows.bench.partition import bench_partition
 
     base = PartitionConfig(
         num_parts=2,
@@ -34,7 +34,7 @@ def _bench_partition(args: argparse.Namespace) -> int:
 
 
 def _bench_ingest(args: argparse.Namespace) -> int:
-    from workflows.bench.ingest import QUICK, bench_ingest
+    from asepr.workflows.bench.ingest import QUICK, bench_ingest
 
     sizes = dict(QUICK) if args.quick else {
         "nodes": 2_000_000, "base_edges": 20_000_000, "new_edges": 2_000_000, "dim": 16, "classes": 16, "k": 16,
@@ -51,8 +51,8 @@ def _bench_ingest(args: argparse.Namespace) -> int:
 
 
 def _bench_train(args: argparse.Namespace) -> int:
-    from training.main import config_from_args
-    from workflows.bench.train import TRAIN_STRATEGIES, bench_train
+    from asepr.training.main import config_from_args
+    from asepr.workflows.bench.train import TRAIN_STRATEGIES, bench_train
 
     config = config_from_args(args)
     if args.max_epochs:  # the epoch cap of the time-to-accuracy protocol, in rounds
@@ -65,7 +65,7 @@ def _bench_train(args: argparse.Namespace) -> int:
 
 
 def _bench_read(args: argparse.Namespace) -> int:
-    from workflows.bench.read import bench_read, report
+    from asepr.workflows.bench.read import bench_read, report
 
     rows = bench_read(args.output, args.parts, repeat=args.repeat, cold=not args.warm_only,
                       storage_options=args.storage_options)
@@ -79,7 +79,7 @@ def _bench_read(args: argparse.Namespace) -> int:
 
 
 def _bench_scale(args: argparse.Namespace) -> int:
-    from workflows.bench.scale import bench_scale
+    from asepr.workflows.bench.scale import bench_scale
 
     bench_scale(Path(args.out), args.sizes, k=args.k, dim=args.dim, classes=args.classes, seed=args.seed,
                 workdir=Path(args.workdir) if args.workdir else None, keep=args.keep, verify=args.verify,
@@ -89,7 +89,7 @@ def _bench_scale(args: argparse.Namespace) -> int:
 
 
 def _bench_all(args: argparse.Namespace) -> int:
-    from workflows.bench.suite import bench_all
+    from asepr.workflows.bench.suite import bench_all
 
     bench_all(Path(args.out), quick=args.quick, cache=Path(args.cache) if args.cache else None)
     print(f"wrote {args.out}/report.md")
@@ -173,7 +173,7 @@ def register(sub, add_common) -> None:
 
     q = bench_sub.add_parser("train", help="training strategies x datasets x k: accuracy, time to target, bytes")
     add_common(q)
-    from training.main import add_train_arguments
+    from asepr.training.main import add_train_arguments
 
     q.add_argument("--datasets", nargs="+", default=["amazon-computers", "coauthor-physics"],
                    help="shared dataset names or input directories")

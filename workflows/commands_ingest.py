@@ -1,9 +1,9 @@
 """``asepr ingest`` and ``asepr rebalance``: grow and rebalance a committed output.
 
 ``ingest`` adds new edge (and node) shards as the next generation
-(:func:`pipeline.increment.ingest.ingest`); shards ingested before are skipped with a message.
+(:func:`asepr.pipeline.increment.ingest.ingest`); shards ingested before are skipped with a message.
 ``rebalance`` moves whole communities off partitions past the volume cap
-(:func:`pipeline.increment.rebalance.rebalance`). Both print what they committed; ``asepr
+(:func:`asepr.pipeline.increment.rebalance.rebalance`). Both print what they committed; ``asepr
 inspect`` shows the drift and whether a rebalance is advised.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 
-from storage.locations.remote import add_storage_options_flag
-from workflows.commands_partition import metrics_table, partition_table
-from workflows.dask_client import add_dask_arguments, client_from_args
+from asepr.storage.locations.remote import add_storage_options_flag
+from asepr.workflows.commands_partition import metrics_table, partition_table
+from asepr.workflows.dask_client import add_dask_arguments, client_from_args
 
 __all__ = ["register"]
 
@@ -50,7 +50,7 @@ def _changed(manifest: dict) -> str:
 def _commit_generation(args: argparse.Namespace, step, nothing: str) -> dict | None:
     """Run ``step(client)`` (an ingest or a rebalance) on ``args.out``; return its manifest
     when it committed a new generation and output is wanted, else None (after saying why)."""
-    from storage.partitions.manifest import read_manifest
+    from asepr.storage.partitions.manifest import read_manifest
 
     before = read_manifest(args.out, storage_options=args.storage_options or None)
     with client_from_args(args) as client:
@@ -64,7 +64,7 @@ def _commit_generation(args: argparse.Namespace, step, nothing: str) -> dict | N
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from pipeline.increment.ingest import ingest
+    from asepr.pipeline.increment.ingest import ingest
 
     manifest = _commit_generation(
         args, lambda client: ingest(args.out, args.new_edges, args.nodes, client=client,
@@ -86,7 +86,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def _cmd_rebalance(args: argparse.Namespace) -> int:
-    from pipeline.increment.rebalance import rebalance
+    from asepr.pipeline.increment.rebalance import rebalance
 
     manifest = _commit_generation(
         args, lambda client: rebalance(args.out, client=client, storage_options=args.storage_options or None),

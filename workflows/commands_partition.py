@@ -1,12 +1,12 @@
 """``asepr partition``, ``asepr inspect`` and ``asepr verify``.
 
 ``partition`` validates the input, partitions it and commits one Zarr store per
-partition plus ``manifest.json`` (:func:`pipeline.partition_run.partition_to_store`);
+partition plus ``manifest.json`` (:func:`asepr.pipeline.partition_run.partition_to_store`);
 ``inspect`` prints what an output holds; ``verify`` checks every invariant
-(:func:`pipeline.verify.verify_output`) and exits 1 on any violation.
+(:func:`asepr.pipeline.verify.verify_output`) and exits 1 on any violation.
 
 Before anything is written, ``partition`` prints its memory and disk plan
-(:mod:`pipeline.plan`) and refuses to start when the plan does not fit this machine,
+(:mod:`asepr.pipeline.planning.plan`) and refuses to start when the plan does not fit this machine,
 unless ``--ignore-plan``; ``--dry-run`` prints the plan and exits.
 """
 
@@ -23,11 +23,11 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
-from storage.errors import AseprError, InputError, format_problem
-from storage.locations.remote import add_storage_options_flag, remote_errors_as_problems
-from workflows.dask_client import add_dask_arguments, client_from_args, default_workers
-from workflows.extras import require_extra
+from asepr.pipeline.config import ALGORITHMS, SCORINGS, PartitionConfig
+from asepr.storage.errors import AseprError, InputError, format_problem
+from asepr.storage.locations.remote import add_storage_options_flag, remote_errors_as_problems
+from asepr.workflows.dask_client import add_dask_arguments, client_from_args, default_workers
+from asepr.workflows.extras import require_extra
 
 __all__ = ["byte_count", "config_from_args", "drift_text", "inspect_text", "metrics_table", "partition_table", "register",
            "share_text"]
@@ -210,7 +210,7 @@ def config_from_args(args: argparse.Namespace) -> tuple[PartitionConfig, int]:
 def _capacities_from_args(args: argparse.Namespace, values: dict[str, Any]) -> None:
     """``--capacities`` or ``--cluster`` into ``values["capacities"]`` (checked against k;
     without -k, k is their count)."""
-    from pipeline.capacity import normalise_capacities, parse_capacities, read_cluster_file
+    from asepr.pipeline.capacity import normalise_capacities, parse_capacities, read_cluster_file
 
     text, cluster = getattr(args, "capacities", None), getattr(args, "cluster", None)
     if text is not None and cluster is not None:
@@ -227,7 +227,7 @@ def _capacities_from_args(args: argparse.Namespace, values: dict[str, Any]) -> N
 
 def _plan(args: argparse.Namespace, config: PartitionConfig, halo: int):
     """The run's memory and disk plan, for the Dask setup the flags ask for."""
-    from pipeline.plan import plan_partition
+    from asepr.pipeline.planning.plan import plan_partition
 
     remote = bool(args.scheduler_address or args.scheduler_file or os.environ.get("DASK_SCHEDULER_ADDRESS"))
     workers = default_workers() if args.workers is None else max(0, args.workers)
@@ -241,9 +241,9 @@ def _refuse_committed(args: argparse.Namespace) -> None:
     the run would refuse it, after a plan that says nothing about it. A local output
     with a staging directory is left to the run, which first completes or undoes the
     commit that was interrupted there (perhaps of this very run)."""
-    from pipeline.store.write import committed_output_error
-    from storage.locations.location import is_local_url
-    from storage.partitions.manifest import STAGING_NAME, read_manifest
+    from asepr.pipeline.store.write import committed_output_error
+    from asepr.storage.locations.location import is_local_url
+    from asepr.storage.partitions.manifest import STAGING_NAME, read_manifest
 
     if args.overwrite or args.dry_run:
         return
@@ -255,8 +255,8 @@ def _refuse_committed(args: argparse.Namespace) -> None:
 
 
 def _cmd_partition(args: argparse.Namespace) -> int:
-    from pipeline.partition_run import partition_to_store
-    from pipeline.plan import check_plan, human_bytes
+    from asepr.pipeline.partition_run import partition_to_store
+    from asepr.pipeline.planning.plan import check_plan, human_bytes
 
     config, halo = config_from_args(args)
     if config.algo == "metis":
@@ -416,8 +416,8 @@ def drift_text(out: str | Path, manifest: dict[str, Any]) -> str | None:
 
 def inspect_text(out: str | Path, manifest: dict[str, Any], storage_options: dict | None = None) -> str:
     """Everything ``asepr inspect`` prints (``storage_options``: of a remote ``out``)."""
-    from storage.locations.location import tree_bytes
-    from storage.partitions.output_stores import resolve_store_url
+    from asepr.storage.locations.location import tree_bytes
+    from asepr.storage.partitions.output_stores import resolve_store_url
 
     inp = manifest.get("input", {})
     kind = "undirected" if manifest.get("undirected") else "directed"
@@ -488,13 +488,13 @@ def _positive_int(text: str) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from storage.partitions.manifest import read_manifest
+    from asepr.storage.partitions.manifest import read_manifest
 
     with remote_errors_as_problems(args.out):
         manifest = read_manifest(args.out, storage_options=args.storage_options)
         diagnostics = None
         if getattr(args, "diagnose", False):
-            from pipeline.diagnose import diagnose_output
+            from asepr.pipeline.diagnose import diagnose_output
 
             diagnostics = diagnose_output(args.out, hops=args.hops, storage_options=args.storage_options or None)
         if args.json:
@@ -503,11 +503,11 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         else:
             print(inspect_text(args.out, manifest, args.storage_options))
             if diagnostics is not None:
-                from workflows.diagnose_report import diagnostics_text
+                from asepr.workflows.diagnose_report import diagnostics_text
 
                 print(diagnostics_text(diagnostics.summary()))
         if args.plot is not None:
-            from workflows.plot import plot_partitions
+            from asepr.workflows.plot import plot_partitions
 
             _, path = plot_partitions(args.out, path=args.plot or None, storage_options=args.storage_options or None)
             if not args.quiet:
@@ -516,7 +516,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from pipeline.verify import verify_output
+    from asepr.pipeline.verify import verify_output
 
     if (args.memory_budget is not None and not args.memory_budget > 0) or (args.threads is not None
                                                                           and args.threads < 1):

@@ -3,12 +3,12 @@
 ``asepr train OUT --nproc K ...`` resolves the config from the flags, checks the output
 (a committed generation, at least one partition per rank) and the run directory, and only
 then launches
-``torchrun --standalone --nproc-per-node K -m training.main OUT --config RUN/config.json``
-(:mod:`workflows.launch`, which locks the run directory); rank 0 prints one line per
+``torchrun --standalone --nproc-per-node K -m asepr.training.main OUT --config RUN/config.json``
+(:mod:`asepr.workflows.launch`, which locks the run directory); rank 0 prints one line per
 round, and a summary table of the run's ``metrics.csv`` follows. ``asepr train --centralized
 INPUT ...`` trains the same model on the whole input in this process. ``asepr train
 INPUT --strategy fds --nproc K ...`` launches K ranks of the fully-decentralized
-baseline (:mod:`training.fds`) on the input, through the same launcher.
+baseline (:mod:`asepr.training.fds`) on the input, through the same launcher.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storage.errors import AseprError, format_problem
-from storage.locations.remote import remote_errors_as_problems
+from asepr.storage.errors import AseprError, format_problem
+from asepr.storage.locations.remote import remote_errors_as_problems
 
 __all__ = ["EVAL_LABELS", "ResumeNote", "centralized_line", "check_partition_output", "fds_bytes_line", "register",
            "resume_note", "summary_table"]
@@ -67,8 +67,8 @@ def summary_table(rows: list[dict[str, Any]], title: str, *, centralized: bool =
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from training.checkpoint import RunDir
-    from training.main import config_from_args, default_run_dir, format_row
+    from asepr.training.rundir.checkpoint import RunDir
+    from asepr.training.main import config_from_args, default_run_dir, format_row
 
     try:
         config = config_from_args(args)
@@ -80,8 +80,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.strategy == "fds":
         return _train_fds(args, config)
     if args.centralized:
-        from storage.inputs.directory import open_input
-        from training.centralized import run_centralized
+        from asepr.storage.inputs.directory import open_input
+        from asepr.training.centralized import run_centralized
 
         open_input(args.centralized)  # a missing input is named before the run directory is made
         run_dir = Path(args.run_dir) if args.run_dir else (
@@ -99,7 +99,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         raise AseprError(format_problem("asepr train", "OUT (a partition output) or --centralized INPUT",
                                         "neither", "pass the directory `asepr partition` wrote."))
     options = args.storage_options
-    from workflows.launch import elastic_settings, launch_trainers
+    from asepr.workflows.launch import elastic_settings, launch_trainers
 
     elastic = elastic_settings(args.nnodes, args.rdzv_endpoint, args.rdzv_id, args.rdzv_conf)
     with remote_errors_as_problems(args.out):
@@ -144,10 +144,10 @@ class ResumeNote:
 
 def resume_note(out: str | Path, runs, rounds: int, storage_options: dict | None = None) -> ResumeNote:
     """What a resumed run of ``rounds`` rounds (resumed ones included) does on the run
-    directory ``runs`` (a :class:`training.checkpoint.RunDir`): nothing, when it holds
+    directory ``runs`` (a :class:`asepr.training.rundir.checkpoint.RunDir`): nothing, when it holds
     that many rounds already; else where it resumes, and whether on a newer generation
     of ``out`` than its last round was trained on (after an ingest)."""
-    from storage import read_manifest
+    from asepr.storage import read_manifest
 
     latest = runs.latest_round()
     if latest is None:  # the launcher refuses it, naming the run directory
@@ -180,18 +180,18 @@ def _refuse_remote(args: argparse.Namespace) -> None:
 
 def fds_bytes_line(row: dict[str, Any]) -> str:
     """The last FDS round's bytes, all ranks together, per category."""
-    from training.fds import CATEGORIES
+    from asepr.training.fds import CATEGORIES
 
     parts = [f"{c} {float(row.get(f'cluster_bytes_round_{c}', 0)) / 2**20:,.2f}" for c in CATEGORIES]
     return f"MiB sent in round {row['round']} by all ranks: " + ", ".join(parts)
 
 
 def _train_fds(args: argparse.Namespace, config) -> int:
-    from storage.inputs.directory import open_input
-    from training.checkpoint import RunDir
-    from training.fds import fds_config
-    from training.main import default_run_dir
-    from workflows.launch import launch_trainers
+    from asepr.storage.inputs.directory import open_input
+    from asepr.training.rundir.checkpoint import RunDir
+    from asepr.training.fds import fds_config
+    from asepr.training.main import default_run_dir
+    from asepr.workflows.launch import launch_trainers
 
     if args.centralized or not args.out or args.nproc is None:
         raise AseprError(format_problem("asepr train --strategy fds", "INPUT (the input directory) and --nproc K",
@@ -219,7 +219,7 @@ def _train_fds(args: argparse.Namespace, config) -> int:
 
 
 def register(sub, add_common) -> None:
-    from training.main import add_train_arguments
+    from asepr.training.main import add_train_arguments
 
     p = sub.add_parser("train", help="train K local GNNs with reconciliation rounds (torchrun), or the baseline")
     add_common(p)
@@ -261,7 +261,7 @@ def _ranks_per_machine(nproc: int | None) -> int:
 def _capacity_problem(config, nproc: int, elastic) -> bool:
     """Print the problem of a --speeds or --slowdown list that does not give one value per
     rank (on one machine, where the ranks are known before they start)."""
-    from training.capacity import check_rank_lists
+    from asepr.training.group.capacity import check_rank_lists
 
     problem = None if elastic else check_rank_lists(config, nproc)
     if problem:
@@ -287,9 +287,9 @@ def check_partition_output(out: str | Path, nproc: int | None, storage_options: 
     AseprError
         ``nproc`` below 1 or above the partition count.
     """
-    from storage import read_manifest
-    from storage.errors import StoreError
-    from storage.inputs.directory import read_meta
+    from asepr.storage import read_manifest
+    from asepr.storage.errors import StoreError
+    from asepr.storage.inputs.directory import read_meta
 
     try:
         num_parts = int(read_manifest(out, storage_options=storage_options)["num_parts"])

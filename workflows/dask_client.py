@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Iterator
 
-from storage.errors import AseprError, format_problem
+from asepr.storage.errors import AseprError, format_problem
 
 __all__ = ["add_dask_arguments", "client_from_args", "dask_client", "default_workers"]
 

@@ -7,8 +7,8 @@ import logging
 import os
 from pathlib import Path
 
-from storage.errors import InputNotFoundError, format_problem
-from storage.importers import import_dataset
+from asepr.storage.errors import InputNotFoundError, format_problem
+from asepr.storage.importers import import_dataset
 
 __all__ = ["SHARED_DATASETS", "datasets_dir", "reference_rf", "resolve_dataset"]
 

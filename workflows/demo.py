@@ -4,7 +4,7 @@ Import and validate; hold the last 10 % of the edge stream back; partition the r
 into 4 with ASEP (one Zarr store per partition plus ``manifest.json``), verify every
 invariant and print the metrics and partitions; train 4 GraphSAGE ranks with
 reconciliation rounds (``avg+kd+con``, through torchrun's API); ingest the held-back
-edges as generation 2 (``pipeline.increment.ingest``), verify again, and resume training on
+edges as generation 2 (``asepr.pipeline.increment.ingest``), verify again, and resume training on
 generation 2; finally compare the final accuracy with the centralized baseline on the
 whole graph.
 """
@@ -19,17 +19,17 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from pipeline.config import PartitionConfig
-from pipeline.partition_run import partition_to_store
-from pipeline.verify import verify_output
-from storage.errors import StoreError
-from storage.importers import import_dataset
-from storage.integrity.validate import validate_input
-from storage.resources import peak_rss_bytes
-from training.config import TrainConfig
-from workflows.bench.ingest import split_stream
-from workflows.commands_partition import metrics_table, partition_table
-from workflows.commands_train import summary_table
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.verify import verify_output
+from asepr.storage.errors import StoreError
+from asepr.storage.importers import import_dataset
+from asepr.storage.integrity.validate import validate_input
+from asepr.storage.resources import peak_rss_bytes
+from asepr.training.config import TrainConfig
+from asepr.workflows.bench.ingest import split_stream
+from asepr.workflows.commands_partition import metrics_table, partition_table
+from asepr.workflows.commands_train import summary_table
 
 __all__ = ["DEMO_PARTS", "bundled_cora", "run_demo"]
 
@@ -47,7 +47,7 @@ log = logging.getLogger(__name__)
 
 def bundled_cora() -> Path:
     """Path of the Cora npz shipped inside the package (MIT, gnn-benchmark)."""
-    return Path(str(resources.files("workflows") / "data" / "cora.npz"))
+    return Path(str(resources.files("asepr.workflows") / "data" / "cora.npz"))
 
 
 def run_demo(workdir: str | Path | None = None, echo=print) -> dict:
@@ -107,10 +107,10 @@ def run_demo(workdir: str | Path | None = None, echo=print) -> dict:
 def _train(input_dir: Path, out_dir: Path, new_dir: Path, base: Path, echo) -> dict:
     """Train on generation 1, ingest the held-back edges, resume on generation 2, compare."""
     # torch is imported here, not with the module: bundled_cora() serves installs without it.
-    from pipeline.increment.ingest import ingest
-    from training.centralized import run_centralized
-    from training.checkpoint import RunDir
-    from workflows.launch import launch_trainers
+    from asepr.pipeline.increment.ingest import ingest
+    from asepr.training.centralized import run_centralized
+    from asepr.training.rundir.checkpoint import RunDir
+    from asepr.workflows.launch import launch_trainers
 
     config = DEMO_TRAIN
     run_dir = base / "runs" / "asepr"

@@ -1,5 +1,5 @@
 """The "why local models differ" block of ``asepr inspect --diagnose``: the summary of
-:func:`pipeline.diagnose.diagnose_output` as text (docs/design.md#diagnostics)."""
+:func:`asepr.pipeline.diagnose.diagnose_output` as text (docs/design.md#diagnostics)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from storage.errors import AseprError, format_problem
+from asepr.storage.errors import AseprError, format_problem
 
 __all__ = ["EXTRAS", "MissingExtraError", "missing_extra", "require_extra"]
 

@@ -8,8 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from storage.importers import import_dataset
-from storage.inputs.clean import clean_input
+from asepr.storage.importers import import_dataset
+from asepr.storage.inputs.clean import clean_input
 
 __all__ = ["run_import"]
 

@@ -2,12 +2,12 @@
 
 ``launch_trainers("OUT", "RUN", config, nproc=4)`` takes the run directory's lock
 (a second launch into ``RUN`` is refused, naming the holder), writes ``config`` to
-``RUN/config.json`` and does what ``torchrun --standalone --nproc-per-node 4 -m
-training.main OUT --config RUN/config.json --run-dir RUN`` does: an elastic agent with a
+``RUN/config.json`` and does what ``torchrun --standalone --nproc-per-node 4 --no-python
+asepr-rank OUT --config RUN/config.json --run-dir RUN`` does: an elastic agent with a
 local c10d rendezvous starts the ranks, streams their output, and stops the survivors as
 soon as one rank fails (no restarts: a failed round is resumed with ``resume=True``).
 The ranks exit by themselves if this process (their agent) is killed
-(:func:`training.distributed.exit_with_parent`). A failure comes back as
+(:func:`asepr.training.loop.distributed.exit_with_parent`). A failure comes back as
 :class:`TrainLaunchError` naming each failed rank, its exit code or signal, and the fix.
 
 Across machines (``asepr train --nnodes MIN:MAX --rdzv-endpoint HOST:PORT``, the same
@@ -16,7 +16,7 @@ c10d rendezvous, as ``torchrun --nnodes MIN:MAX --rdzv-backend c10d`` does. The 
 then takes no lock (rank 0 of the job takes it, wherever it runs) and leaves the checks of
 the run directory to the ranks. With ``--max-restarts N`` an agent whose ranks failed
 (a peer machine lost) meets the survivors again and restarts its ranks, which resume
-from the last complete round at the new world size (:mod:`training.elastic`). The
+from the last complete round at the new world size (:mod:`asepr.training.group.elastic`). The
 machine that hosts the rendezvous (the endpoint's) must survive.
 """
 
@@ -35,11 +35,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.errors import AseprError, format_problem
-from storage.locations.remote import STORAGE_OPTIONS_VARIABLE
-from storage.progress import track
-from training.checkpoint import LOCK_TOKEN_VARIABLE, RunDir
-from training.config import TrainConfig
+from asepr.storage.errors import AseprError, format_problem
+from asepr.storage.locations.remote import STORAGE_OPTIONS_VARIABLE
+from asepr.storage.progress import track
+from asepr.training.rundir.checkpoint import LOCK_TOKEN_VARIABLE, RunDir
+from asepr.training.config import TrainConfig
 
 __all__ = ["Elastic", "TrainLaunchError", "elastic_settings", "launch_trainers"]
 
@@ -140,7 +140,7 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
                     overwrite: bool = False, quiet: bool = False, verbose: int = 0,
                     monitor_interval: float = 0.2, storage_options: dict | None = None,
                     elastic: Elastic | None = None, max_restarts: int = 0) -> None:
-    """Train ``config`` on ``out`` as ``nproc`` ranks (``python -m training.main``); raise on any failure.
+    """Train ``config`` on ``out`` as ``nproc`` ranks (``python -P -m asepr.training.main``); raise on any failure.
 
     Parameters
     ----------
@@ -158,7 +158,7 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
         round to resume (or of another config or world size).
     storage_options
         fsspec options of a remote ``out`` and ``run_dir``; the ranks get them through
-        :data:`storage.locations.remote.STORAGE_OPTIONS_VARIABLE`, never on their command line.
+        :data:`asepr.storage.locations.remote.STORAGE_OPTIONS_VARIABLE`, never on their command line.
     elastic
         A job across machines: ``nproc`` ranks on this machine, its agent meeting the
         others' at the rendezvous (see the module docstring); None: this machine only.
@@ -177,7 +177,7 @@ def launch_trainers(out: str | Path, run_dir: str | Path, config: TrainConfig, n
     """
     if nproc < 1:
         raise TrainLaunchError(format_problem("--nproc", "an integer >= 1", str(nproc), "pass --nproc K."))
-    from training.device import resolve_device
+    from asepr.training.group.device import resolve_device
 
     resolve_device(config.device, nproc - 1)  # --device cuda without a GPU: refused before any rank starts
     runs = RunDir(run_dir, storage_options)
@@ -241,7 +241,7 @@ STARTUP_POLL_S = 2.0
 
 @contextlib.contextmanager
 def _startup_progress(runs: RunDir) -> Iterator[None]:
-    """The ranks' start-up as a progress stage (:mod:`storage.progress`) until their first
+    """The ranks' start-up as a progress stage (:mod:`asepr.storage.progress`) until their first
     round is committed: loading the partitions and training that round can take minutes
     before rank 0 prints its first line, and a bar (or a line every few seconds) says
     the job is alive meanwhile. A thread looks at the run directory's latest round."""
@@ -283,7 +283,7 @@ def _missing_directories(path: Path) -> list[Path]:
 
 def _elastic_launch(trainer_args: Sequence[str], nproc: int, monitor_interval: float, *,
                     elastic: Elastic | None = None, max_restarts: int = 0, runs: RunDir | None = None) -> None:
-    """``python -m training.main *trainer_args`` as ``nproc`` ranks under an elastic agent
+    """``python -P -m asepr.training.main *trainer_args`` as ``nproc`` ranks under an elastic agent
     (this machine alone, or one of ``elastic``'s machines)."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -296,7 +296,9 @@ def _elastic_launch(trainer_args: Sequence[str], nproc: int, monitor_interval: f
         max_restarts=max_restarts, monitor_interval=monitor_interval, start_method="spawn",
     )
     try:
-        elastic_launch(config, sys.executable)("-u", "-m", "training.main", *trainer_args)
+        # -P: the working directory stays off sys.path, so a user's own folders there cannot
+        # shadow the package
+        elastic_launch(config, sys.executable)("-u", "-P", "-m", "asepr.training.main", *trainer_args)
     except ChildFailedError as exc:
         first_rank, first = exc.get_first_failure()
         others = [f"rank {r} {_describe(f)}" for r, f in sorted(exc.failures.items()) if r != first_rank]

@@ -1,12 +1,12 @@
 """``asepr plot`` and ``asepr inspect --plot``: pictures of runs and of partitions.
 
 ``asepr plot RUN_DIR [RUN_DIR ...]`` reads each run directory's ``metrics.csv`` (one row
-per evaluation, columns in :mod:`training.rounds`) and draws the runs overlaid, so that
+per evaluation, columns in :mod:`asepr.training.loop.rounds`) and draws the runs overlaid, so that
 a partitioned run and its baselines compare at a glance:
 
 * ``plot-epochs.png``: validation and test metric against the epochs trained;
 * ``plot-time.png``: the same against modelled cluster seconds
-  (:func:`training.protocol.cluster_seconds`: the slowest rank's compute plus the
+  (:func:`asepr.training.protocol.cluster_seconds`: the slowest rank's compute plus the
   busiest rank's bytes and messages over a network of ``--gbit``), the time axis of
   the project's time-to-accuracy comparisons;
 * ``plot-bytes.png``: the bytes each rank sent per epoch of training (mean over ranks).
@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from storage.errors import AseprError, InputError, format_problem
-from storage.locations.location import is_local_url
-from storage.locations.remote import add_storage_options_flag, remote_errors_as_problems
-from workflows.bench.tables import pyplot, save_figure
+from asepr.storage.errors import AseprError, InputError, format_problem
+from asepr.storage.locations.location import is_local_url
+from asepr.storage.locations.remote import add_storage_options_flag, remote_errors_as_problems
+from asepr.workflows.bench.tables import pyplot, save_figure
 
 __all__ = ["RUN_FIGURES", "plot_partitions", "plot_runs", "register"]
 
@@ -52,7 +52,7 @@ def _labels(run_dirs: list[str]) -> list[str]:
 
 
 def _read_runs(run_dirs: list[str], storage_options: dict | None) -> list[list[dict[str, Any]]]:
-    from training.checkpoint import RunDir
+    from asepr.training.rundir.checkpoint import RunDir
 
     runs = []
     for run_dir in run_dirs:
@@ -69,8 +69,8 @@ def _read_runs(run_dirs: list[str], storage_options: dict | None) -> list[list[d
 
 def _modelled_seconds(rows: list[dict[str, Any]], gbit: float) -> list[float]:
     """Each row's modelled cluster seconds, the evaluation traffic so far folded in (as
-    :func:`training.protocol.time_to_fraction` counts it)."""
-    from training.protocol import cluster_seconds
+    :func:`asepr.training.protocol.time_to_fraction` counts it)."""
+    from asepr.training.protocol import cluster_seconds
 
     seconds, eval_bytes = [], 0.0
     for row in rows:
@@ -157,7 +157,7 @@ def plot_runs(run_dirs: list[str | Path], *, out_dir: str | Path | None = None, 
 
 def _label_counts(out: str, manifest: dict[str, Any], storage_options: dict | None) -> np.ndarray:
     """``[k, C]``: the labels of each partition's masters (unlabelled ones left out)."""
-    from storage import open_partition
+    from asepr.storage import open_partition
 
     counts = []
     for entry in sorted(manifest["partitions"], key=lambda e: int(e["part_id"])):
@@ -174,7 +174,7 @@ def plot_partitions(out: str | Path, *, path: str | Path | None = None,
     """Draw an output's partitions (edges, masters, replicas, labels of the masters) into
     ``path`` (default: ``OUT.partitions.png`` beside a local output, in the working
     directory for a remote one). Returns ``(figure, path)``."""
-    from storage.partitions.manifest import read_manifest
+    from asepr.storage.partitions.manifest import read_manifest
 
     plt = pyplot()
     if plt is None:
@@ -212,7 +212,7 @@ def plot_partitions(out: str | Path, *, path: str | Path | None = None,
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from workflows.extras import require_extra
+    from asepr.workflows.extras import require_extra
 
     require_extra("torch", "asepr plot, which reads training runs")
     written = plot_runs(args.run_dirs, out_dir=args.out, gbit=args.gbit, storage_options=args.storage_options or None)

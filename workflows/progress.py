@@ -1,4 +1,4 @@
-"""How ``asepr`` shows the progress of its long steps (:mod:`storage.progress`).
+"""How ``asepr`` shows the progress of its long steps (:mod:`asepr.storage.progress`).
 
 On a terminal every stage gets a ``tqdm`` bar (cleared when the stage ends); elsewhere
 (a log file, CI, a pipe) a stage that runs longer than :data:`LINE_INTERVAL_S` prints
@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from storage.progress import Bar, Reporter
+from asepr.storage.progress import Bar, Reporter
 
 __all__ = ["LINE_INTERVAL_S", "LineBar", "reporter_for", "terminal_bar"]
 

@@ -1,7 +1,7 @@
 """The streaming edge assignment: ASEP and its baselines, one kernel, one loop.
 
 Where each algorithm's choice lives (each is inlined into the one kernel loop of
-:func:`~pipeline.assign.kernel.assign_batch`):
+:func:`~asepr.pipeline.assign.kernel.assign_batch`):
 
 ==========================  ============================================================
 module                      mode (``MODES``) and algorithms
@@ -32,12 +32,12 @@ for a given stream order.
 
 from __future__ import annotations
 
-from pipeline.assign.hashing import edge_hash
-from pipeline.assign.hybrid import HybridInfo, hybrid_stream_assign
-from pipeline.assign.kernel import MODES, assign_batch
-from pipeline.assign.loop import EdgePartSink, assign_edges, edge_parts_path, iter_assigned, stream_assign
-from pipeline.assign.settings import KernelSettings, edge_cap, kernel_mode
-from pipeline.assign.state import AssignState, replica_sets
+from asepr.pipeline.assign.hashing import edge_hash
+from asepr.pipeline.assign.hybrid import HybridInfo, hybrid_stream_assign
+from asepr.pipeline.assign.kernel import MODES, assign_batch
+from asepr.pipeline.assign.loop import EdgePartSink, assign_edges, edge_parts_path, iter_assigned, stream_assign
+from asepr.pipeline.assign.settings import KernelSettings, edge_cap, kernel_mode
+from asepr.pipeline.assign.state import AssignState, replica_sets
 
 __all__ = [
     "MODES",

@@ -1,7 +1,7 @@
 """Two-candidate scoring (``candidates``: ASEP with ``--scoring candidates``).
 
 Only the partitions of the endpoints' communities ``{p(c(u)), p(c(v))}`` are scored,
-with the terms of :mod:`pipeline.assign.terms` and no balance term (the cap alone
+with the terms of :mod:`asepr.pipeline.assign.terms` and no balance term (the cap alone
 balances): O(1) per edge. A candidate at its cap is skipped; ties go to p(c(u)).
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numba
 
-from pipeline.assign.state import has_replica
-from pipeline.assign.terms import edge_terms
+from asepr.pipeline.assign.state import has_replica
+from asepr.pipeline.assign.terms import edge_terms
 
 __all__ = ["candidates_choice"]
 

@@ -1,6 +1,6 @@
 """Neighbourhood expansion (NE, Zhang et al. KDD'17, pruned as in HEP) on an in-memory CSR.
 
-The held subgraph of the hybrid mode (:mod:`pipeline.assign.hybrid`) is a CSR over the
+The held subgraph of the hybrid mode (:mod:`asepr.pipeline.assign.hybrid`) is a CSR over the
 *low* vertices (degree <= the threshold): each low vertex lists every neighbour, sorted,
 so an edge between two low vertices appears twice and an edge from a low to a high
 vertex once (high vertices have empty lists, as in HEP). Per entry the CSR holds the
@@ -26,7 +26,7 @@ takes one of its group first (docs/results/hybrid measures what it changes).
 Edges the expansion leaves (when a partition filled up in the middle of a vertex) go to
 the partition with the most endpoint replicas among those below their ``target``, then
 the least loaded relative to its target. The replicas are the bitset words of the
-:class:`~pipeline.assign.state.AssignState` rows, updated in place.
+:class:`~asepr.pipeline.assign.state.AssignState` rows, updated in place.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ HeldLists = namedtuple("HeldLists", ["offsets", "nbr", "part", "degree", "thresh
 
 #: What the expansion fills and its scratch: ``target`` (int64[k], the most held edges
 #: of each partition), ``loads`` int64[k], ``vstate`` (the
-#: :class:`~pipeline.assign.state.AssignState` rows, replica words first), ``rem``
+#: :class:`~asepr.pipeline.assign.state.AssignState` rows, replica words first), ``rem``
 #: int32[N] (unassigned entries per vertex), ``in_s`` int16[N] of -1, the boundary
 #: ``heap`` int32 and ``pos`` int32[N] of -1, the vertices' ``group`` (int16, -1 none)
 #: and ``prefer_attr`` (seed and break ties inside the partition's group).

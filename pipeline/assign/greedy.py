@@ -4,7 +4,7 @@ Edge (u, v) goes to the least-loaded partition of A(u) ∩ A(v); when both endpo
 have replicas but share none, to the least-loaded replica of the endpoint with more
 unassigned edges (exact minus partial degree), else of the other; when only one has
 replicas, to its least-loaded replica. "Least loaded" compares loads relative to the
-partitions' shares (``floads``, :func:`pipeline.capacity.load_weights`; the loads
+partitions' shares (``floads``, :func:`asepr.pipeline.capacity.load_weights`; the loads
 themselves for equal shares). Partitions at their cap are skipped; -1 (no choice)
 leaves the edge to the kernel's least-loaded fallback.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numba
 
-from pipeline.assign.state import DEG, PDEG, has_replica
+from asepr.pipeline.assign.state import DEG, PDEG, has_replica
 
 __all__ = ["greedy_choice"]
 

@@ -6,7 +6,7 @@ edges spread while a low-degree vertex's edges stay together.
 
 A hash picks its partition by :func:`bucket`: ``h mod k`` for equal shares, else the
 partition whose range of the 64-bit hash values is its share
-(:func:`pipeline.capacity.hash_bounds`), so that each partition's expected load is its
+(:func:`asepr.pipeline.capacity.hash_bounds`), so that each partition's expected load is its
 share of the edges.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from pipeline.assign.state import DEG
+from asepr.pipeline.assign.state import DEG
 
 __all__ = ["bucket", "dbh_choice", "edge_hash", "hash_choice", "mix"]
 

@@ -1,9 +1,9 @@
 """All-k scoring (``all``: HDRF, and ASEP with ``--scoring hdrf``).
 
-Every partition is scored with the terms of :mod:`pipeline.assign.terms` plus HDRF's
+Every partition is scored with the terms of :mod:`asepr.pipeline.assign.terms` plus HDRF's
 balance term ``lambda * (maxload - load(p)) / (1 + maxload - minload)``, over loads
 relative to the partitions' shares (``load(p) / (k * share_p)``,
-:func:`pipeline.capacity.load_weights`: the loads themselves for equal shares, so a
+:func:`asepr.pipeline.capacity.load_weights`: the loads themselves for equal shares, so a
 partition is preferred in proportion to how far it is below its share); plain HDRF
 runs with partial degrees and no community or attribute terms. The balance and
 replication terms of all k partitions are computed in one branch-free (vectorisable)
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numba
 
-from pipeline.assign.terms import edge_terms
+from asepr.pipeline.assign.terms import edge_terms
 
 __all__ = ["all_choice"]
 
@@ -53,7 +53,7 @@ def all_choice(vstate, u, v, words, loads, floads, scores, fmax, fmin, caps, arg
 
     ``floads`` are the loads relative to the shares (float64), ``fmax`` and ``fmin``
     their extremes, ``caps`` the partitions' edge caps and ``scores`` a scratch array
-    of k; ``args`` are the kernel's (:data:`~pipeline.assign.kernel.KernelArgs`).
+    of k; ``args`` are the kernel's (:data:`~asepr.pipeline.assign.kernel.KernelArgs`).
     """
     use_partial, beta, lam = args.use_partial, args.beta, args.lam
     gu, gv, pu, pv, scu, scv, hu, hv = edge_terms(vstate, u, v, words, use_partial, beta)

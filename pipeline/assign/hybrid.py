@@ -2,14 +2,14 @@
 
 As in HEP (Mayer & Jacobsen, SIGMOD 2021), a vertex is *low* when its degree is at most
 a threshold; the edges with a low endpoint are *held* in memory and partitioned by
-neighbourhood expansion (:mod:`pipeline.assign.expansion`), and the edges between two
+neighbourhood expansion (:mod:`asepr.pipeline.assign.expansion`), and the edges between two
 high vertices are streamed through the run's kernel
-(:func:`~pipeline.assign.loop.assign_edges`), which starts from the replicas and loads
-the expansion left in the :class:`~pipeline.assign.state.AssignState`. With
+(:func:`~asepr.pipeline.assign.loop.assign_edges`), which starts from the replicas and loads
+the expansion left in the :class:`~asepr.pipeline.assign.state.AssignState`. With
 ``mixed=False`` only the edges between two low vertices are held, and the kernel streams
 those between a low and a high vertex too.
 
-With shares (:mod:`pipeline.capacity`), partition p's expansion fills up to its share
+With shares (:mod:`asepr.pipeline.capacity`), partition p's expansion fills up to its share
 of the held edges, and the kernel then streams the rest under the partitions' own caps.
 
 Memory *(our choice)*: the threshold is the largest degree whose held subgraph fits
@@ -24,11 +24,11 @@ per list entry        neighbour int32, partition int16 (6 bytes; an edge between
                       vertices has two entries, one with a high vertex one: <= 12 per edge)
 ====================  =======================================================================
 
-Budget 0 is exactly the pure streaming assignment (:func:`~pipeline.assign.loop.stream_assign`);
+Budget 0 is exactly the pure streaming assignment (:func:`~asepr.pipeline.assign.loop.stream_assign`);
 so is any budget too small to hold one low vertex. The lists are built from the
 degrees and one pass over the edge shards (two with ``mixed=False``, whose threshold
 needs one more: :func:`choose_threshold`), and a last pass writes the partition of
-every edge in stream order to the :class:`~pipeline.assign.loop.EdgePartSink`: a held
+every edge in stream order to the :class:`~asepr.pipeline.assign.loop.EdgePartSink`: a held
 edge's by binary search in its low endpoint's sorted list, a streamed edge's from the
 kernel.
 
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.assign.expansion import (
+from asepr.pipeline.assign.expansion import (
     ExpansionState,
     HeldLists,
     build_fill,
@@ -57,16 +57,16 @@ from pipeline.assign.expansion import (
     pair_histogram,
     sort_lists,
 )
-from pipeline.assign.kernel import TWO_PHASE
-from pipeline.assign.loop import EdgePartSink, assign_edges, stream_assign
-from pipeline.assign.settings import KernelSettings
-from pipeline.assign.state import FIELDS, HOME, PART, AssignState
-from pipeline.config import PartitionConfig
-from pipeline.needs import Need, RunShape, held_arrays
-from pipeline.stream import iter_edge_batches, warmup_arrays
-from storage.errors import InputError, format_problem
-from storage.locations.fs import Shard
-from storage.resources import stage
+from asepr.pipeline.assign.kernel import TWO_PHASE
+from asepr.pipeline.assign.loop import EdgePartSink, assign_edges, stream_assign
+from asepr.pipeline.assign.settings import KernelSettings
+from asepr.pipeline.assign.state import FIELDS, HOME, PART, AssignState
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.planning.needs import Need, RunShape, held_arrays
+from asepr.pipeline.stream import iter_edge_batches, warmup_arrays
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.locations.fs import Shard
+from asepr.storage.resources import stage
 
 __all__ = ["HybridInfo", "assignment_needs", "choose_threshold", "held_bytes", "hybrid_stream_assign"]
 
@@ -126,7 +126,7 @@ def choose_threshold(degree: np.ndarray, num_parts: int, budget_bytes: int,
     the vertices of the smallest degree fit. With ``mixed`` holding (``pair_hist`` None)
     the entries of a threshold t are the sum of the degrees <= t (a low vertex lists all
     its edges); otherwise twice the edges whose larger endpoint degree is <= t
-    (``pair_hist``, :func:`~pipeline.assign.expansion.pair_histogram`).
+    (``pair_hist``, :func:`~asepr.pipeline.assign.expansion.pair_histogram`).
     """
     counts = np.bincount(degree)
     if len(counts) <= 1:

@@ -1,7 +1,7 @@
 """The assignment kernel: one loop over a batch of edges, one choice per algorithm.
 
 :func:`assign_batch` walks the edges in stream order. Per edge it prefetches the rows
-of the edge :data:`~pipeline.prefetch.PREFETCH_DISTANCE` ahead, counts the partial
+of the edge :data:`~asepr.pipeline.kernels.prefetch.PREFETCH_DISTANCE` ahead, counts the partial
 degrees, asks the mode's choice function for a partition (:mod:`.hashing`,
 :mod:`.greedy`, :mod:`.candidates`, :mod:`.hdrf`, :mod:`.twophase`; each inlined
 into this loop), falls back to the least-loaded partition when the choice is -1 or at
@@ -10,7 +10,7 @@ they always hold.
 
 Each partition has its own cap, and loads are compared relative to the partitions'
 shares: the kernel keeps ``floads[p] = loads[p] * weight[p]`` beside the loads, with
-``weight[p] = 1 / (k * share_p)`` (:mod:`pipeline.capacity`), and every "least loaded"
+``weight[p] = 1 / (k * share_p)`` (:mod:`asepr.pipeline.capacity`), and every "least loaded"
 and every balance term reads ``floads``. With equal shares the weights are exactly 1.0,
 ``floads`` equals the loads, and every comparison and score is the one of the integer
 loads, so the assignment is the same.
@@ -28,7 +28,7 @@ cap's, unchanged.
 The two-phase baselines (:mod:`.twophase`) stream the edges twice: once in mode
 ``prepartition``, then in their own mode. An edge that a phase leaves to the other
 gets -1 in ``out`` and changes no state (its partial degrees are counted in the phase
-that assigns it); :func:`~pipeline.assign.loop.stream_assign` merges the two.
+that assigns it); :func:`~asepr.pipeline.assign.loop.stream_assign` merges the two.
 
 numba keys the cache of :func:`assign_batch` by this file alone: after editing one of
 the choice modules, clear ``pipeline/assign/__pycache__`` (or touch this file).
@@ -41,14 +41,14 @@ from collections import namedtuple
 import numba
 import numpy as np
 
-from pipeline.assign.candidates import candidates_choice
-from pipeline.assign.greedy import greedy_choice
-from pipeline.assign.hashing import dbh_choice, hash_choice
-from pipeline.assign.hdrf import all_choice
-from pipeline.assign.refs import borrowed, keep_alive
-from pipeline.assign.state import PDEG, has_replica
-from pipeline.assign.twophase import WAIT, hdrf_phase_choice, linear_phase_choice, prepartition_choice
-from pipeline.prefetch import PREFETCH_DISTANCE, prefetch_write
+from asepr.pipeline.assign.candidates import candidates_choice
+from asepr.pipeline.assign.greedy import greedy_choice
+from asepr.pipeline.assign.hashing import dbh_choice, hash_choice
+from asepr.pipeline.assign.hdrf import all_choice
+from asepr.pipeline.assign.refs import borrowed, keep_alive
+from asepr.pipeline.assign.state import PDEG, has_replica
+from asepr.pipeline.assign.twophase import WAIT, hdrf_phase_choice, linear_phase_choice, prepartition_choice
+from asepr.pipeline.kernels.prefetch import PREFETCH_DISTANCE, prefetch_write
 
 __all__ = [
     "ALL", "CANDIDATES", "DBH", "GREEDY", "HASH", "MODES", "PREPARTITION", "TWO_PHASE", "TWOPS_HDRF", "TWOPS_L",
@@ -67,10 +67,10 @@ TWO_PHASE = (TWOPS_L, TWOPS_HDRF)
 #: and ``lam`` (the weights of the attribute-home term, whose homes of -1 never match,
 #: and of HDRF's balance term), ``cap`` (the hard edge cap of every partition: a
 #: partition at it is never chosen), ``seed`` (of the hashing modes), and with shares
-#: (:mod:`pipeline.capacity`) ``caps`` (int64[k], each partition's own cap, in place of
-#: ``cap``), ``weight`` (float64[k], :func:`~pipeline.capacity.load_weights`) and
-#: ``bounds`` (uint64[k], :func:`~pipeline.capacity.hash_bounds`), ``floors`` (int64[k],
-#: :func:`~pipeline.capacity.edge_floors`) and ``total`` (the edges the floors are of).
+#: (:mod:`asepr.pipeline.capacity`) ``caps`` (int64[k], each partition's own cap, in place of
+#: ``cap``), ``weight`` (float64[k], :func:`~asepr.pipeline.capacity.load_weights`) and
+#: ``bounds`` (uint64[k], :func:`~asepr.pipeline.capacity.hash_bounds`), ``floors`` (int64[k],
+#: :func:`~asepr.pipeline.capacity.edge_floors`) and ``total`` (the edges the floors are of).
 #: Left empty (the default), they are equal shares: ``cap`` for each, weights of 1.0,
 #: hashing mod k, no floors.
 KernelArgs = namedtuple("KernelArgs", ["mode", "use_partial", "beta", "lam", "cap", "seed", "caps", "weight",
@@ -161,7 +161,7 @@ def assign_batch(src, dst, out, vstate, words, loads, args):
     src, dst, out
         The batch's endpoints and its output partitions (int16).
     vstate, words, loads
-        The packed rows of :class:`~pipeline.assign.state.AssignState`, its number of
+        The packed rows of :class:`~asepr.pipeline.assign.state.AssignState`, its number of
         replica words, and the k loads.
     args
         How to choose (:data:`KernelArgs`).
@@ -181,7 +181,7 @@ def assign_batch(src, dst, out, vstate, words, loads, args):
     floads_owner = loads.astype(np.float64) * weight_owner
     fmax, fmin, at_min = _load_extremes(floads_owner)
     # The arrays the inlined choice functions take, without per-edge reference counts
-    # (pipeline.assign.refs); the ones owned here stay alive to the end of the loop.
+    # (asepr.pipeline.assign.refs); the ones owned here stay alive to the end of the loop.
     vstate = borrowed(vstate)
     loads = borrowed(loads)
     scores = borrowed(scores_owner)

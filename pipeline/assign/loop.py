@@ -3,7 +3,7 @@
 :func:`stream_assign` feeds the edge batches to the kernel in stream order and hands
 each batch's partitions to an :class:`EdgePartSink`, which writes one ``int16`` file
 per edge shard (:func:`edge_parts_path`), aligned with the shard's rows. The two-phase
-baselines' first phase (:mod:`pipeline.assign.twophase`) goes to a sink of its own in
+baselines' first phase (:mod:`asepr.pipeline.assign.twophase`) goes to a sink of its own in
 the subdirectory ``prepartition`` of the sink's directory, which the second phase reads
 back, merges and removes.
 """
@@ -19,13 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.assign.kernel import MODES, TWO_PHASE, assign_batch
-from pipeline.assign.settings import KernelSettings
-from pipeline.assign.state import AssignState
-from pipeline.stream import EdgeBatch, iter_edge_batches, warmup_arrays
-from storage.inputs.npy import load_npy, save_npy
-from storage.locations.fs import Shard
-from storage.resources import stage
+from asepr.pipeline.assign.kernel import MODES, TWO_PHASE, assign_batch
+from asepr.pipeline.assign.settings import KernelSettings
+from asepr.pipeline.assign.state import AssignState
+from asepr.pipeline.stream import EdgeBatch, iter_edge_batches, warmup_arrays
+from asepr.storage.inputs.npy import load_npy, save_npy
+from asepr.storage.locations.fs import Shard
+from asepr.storage.resources import stage
 
 __all__ = ["EdgePartSink", "assign_edges", "edge_parts_path", "iter_assigned", "stream_assign"]
 
@@ -41,7 +41,7 @@ def iter_assigned(edge_shards: list[Shard], workdir: str | Path, batch_rows: int
                   first_shard: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Yield ``(src, dst, part)`` batches in stream order, ``part`` read from ``workdir``'s files
     (``first_shard``: the stream index of ``edge_shards[0]``, as in
-    :func:`~pipeline.stream.iter_edge_batches`)."""
+    :func:`~asepr.pipeline.stream.iter_edge_batches`)."""
     for batch in iter_edge_batches(edge_shards, batch_rows, first_shard=first_shard):
         parts = load_npy(edge_parts_path(workdir, batch.shard_index), mmap_mode="r")
         yield batch.src, batch.dst, np.asarray(parts[batch.row0 : batch.row0 + len(batch.src)])
@@ -49,7 +49,7 @@ def iter_assigned(edge_shards: list[Shard], workdir: str | Path, batch_rows: int
 
 def assign_edges(state: AssignState, src: np.ndarray, dst: np.ndarray, out: np.ndarray,
                  settings: KernelSettings) -> None:
-    """Assign one batch ``(src, dst)`` into ``out`` (:func:`~pipeline.assign.kernel.assign_batch`)."""
+    """Assign one batch ``(src, dst)`` into ``out`` (:func:`~asepr.pipeline.assign.kernel.assign_batch`)."""
     assign_batch(src, dst, out, state.vstate, state.words, state.loads, settings.kernel_args())
 
 
@@ -159,7 +159,7 @@ def stream_assign(
         The kernel state, updated in place.
     batches
         Returns the edge batches in stream order
-        (:func:`~pipeline.stream.iter_edge_batches`); called once per pass (twice
+        (:func:`~asepr.pipeline.stream.iter_edge_batches`); called once per pass (twice
         for the two-phase baselines).
     settings
         The kernel settings (mode, weights, cap).

@@ -1,4 +1,4 @@
-"""The kernel settings of a run: what :func:`~pipeline.assign.kernel.assign_batch` is called with.
+"""The kernel settings of a run: what :func:`~asepr.pipeline.assign.kernel.assign_batch` is called with.
 
 A partitioning run resolves them once (the mode of its algorithm, the lift-scaled
 attribute weights, the partitions' shares, the caps of its edge count) and persists
@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.assign.kernel import MODES, KernelArgs
-from pipeline.capacity import edge_caps, edge_floors, hash_bounds, load_weights
-from pipeline.config import PartitionConfig
-from storage.errors import StoreError, format_problem
+from asepr.pipeline.assign.kernel import MODES, KernelArgs
+from asepr.pipeline.capacity import edge_caps, edge_floors, hash_bounds, load_weights
+from asepr.pipeline.config import PartitionConfig
+from asepr.storage.errors import StoreError, format_problem
 
 __all__ = ["KernelSettings", "edge_cap", "kernel_mode"]
 
@@ -45,7 +45,7 @@ class KernelSettings:
     Attributes
     ----------
     mode, use_partial
-        The kernel mode (:data:`~pipeline.assign.kernel.MODES`) and whether it scores
+        The kernel mode (:data:`~asepr.pipeline.assign.kernel.MODES`) and whether it scores
         with partial degrees (plain HDRF).
     alpha, beta
         The attribute weights after lift scaling; ``beta`` is 0 for the algorithms
@@ -61,7 +61,7 @@ class KernelSettings:
         ``shares``, the largest partition's); it is derived, so it is not persisted
         (:meth:`to_dict`).
     shares
-        Each partition's share (:mod:`pipeline.capacity`), or None for equal shares.
+        Each partition's share (:mod:`asepr.pipeline.capacity`), or None for equal shares.
     caps, floors, edges
         With ``shares``: each partition's edge cap ``ceil((1 + epsilon) share_p |E|)``,
         its floor ``floor((1 - epsilon) share_p |E|)`` and |E| (derived, not persisted);
@@ -104,7 +104,7 @@ class KernelSettings:
         )
 
     def kernel_args(self) -> KernelArgs:
-        """What :func:`~pipeline.assign.kernel.assign_batch` chooses with (equal shares:
+        """What :func:`~asepr.pipeline.assign.kernel.assign_batch` chooses with (equal shares:
         the default empty ``caps``, ``weight`` and ``bounds``)."""
         if self.shares is None:
             return KernelArgs(self.mode, self.use_partial, self.beta, self.lam, self.cap, self.seed)

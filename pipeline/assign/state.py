@@ -3,7 +3,7 @@
 On graphs larger than the cache the kernel is bound by random memory access, not
 arithmetic, so an endpoint should cost one cache line rather than one per array: each
 vertex's state is one row, rows start on cache lines, and the kernel prefetches the
-rows of the edge :data:`~pipeline.prefetch.PREFETCH_DISTANCE` ahead. Row layout
+rows of the edge :data:`~asepr.pipeline.kernels.prefetch.PREFETCH_DISTANCE` ahead. Row layout
 (W = ``ceil(k/64)`` replica words), columns counted from W:
 
 ====================  ===============================================================
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from pipeline.prefetch import aligned_zeros
+from asepr.pipeline.kernels.prefetch import aligned_zeros
 
 __all__ = ["DEG", "FIELDS", "HOME", "PART", "PDEG", "VOL", "AssignState", "has_replica", "replica_sets"]
 

@@ -9,7 +9,7 @@ For edge (u, v) and a partition p the score sums, per endpoint x:
 * ASEP's attribute-home term ``beta`` where ``p = home(attr(x))``.
 
 :func:`edge_terms` computes the per-endpoint values once per edge; the scorings
-(:mod:`pipeline.assign.candidates`, :mod:`pipeline.assign.hdrf`) add them at the
+(:mod:`asepr.pipeline.assign.candidates`, :mod:`asepr.pipeline.assign.hdrf`) add them at the
 partitions they apply to.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from pipeline.assign.state import DEG, HOME, PART, PDEG, VOL
+from asepr.pipeline.assign.state import DEG, HOME, PART, PDEG, VOL
 
 __all__ = ["edge_terms"]
 

@@ -1,6 +1,6 @@
 """The published two-phase baselines: 2PS-L and 2PS-HDRF (Mayer et al., ICDE 2022).
 
-After the clustering (:func:`pipeline.stages.struct_cluster.published_clusters`) and
+After the clustering (:func:`asepr.pipeline.stages.struct_cluster.published_clusters`) and
 the mapping of communities to partitions by descending volume, the edges are streamed
 twice:
 
@@ -22,9 +22,9 @@ for the endpoint ``x`` of higher degree (``v`` on a tie), or to the least-loaded
 partition if that one is at its cap too (the kernel's fallback). Full partitions are
 never scored. Degrees are exact in both phases.
 
-With shares (:mod:`pipeline.capacity`) *(our choice)*: each partition has its own cap,
+With shares (:mod:`asepr.pipeline.capacity`) *(our choice)*: each partition has its own cap,
 ``maxload`` and ``load(p)`` are loads relative to the shares, and ``x mod k`` becomes
-the hash bucket of ``x`` (:func:`~pipeline.assign.hashing.bucket`), each partition
+the hash bucket of ``x`` (:func:`~asepr.pipeline.assign.hashing.bucket`), each partition
 drawn with its share.
 
 Each choice returns :data:`WAIT` for an edge the other phase assigns.
@@ -35,8 +35,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from pipeline.assign.hashing import bucket, mix
-from pipeline.assign.state import DEG, PART, VOL, has_replica
+from asepr.pipeline.assign.hashing import bucket, mix
+from asepr.pipeline.assign.state import DEG, PART, VOL, has_replica
 
 __all__ = ["WAIT", "hdrf_phase_choice", "linear_phase_choice", "prepartition_choice"]
 

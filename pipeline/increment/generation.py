@@ -5,7 +5,7 @@ into generation g+1. Both first decide, from the loaded state (O(N)), where ever
 or moved edge goes; they save that decision (the :class:`Plan`) with the new
 ``state.zarr`` in the staging directory; then :func:`write_increment` rebuilds the
 partitions that change and commits them, the node map and the state *together*,
-through the same protocol as ``asepr partition`` (:mod:`pipeline.store.commit`)::
+through the same protocol as ``asepr partition`` (:mod:`asepr.pipeline.store.commit`)::
 
     OUT/.asepr-staging/
       run.json                    run key and generation (resumption)
@@ -15,7 +15,7 @@ through the same protocol as ``asepr partition`` (:mod:`pipeline.store.commit`):
       work/master.npy             int32 [N']   masters of generation g+1
       work/source.npy             int32 [N]    generation g's masters (whose store has each row)
       work/community.npy ...      (rebalance) community, move_from, move_to per community
-      route/ fetch/ gather/ global_nid/   spill files (:mod:`pipeline.store.route`, :mod:`pipeline.increment.rebuild`)
+      route/ fetch/ gather/ global_nid/   spill files (:mod:`asepr.pipeline.store.route`, :mod:`asepr.pipeline.increment.rebuild`)
       .part-*.zarr.partial/ part-*.zarr/ node_map.parquet    as for a partition run
       commit.json  old/           the journal and the replaced stores, while swapping
 
@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from pipeline.assign import edge_parts_path
-from pipeline.increment.rebuild import (
+from asepr.pipeline.assign import edge_parts_path
+from asepr.pipeline.increment.rebuild import (
     extract_moves,
     fetch_rows,
     fetch_spill_paths,
@@ -55,7 +55,7 @@ from pipeline.increment.rebuild import (
     rebuild_edges,
     rebuild_nodes,
 )
-from pipeline.store.commit import (
+from asepr.pipeline.store.commit import (
     Staging,
     commit,
     file_sha256,
@@ -63,30 +63,30 @@ from pipeline.store.commit import (
     read_json_object,
     write_node_map,
 )
-from pipeline.store.generations import RemoteStaging
-from pipeline.store.route import (
+from asepr.pipeline.store.generations import RemoteStaging
+from asepr.pipeline.store.route import (
     edge_spill_paths,
     gather_node_shard,
     node_spill_paths,
     route_edge_shard,
 )
-from pipeline.store.tasks import Progress, run_tasks, timed, worker_peak_rss
-from storage.commit.atomic import dumps_json, write_json_atomic
-from storage.commit.confine import confined_join
-from storage.errors import StoreError, format_problem
-from storage.inputs.npy import load_npy
-from storage.locations.fs import Shard, fingerprint, join, resolve, url_of
-from storage.locations.location import remove_tree
-from storage.partitions.manifest import (
+from asepr.pipeline.store.tasks import Progress, run_tasks, timed, worker_peak_rss
+from asepr.storage.commit.atomic import dumps_json, write_json_atomic
+from asepr.storage.commit.confine import confined_join
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.inputs.npy import load_npy
+from asepr.storage.locations.fs import Shard, fingerprint, join, resolve, url_of
+from asepr.storage.locations.location import remove_tree
+from asepr.storage.partitions.manifest import (
     MANIFEST_NAME,
     NODE_MAP_NAME,
     OLD_DIR,
     STAGING_NAME,
     part_name,
 )
-from storage.partitions.output_stores import committed_store_urls
-from storage.partitions.state import STATE_NAME, state_entry, state_identity
-from storage.resources import peak_rss_bytes
+from asepr.storage.partitions.output_stores import committed_store_urls
+from asepr.storage.partitions.state import STATE_NAME, state_entry, state_identity
+from asepr.storage.resources import peak_rss_bytes
 
 __all__ = ["Plan", "load_plan", "save_plan", "write_increment"]
 

@@ -1,13 +1,13 @@
 """Incremental ingest: add new edge and node shards to a committed output (docs/design.md#incremental-ingest).
 
 :func:`ingest` continues the stream where ``asepr partition`` (or the previous ingest)
-stopped, from the persisted state (:mod:`storage.partitions.state`), in roughly the time it takes
+stopped, from the persisted state (:mod:`asepr.storage.partitions.state`), in roughly the time it takes
 to assign the new edges:
 
 1. **Exactly once**: every given shard is fingerprinted (sha256); a shard whose
    fingerprint the state lists is skipped with a message. Nothing new: nothing happens.
 2. **Validate** the new shards as the partition path does
-   (:func:`storage.integrity.validate_increment.validate_increment`): new nodes carry the ids
+   (:func:`asepr.storage.integrity.validate_increment.validate_increment`): new nodes carry the ids
    ``N .. N+n-1`` (contiguous from the next free id ``N``); an edge may name an
    existing node or a new one, and any other id fails before anything is written.
 3. **Degrees** of the new edges (Dask) grow the exact degrees: every new edge is
@@ -19,10 +19,10 @@ to assign the new edges:
    no clustered neighbour: the most populous cluster).
 5. **Communities**: community volumes grow by the new degrees, each new node starts
    as a singleton, and one pass of the structural clustering rule over the new edges
-   (:class:`pipeline.stages.struct_cluster.ClusterState`, same caps) lets new nodes join
+   (:class:`asepr.pipeline.stages.struct_cluster.ClusterState`, same caps) lets new nodes join
    communities. Every new community is placed on its attribute cluster's home when
    that partition stays under the volume cap, else on the partition of least community
-   volume (:func:`pipeline.stages.mapping.place_new_communities`).
+   volume (:func:`asepr.pipeline.stages.mapping.place_new_communities`).
 6. **Assignment**: the same kernel, mode, weights and partition shares as the
    original run, on the saved replica bitsets and loads, with the caps of the grown
    edge count (with shares, each partition's ``ceil((1+eps) share_p |E|)``: the
@@ -31,12 +31,12 @@ to assign the new edges:
    node gets the replica holding most of its edges (ties: fewer masters).
 8. **Write**: only the partitions that gain edges or nodes are rebuilt, and they are
    committed with the node map and the new state as generation g+1
-   (:mod:`pipeline.increment.generation`). A killed ingest leaves generation g intact and a
+   (:mod:`asepr.pipeline.increment.generation`). A killed ingest leaves generation g intact and a
    rerun completes it.
 
 New edges may also come as a text edge list in the original ids of an imported input:
 they are mapped through its ``id_map.parquet`` first, and the ids it lacks become new
-nodes appended to it (:mod:`pipeline.increment.text_edges`).
+nodes appended to it (:mod:`asepr.pipeline.increment.text_edges`).
 
 Memory: the state, O(N) (as the assignment stage of a full run), plus a batch of
 edges; never all edges. The 1-hop locality of the new generation counts the old edges'
@@ -54,33 +54,33 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.assign import EdgePartSink, iter_assigned, stream_assign
-from pipeline.increment.generation import Plan, load_plan, save_plan, write_increment
-from pipeline.increment.text_edges import TextIngest, commit_id_map, refuse_node_shards, text_ingest
-from pipeline.stages.attr_cluster import AttrModel
-from pipeline.stages.degrees import compute_degrees
-from pipeline.stages.mapping import place_new_communities
-from pipeline.stages.masters import choose_new_masters, count_new_edges_per_replica, replica_offsets
-from pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics, share_metrics
-from pipeline.stages.struct_cluster import ClusterState
-from pipeline.store.commit import Staging, disk_errors, local_output, recover_journal
-from pipeline.store.continuation import Continuation
-from pipeline.store.generations import RemoteStaging, begin_remote_run, remote_output
-from pipeline.store.tasks import Progress, bar_for
-from pipeline.stream import iter_edge_batches
-from storage.commit.atomic import dumps_json
-from storage.commit.lock import OutputLock
-from storage.errors import InputError, StoreError, format_problem
-from storage.importers.edge_increment import text_edge_files
-from storage.inputs.directory import open_parquet
-from storage.inputs.npy import save_npy
-from storage.inputs.schema import check_node_schema, feature_matrix
-from storage.integrity.validate_increment import validate_increment
-from storage.locations.fs import Shard, discover_shards, fingerprint
-from storage.locations.location import is_local_url
-from storage.partitions.manifest import read_manifest
-from storage.partitions.state import read_state, read_state_attrs
-from storage.resources import StageClock, peak_rss_bytes, stage
+from asepr.pipeline.assign import EdgePartSink, iter_assigned, stream_assign
+from asepr.pipeline.increment.generation import Plan, load_plan, save_plan, write_increment
+from asepr.pipeline.increment.text_edges import TextIngest, commit_id_map, refuse_node_shards, text_ingest
+from asepr.pipeline.stages.attr_cluster import AttrModel
+from asepr.pipeline.stages.degrees import compute_degrees
+from asepr.pipeline.stages.mapping import place_new_communities
+from asepr.pipeline.stages.masters import choose_new_masters, count_new_edges_per_replica, replica_offsets
+from asepr.pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics, share_metrics
+from asepr.pipeline.stages.struct_cluster import ClusterState
+from asepr.pipeline.store.commit import Staging, disk_errors, local_output, recover_journal
+from asepr.pipeline.store.continuation import Continuation
+from asepr.pipeline.store.generations import RemoteStaging, begin_remote_run, remote_output
+from asepr.pipeline.store.tasks import Progress, bar_for
+from asepr.pipeline.stream import iter_edge_batches
+from asepr.storage.commit.atomic import dumps_json
+from asepr.storage.commit.lock import OutputLock
+from asepr.storage.errors import InputError, StoreError, format_problem
+from asepr.storage.importers.edge_increment import text_edge_files
+from asepr.storage.inputs.directory import open_parquet
+from asepr.storage.inputs.npy import save_npy
+from asepr.storage.inputs.schema import check_node_schema, feature_matrix
+from asepr.storage.integrity.validate_increment import validate_increment
+from asepr.storage.locations.fs import Shard, discover_shards, fingerprint
+from asepr.storage.locations.location import is_local_url
+from asepr.storage.partitions.manifest import read_manifest
+from asepr.storage.partitions.state import read_state, read_state_attrs
+from asepr.storage.resources import StageClock, peak_rss_bytes, stage
 
 __all__ = ["ingest"]
 
@@ -364,7 +364,7 @@ def ingest(
     new_edges
         New edge shards: a directory, glob or file of Parquet (columns ``src``, ``dst`` in
         node ids), or a text edge list as ``asepr import edgelist`` reads it, in the
-        input's original ids (:mod:`pipeline.increment.text_edges`).
+        input's original ids (:mod:`asepr.pipeline.increment.text_edges`).
     nodes
         New node shards (ids ``N .. N+n-1``, from the output's next free id ``N``); not
         with a text edge list, whose new ids ingest numbers itself.

@@ -4,7 +4,7 @@ As a graph grows by ingests, its communities grow unevenly. The kernel keeps eve
 edge load under the cap, but a partition whose *community volume* (the summed volume
 of the communities mapped to it) passes the volume cap ``(1+eps)·2|E|/k`` draws more
 edges than it may hold, and the kernel has to send them elsewhere, which costs
-replication (:func:`pipeline.stages.metrics.drift_metrics` measures this; ``asepr inspect``
+replication (:func:`asepr.pipeline.stages.metrics.drift_metrics` measures this; ``asepr inspect``
 shows it and advises a rebalance). A rebalance:
 
 1. reads, for each overloaded partition ``p`` (largest first), its stored edges and
@@ -14,8 +14,8 @@ shows it and advises a rebalance). A rebalance:
    volume, then the lower id), until ``p``'s community volume is within the cap; each
    goes to the partition ``q`` with the least community volume that stays within its
    volume cap (a community that fits nowhere stays). With shares
-   (:mod:`pipeline.capacity`), each partition has its own caps (``(1+eps) share_p 2|E|``
-   volume, at least one community's, :func:`~pipeline.capacity.volume_limits`;
+   (:mod:`asepr.pipeline.capacity`), each partition has its own caps (``(1+eps) share_p 2|E|``
+   volume, at least one community's, :func:`~asepr.pipeline.capacity.volume_limits`;
    ``ceil((1+eps) share_p |E|)`` edges) and "least" compares volumes relative to the
    shares, so a rebalance restores the proportions the run was given. Its edges on ``p`` go with it when
    ``q``'s edge load stays within the edge cap; otherwise only the community's mapping
@@ -28,7 +28,7 @@ shows it and advises a rebalance). A rebalance:
    moved edges go) and the masters (a node whose master was ``p`` and that has no edge
    left there is mastered where its edges went);
 4. rebuilds the partitions that lose or gain edges and commits generation g+1 with
-   the node map and the state, like an ingest (:mod:`pipeline.increment.generation`).
+   the node map and the state, like an ingest (:mod:`asepr.pipeline.increment.generation`).
 
 Only the edges inside a moved community that lie on its old partition move: the
 edges it has elsewhere, and its edges to other communities, stay where they are.
@@ -47,23 +47,23 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.capacity import edge_caps, load_weights, volume_limits
-from pipeline.increment.generation import Plan, load_plan, save_plan, write_increment
-from pipeline.increment.rebuild import store_edges
-from pipeline.stages.metrics import drift_metrics, partition_metrics, share_metrics
-from pipeline.store.commit import Staging, disk_errors, local_output, recover_journal
-from pipeline.store.continuation import Continuation
-from pipeline.store.generations import RemoteStaging, begin_remote_run, remote_output
-from pipeline.store.tasks import Progress
-from storage.commit.atomic import dumps_json
-from storage.commit.lock import OutputLock
-from storage.errors import StoreError, format_problem
-from storage.inputs.npy import save_npy
-from storage.locations.location import is_local_url
-from storage.partitions.manifest import read_manifest
-from storage.partitions.output_stores import committed_store_urls
-from storage.partitions.state import read_state, read_state_attrs
-from storage.resources import peak_rss_bytes, stage
+from asepr.pipeline.capacity import edge_caps, load_weights, volume_limits
+from asepr.pipeline.increment.generation import Plan, load_plan, save_plan, write_increment
+from asepr.pipeline.increment.rebuild import store_edges
+from asepr.pipeline.stages.metrics import drift_metrics, partition_metrics, share_metrics
+from asepr.pipeline.store.commit import Staging, disk_errors, local_output, recover_journal
+from asepr.pipeline.store.continuation import Continuation
+from asepr.pipeline.store.generations import RemoteStaging, begin_remote_run, remote_output
+from asepr.pipeline.store.tasks import Progress
+from asepr.storage.commit.atomic import dumps_json
+from asepr.storage.commit.lock import OutputLock
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.inputs.npy import save_npy
+from asepr.storage.locations.location import is_local_url
+from asepr.storage.partitions.manifest import read_manifest
+from asepr.storage.partitions.output_stores import committed_store_urls
+from asepr.storage.partitions.state import read_state, read_state_attrs
+from asepr.storage.resources import peak_rss_bytes, stage
 
 __all__ = ["plan_moves", "rebalance"]
 

@@ -2,7 +2,7 @@
 
 Incremental ingest and ``asepr rebalance`` change some partitions of a committed
 output. Each changed partition is rebuilt into a new store of the new generation
-by two Dask tasks with one writer each, like :mod:`pipeline.store.finalize`:
+by two Dask tasks with one writer each, like :mod:`asepr.pipeline.store.finalize`:
 
 * :func:`rebuild_edges` reads the old store's CSR, drops the edges that move away
   (rebalance), adds the routed new edges and the edges moved in, and writes the node
@@ -11,12 +11,12 @@ by two Dask tasks with one writer each, like :mod:`pipeline.store.finalize`:
   one numba pass merges them into the old rows.
 * :func:`rebuild_nodes` writes the node rows: the old rows that stay, copied block
   by block from the old store, and the rows of the nodes new to the partition, from
-  spill files that :func:`pipeline.store.route.gather_node_shard` (new nodes, from the new
+  spill files that :func:`asepr.pipeline.store.route.gather_node_shard` (new nodes, from the new
   node shards) and :func:`fetch_rows` (existing nodes, from their old master's store)
   wrote.
 
 :func:`extract_moves` spills the edges that a rebalance moves off a partition, as
-:func:`pipeline.store.route.route_edge_shard` spills new edges. Memory per task: O(|E_p|)
+:func:`asepr.pipeline.store.route.route_edge_shard` spills new edges. Memory per task: O(|E_p|)
 for the CSR, O(n_p) indices plus one block of rows for the node rows, and one pass
 over an O(N) master array. The old stores are only read: they stay in place (and
 readable) until the commit swaps the new ones in.
@@ -26,7 +26,7 @@ would merge: a delta saves a few seconds per ingest but costs every reader more 
 every open (measured in ``docs/results/ingest/rebuild-vs-delta.md``), and rebuilding
 keeps the store format, the readers, the checksums and ``asepr verify`` as they are.
 
-Spill layout (inside the run's staging directory, besides :mod:`pipeline.store.route`'s)::
+Spill layout (inside the run's staging directory, besides :mod:`asepr.pipeline.store.route`'s)::
 
     route/moves-PPPPP.bin|.idx.npy   edges moved off partition P, segments per destination
     fetch/store-PPPPP.bin|.idx.npy   node rows read from old store P, segments per requester
@@ -43,8 +43,8 @@ from typing import Any
 import numba
 import numpy as np
 
-from pipeline.store.finalize import finish_store, row_index, write_structure
-from pipeline.store.route import (
+from asepr.pipeline.store.finalize import finish_store, row_index, write_structure
+from asepr.pipeline.store.route import (
     EDGE_RECORD,
     KIND_ASSIGNED,
     KIND_HALO,
@@ -54,11 +54,11 @@ from pipeline.store.route import (
     spill_paths,
     write_grouped,
 )
-from storage.commit.atomic import save_npy_atomic
-from storage.errors import StoreError, format_problem
-from storage.inputs.npy import load_npy
-from storage.locations.location import open_group_rw
-from storage.partitions.store import ArrayWriter, open_store
+from asepr.storage.commit.atomic import save_npy_atomic
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.inputs.npy import load_npy
+from asepr.storage.locations.location import open_group_rw
+from asepr.storage.partitions.store import ArrayWriter, open_store
 
 __all__ = [
     "extract_moves",
@@ -320,7 +320,7 @@ def rebuild_edges(
 
     Returns
     -------
-    dict with ``digests``, ``counts`` and ``index_dtype`` (as :func:`pipeline.store.finalize.finalize_edges`)
+    dict with ``digests``, ``counts`` and ``index_dtype`` (as :func:`asepr.pipeline.store.finalize.finalize_edges`)
     and ``added`` (the number of nodes new to the partition).
     """
     master = load_npy(master_path, mmap_mode="r")

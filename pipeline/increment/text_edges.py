@@ -3,7 +3,7 @@
 ``asepr ingest OUT new.tsv`` takes the edge sources ``asepr import edgelist`` takes: a
 CSV/TSV or blank-separated edge list whose ids are the original ids of the imported
 input. :func:`text_ingest` maps them to node ids through the input's ``id_map.parquet``
-(:mod:`storage.importers.edge_increment`), numbers the ids the map lacks from the
+(:mod:`asepr.storage.importers.edge_increment`), numbers the ids the map lacks from the
 output's next free id, writes their node rows, and hands ingest Parquet shards that
 are kept in the input, ``INPUT/ingested/`` (named by their content; the manifest records
 them and ``asepr verify`` reads them again, as it reads every ingested shard).
@@ -12,7 +12,7 @@ the generation.
 
 The map is the input's, shared by every output partitioned from that input, and the
 outputs' node ids diverge as each numbers its own new ids. So every row an ingest appends
-names the output it was numbered for (:data:`storage.importers.edge_increment.OWNER_COLUMN`),
+names the output it was numbered for (:data:`asepr.storage.importers.edge_increment.OWNER_COLUMN`),
 and an output reads only the import's rows and its own (:func:`owner_of`: the output's
 path at its first text ingest, then the name its manifest records, so a moved output
 keeps its rows). Ingests into two outputs of one input update the same file, so an
@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from storage.commit.lease import Lease
-from storage.commit.lock import waiting_file_lock
-from storage.errors import InputError, format_problem
-from storage.importers.edge_increment import (
+from asepr.storage.commit.lease import Lease
+from asepr.storage.commit.lock import waiting_file_lock
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.importers.edge_increment import (
     ID_MAP_NAME,
     EdgeListIncrement,
     IdMap,
@@ -52,9 +52,9 @@ from storage.importers.edge_increment import (
     read_id_map,
     write_id_map,
 )
-from storage.inputs.schema import META_NAME
-from storage.locations.fs import Shard, fingerprint, join, resolve, url_of
-from storage.locations.location import is_local
+from asepr.storage.inputs.schema import META_NAME
+from asepr.storage.locations.fs import Shard, fingerprint, join, resolve, url_of
+from asepr.storage.locations.location import is_local
 
 __all__ = ["INGESTED_DIR", "TEXT_WORK_NAME", "TextIngest", "check_id_map", "commit_id_map", "id_map_lock",
            "owner_of", "refuse_node_shards", "text_ingest"]
@@ -131,7 +131,7 @@ def id_map_lock(input_url: str, storage_options: dict | None = None) -> Iterator
 
     A local input: an OS lock on ``INPUT/.id_map.parquet.lock``; a second ingest waits for
     the first. An input on an object store has no OS lock: the lease object
-    ``INPUT/.id_map.parquet.lease`` (:class:`storage.commit.lease.Lease`); a second ingest
+    ``INPUT/.id_map.parquet.lease`` (:class:`asepr.storage.commit.lease.Lease`); a second ingest
     is refused, naming the first.
     """
     fs, base = resolve(input_url, storage_options)

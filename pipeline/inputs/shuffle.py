@@ -22,13 +22,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.commit.atomic import staged_output
-from storage.errors import InputError, format_problem
-from storage.inputs.directory import open_input, open_parquet
-from storage.inputs.npy import write_array
-from storage.inputs.schema import META_NAME, check_edge_schema
-from storage.locations.fs import copy_file, copy_side_files, join, resolve
-from storage.resources import stage
+from asepr.storage.commit.atomic import staged_output
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.inputs.directory import open_input, open_parquet
+from asepr.storage.inputs.npy import write_array
+from asepr.storage.inputs.schema import META_NAME, check_edge_schema
+from asepr.storage.locations.fs import copy_file, copy_side_files, join, resolve
+from asepr.storage.resources import stage
 
 __all__ = ["shuffle_edges"]
 

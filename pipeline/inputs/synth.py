@@ -41,7 +41,7 @@ its own generator derived from ``np.random.SeedSequence(seed)``. A seeded run is
 therefore reproducible, and the graph does not depend on ``shard_rows`` (only the file
 cut does).
 
-On-disk layout: see :mod:`storage.inputs.writer` (``edges/``, ``nodes/`` with the extra
+On-disk layout: see :mod:`asepr.storage.inputs.writer` (``edges/``, ``nodes/`` with the extra
 int64 column ``category``, ``meta.json``).
 """
 
@@ -62,8 +62,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from storage.errors import InputError, format_problem
-from storage.inputs.writer import InputWriter
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.inputs.writer import InputWriter
 
 __all__ = ["EDGE_BLOCK", "SPLIT_FRACTIONS", "SynthConfig", "generate"]
 

@@ -4,5 +4,5 @@
 ``attr_lift`` (how much attributes explain edges), ``struct_cluster`` (④, streaming
 communities), ``mapping`` (⑤, community → partition), ``masters`` and ``metrics``
 (after the assignment), and ``metis`` (the offline reference's vertex partition).
-The assignment kernel itself is :mod:`pipeline.assign`.
+The assignment kernel itself is :mod:`asepr.pipeline.assign`.
 """

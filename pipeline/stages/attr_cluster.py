@@ -2,7 +2,7 @@
 
 Every node gets an ``attr_cluster_id`` in ``0..C-1``, either from spherical k-means
 over its feature vector (:func:`attribute_clusters`, here) or from a categorical node
-column (:func:`pipeline.stages.attr_column.column_clusters`).
+column (:func:`asepr.pipeline.stages.attr_column.column_clusters`).
 
 k-means, step by step
 ---------------------
@@ -23,7 +23,7 @@ sampled row) and once to label every row, and nothing is spilled.
    subset of whole row groups would cost less, but it samples runs of neighbouring
    rows, which follows the file's order (an input sorted by class would lose whole
    clusters).
-2. **Fit** on the sample, in the client (:func:`pipeline.stages.kmeans.fit_sample`):
+2. **Fit** on the sample, in the client (:func:`asepr.pipeline.stages.kmeans.fit_sample`):
    ``restarts`` runs of greedy k-means++ seeding (D² sampling, ``2 + ln C`` candidates
    per step), each followed by spherical Lloyd iterations: a centroid becomes its
    cluster's normalised sum, and an empty one is re-seeded from the sample point
@@ -38,9 +38,9 @@ When the sample is every row (``m = N``: few rows, or wide rows whose second rea
 cost more than fitting on all of them), step 1 keeps the embedded rows and their ids,
 and step 3 labels them in the client: one read in all.
 
-The steps read their rows through one row source (:mod:`pipeline.stages.attr_rows`),
+The steps read their rows through one row source (:mod:`asepr.pipeline.stages.attr_rows`),
 whatever the input: the node shards, one Dask task per shard, or the validator's
-decoded node table (:mod:`storage.inputs.node_table`) that ``asepr partition`` hands over,
+decoded node table (:mod:`asepr.storage.inputs.node_table`) that ``asepr partition`` hands over,
 read on threads of the client instead of decoding the shards. The table draws the same
 rows (by shard-order row number) and so gives the same clusters.
 
@@ -50,7 +50,7 @@ shard list give the same clusters under any scheduler, any number of workers and
 ``batch_rows``. Embeddings are computed in float64 and rounded once, so a row gets the
 same bits whatever batch it is read in (BLAS sums in an order that depends on the matrix
 shape and thread count). Each row is then scored against the centroids on its own
-(:func:`pipeline.stages.kmeans.nearest`). Mostly-zero rows (bag-of-words features) are
+(:func:`asepr.pipeline.stages.kmeans.nearest`). Mostly-zero rows (bag-of-words features) are
 projected by a numba kernel from their non-zeros only.
 """
 
@@ -63,20 +63,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.dask_ops import task_prefix
-from pipeline.needs import Need, RunShape
-from pipeline.stages.attr_rows import NodeRows, ShardRows, TableRows, rows_per_batch
-from pipeline.stages.checks import check_float, check_int
-from pipeline.stages.kmeans import assign_nearest, embed, fit_sample, nearest
-from storage.errors import InputError, format_problem
-from storage.inputs.node_table import NodeTable
-from storage.locations.fs import Shard
-from storage.resources import StageClock, stage
+from asepr.pipeline.dask_ops import task_prefix
+from asepr.pipeline.planning.needs import Need, RunShape
+from asepr.pipeline.stages.attr_rows import NodeRows, ShardRows, TableRows, rows_per_batch
+from asepr.pipeline.stages.checks import check_float, check_int
+from asepr.pipeline.stages.kmeans import assign_nearest, embed, fit_sample, nearest
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.inputs.node_table import NodeTable
+from asepr.storage.locations.fs import Shard
+from asepr.storage.resources import StageClock, stage
 
 if TYPE_CHECKING:
     import distributed
 
-    from pipeline.config import PartitionConfig
+    from asepr.pipeline.config import PartitionConfig
 
 __all__ = [
     "BATCH_ROWS",
@@ -266,7 +266,7 @@ def attribute_clusters(
     batch_rows
         Maximum rows per record batch (also capped at about 64 MiB per batch).
     table
-        The validator's decoded copy of these shards (:mod:`storage.inputs.node_table`): the
+        The validator's decoded copy of these shards (:mod:`asepr.storage.inputs.node_table`): the
         sample and the labels read it, on threads of this process, instead of decoding
         the shards. The clusters are the same (the sample draws the same rows).
 

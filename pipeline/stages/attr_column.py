@@ -14,16 +14,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipeline.config import PartitionConfig
-from pipeline.dask_ops import captured, compute, first_error, share, task_prefix
-from pipeline.needs import Need, RunShape
-from pipeline.stages.attr_cluster import AttrClusters
-from pipeline.stages.attr_rows import scatter_labels
-from pipeline.stages.checks import check_int
-from storage.errors import InputError, SchemaError, format_problem
-from storage.inputs.directory import open_parquet
-from storage.locations.fs import Shard
-from storage.resources import stage
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.dask_ops import captured, compute, first_error, share, task_prefix
+from asepr.pipeline.planning.needs import Need, RunShape
+from asepr.pipeline.stages.attr_cluster import AttrClusters
+from asepr.pipeline.stages.attr_rows import scatter_labels
+from asepr.pipeline.stages.checks import check_int
+from asepr.storage.errors import InputError, SchemaError, format_problem
+from asepr.storage.inputs.directory import open_parquet
+from asepr.storage.locations.fs import Shard
+from asepr.storage.resources import stage
 
 if TYPE_CHECKING:
     import distributed

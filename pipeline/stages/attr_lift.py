@@ -9,7 +9,7 @@ attribute cluster) against the share expected by chance for the clusters' degree
 volumes, ``h0 = Σ_c (vol_c / 2|E|)²``, and reports the normalised lift
 ``(h - h0) / (1 - h0)``. With ``lift_reference > 0`` it scales its attribute weights
 by it (clipped to ``[0, 1]``): ``weight_eff = weight * min(1, lift / reference)``.
-The default is no scaling (see :class:`pipeline.config.PartitionConfig`); the lifts of
+The default is no scaling (see :class:`asepr.pipeline.config.PartitionConfig`); the lifts of
 the shared datasets are in ``docs/results/partition-sweep``.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.stream import iter_edge_batches
-from storage.locations.fs import Shard
+from asepr.pipeline.stream import iter_edge_batches
+from asepr.storage.locations.fs import Shard
 
 __all__ = ["AttributeLift", "attribute_lift"]
 

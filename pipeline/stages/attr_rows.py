@@ -1,6 +1,6 @@
 """Where attribute clustering reads its rows: the node shards or the decoded node table.
 
-Attribute clustering (:mod:`pipeline.stages.attr_cluster`) asks three things of its
+Attribute clustering (:mod:`asepr.pipeline.stages.attr_cluster`) asks three things of its
 input, whatever it is: its rows and feature width (step 0), the embedded rows at
 given shard-order row numbers or every row with its id (step 1), and every row with
 its id, batch by batch (step 3). A :class:`NodeRows` answers them; it cuts the input
@@ -10,7 +10,7 @@ into pieces that run as tasks, and each piece reads its rows:
   shard, read by a Dask task (local threads or a cluster); every batch is checked
   (null ids, widths, finite values, the footer's row count), since nothing says the
   shards were validated.
-* :class:`TableRows`: the validator's decoded node table (:mod:`storage.inputs.node_table`).
+* :class:`TableRows`: the validator's decoded node table (:mod:`asepr.storage.inputs.node_table`).
   A piece (:class:`TablePiece`) is a block of ids, read by a thread of this process;
   the sample draws the same rows (by shard-order row number) as from the shards.
 """
@@ -29,13 +29,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.dask_ops import captured, compute, first_error, share
-from pipeline.stages.kmeans import embed
-from storage.errors import InputError, format_problem
-from storage.inputs.directory import open_parquet
-from storage.inputs.node_table import NodeTable
-from storage.inputs.schema import FeatureLayout, check_node_schema, feature_matrix
-from storage.locations.fs import Shard
+from asepr.pipeline.dask_ops import captured, compute, first_error, share
+from asepr.pipeline.stages.kmeans import embed
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.inputs.directory import open_parquet
+from asepr.storage.inputs.node_table import NodeTable
+from asepr.storage.inputs.schema import FeatureLayout, check_node_schema, feature_matrix
+from asepr.storage.locations.fs import Shard
 
 if TYPE_CHECKING:
     import distributed

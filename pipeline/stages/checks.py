@@ -1,4 +1,4 @@
-"""Argument checks of the stage functions (an :class:`~storage.errors.InputError` naming the argument)."""
+"""Argument checks of the stage functions (an :class:`~asepr.storage.errors.InputError` naming the argument)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from storage.errors import InputError, format_problem
+from asepr.storage.errors import InputError, format_problem
 
 __all__ = ["check_float", "check_int"]
 

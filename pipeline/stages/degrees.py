@@ -10,7 +10,7 @@ order for a given shard list whatever the scheduler.
 ``v`` as its destination; a self-loop therefore counts 2. Edges are counted as stored:
 for an undirected input (each edge stored once) this is the undirected degree.
 
-The Dask plumbing (tree sums, compute) lives in :mod:`pipeline.dask_ops`.
+The Dask plumbing (tree sums, compute) lives in :mod:`asepr.pipeline.dask_ops`.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import dask
 import numpy as np
 import pyarrow as pa
 
-from pipeline.dask_ops import compute, task_prefix, tree_reduce
-from storage.errors import InputError, format_problem
-from storage.inputs.directory import open_parquet
-from storage.integrity.checks import count_ids
-from storage.locations.fs import Shard
-from storage.resources import stage
+from asepr.pipeline.dask_ops import compute, task_prefix, tree_reduce
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.inputs.directory import open_parquet
+from asepr.storage.integrity.checks import count_ids
+from asepr.storage.locations.fs import Shard
+from asepr.storage.resources import stage
 
 if TYPE_CHECKING:
     import distributed
@@ -138,7 +138,7 @@ def compute_degrees(
     Parameters
     ----------
     edge_shards
-        The edge shards (validated input), e.g. from :func:`storage.locations.fs.discover_shards`.
+        The edge shards (validated input), e.g. from :func:`asepr.storage.locations.fs.discover_shards`.
     num_nodes
         N; every id must lie in ``[0, N)``.
     client

@@ -1,6 +1,6 @@
 """Spherical k-means, the in-memory math: embedding, nearest centroids, seeding, fitting.
 
-:mod:`pipeline.stages.attr_cluster` fits the centroids on an in-memory sample and labels
+:mod:`asepr.pipeline.stages.attr_cluster` fits the centroids on an in-memory sample and labels
 the shards in one Dask pass; every step that touches numbers is here: :func:`embed` (the
 seeded projection, then L2 normalisation), :func:`assign_nearest` (largest cosine),
 :func:`row_inertia` (each row's squared distance to its centroid), :func:`kmeans_pp`

@@ -9,7 +9,7 @@ starts) until it would pass the volume cap ``(1 + epsilon) * 2|E| / k``, then to
 next least-loaded partition. Each attribute cluster's *home* is the partition that
 received most of its volume; the edge score rewards it (``beta``).
 
-With shares (:mod:`pipeline.capacity`) each partition has its own volume cap
+With shares (:mod:`asepr.pipeline.capacity`) each partition has its own volume cap
 ``(1 + epsilon) * share_p * 2|E|``, and "least loaded" compares volumes relative to the
 shares (``volume_p / (k * share_p)``), so each partition receives community volume in
 proportion to its share. Equal shares are the rules above, with the same arithmetic.
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from pipeline.capacity import load_weights, volume_caps
-from pipeline.needs import Need, RunShape
+from asepr.pipeline.capacity import load_weights, volume_caps
+from asepr.pipeline.planning.needs import Need, RunShape
 
 __all__ = ["CommunityMapping", "attr_homes", "map_communities", "mapping_needs", "place_new_communities",
            "vertex_terms"]
@@ -115,7 +115,7 @@ def map_communities(
         Without ``keep_attr_together``: order communities of equal volume by
         descending id (the published 2PS-L) instead of ascending.
     shares
-        Each partition's share (None: equal shares), :mod:`pipeline.capacity`.
+        Each partition's share (None: equal shares), :mod:`asepr.pipeline.capacity`.
     """
     if attr_cluster_id is None and keep_attr_together:
         raise ValueError("keep_attr_together packs by attribute cluster: attr_cluster_id is required")

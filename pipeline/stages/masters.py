@@ -2,7 +2,7 @@
 
 The master of v is the partition of A(v) that holds most of v's edges; ties go to
 the partition with fewer masters so far relative to its share (``masters_p / (k *
-share_p)``, :func:`pipeline.capacity.load_weights`; the count itself for equal shares),
+share_p)``, :func:`asepr.pipeline.capacity.load_weights`; the count itself for equal shares),
 then the lower id (docs/design.md#masters). Counting
 edges per (vertex, partition) naively is O(N·k); here each vertex gets one counter
 per replica only (``Σ|A(v)| = RF·N`` counters), addressed by the rank of the
@@ -26,12 +26,12 @@ import logging
 import numba
 import numpy as np
 
-from pipeline.bitset import popcount64
-from pipeline.capacity import load_weights
-from pipeline.config import PartitionConfig
-from pipeline.needs import Need, RunShape, held_arrays
-from pipeline.prefetch import PREFETCH_DISTANCE, prefetch_write
-from storage.resources import stage
+from asepr.pipeline.kernels.bitset import popcount64
+from asepr.pipeline.capacity import load_weights
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.planning.needs import Need, RunShape, held_arrays
+from asepr.pipeline.kernels.prefetch import PREFETCH_DISTANCE, prefetch_write
+from asepr.storage.resources import stage
 
 __all__ = [
     "balance_masters",
@@ -90,7 +90,7 @@ def count_edges_per_replica(src, dst, part, replicas, offsets, counts):
     """Add one batch of assigned edges to the per-replica edge counters.
 
     The counters, offsets and replica rows of random vertices miss the cache, so the
-    endpoints' rows are prefetched :data:`~pipeline.prefetch.PREFETCH_DISTANCE` edges
+    endpoints' rows are prefetched :data:`~asepr.pipeline.kernels.prefetch.PREFETCH_DISTANCE` edges
     ahead and their first counters half as far (their offsets have arrived by then; a
     hint only, the counts are the same; measured in
     ``docs/results/implementation-choices/README.md``).
@@ -121,7 +121,7 @@ def replica_rows(replicas: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     (its last column) ``offsets``, a vertex's bits and its counters' offset share a
     cache line: an endpoint costs two random reads instead of three (the same counts;
     ``docs/results/implementation-choices/README.md``). The last column can then
-    hold the masters for :func:`~pipeline.stages.metrics.locality_batch`."""
+    hold the masters for :func:`~asepr.pipeline.stages.metrics.locality_batch`."""
     words = replicas.shape[1]
     rows = np.empty((replicas.shape[0], words + 1), dtype=np.int64)
     rows[:, :words] = replicas.view(np.int64)

@@ -3,7 +3,7 @@
 METIS partitions the vertices of the whole (symmetrised, simple) graph in memory; the
 assignment kernel then treats each vertex's METIS part as its community's partition.
 It is a quality reference, not a streaming algorithm: its memory grows with |E|. With
-shares (:mod:`pipeline.capacity`) METIS is asked for parts of those target weights
+shares (:mod:`asepr.pipeline.capacity`) METIS is asked for parts of those target weights
 (``tpwgts``), and the kernel's caps and balance term follow the shares as for ASEP.
 """
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pipeline.needs import Need, RunShape
-from pipeline.stream import iter_edge_batches
-from storage.locations.fs import Shard
+from asepr.pipeline.planning.needs import Need, RunShape
+from asepr.pipeline.stream import iter_edge_batches
+from asepr.storage.locations.fs import Shard
 
 __all__ = ["metis_membership", "metis_needs"]
 

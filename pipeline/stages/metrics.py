@@ -11,7 +11,7 @@
 * drift (:func:`drift_metrics`): how far the edge loads and the community volumes
   mapped to each partition are from their caps, and whether ``asepr rebalance`` is
   advised;
-* with shares (:mod:`pipeline.capacity`, :func:`share_metrics`): each partition's
+* with shares (:mod:`asepr.pipeline.capacity`, :func:`share_metrics`): each partition's
   share of the edges and of the masters beside its target share, and the balances
   relative to the shares.
 """
@@ -21,10 +21,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from pipeline.bitset import has_bit
-from pipeline.capacity import edge_caps, volume_limits
-from pipeline.config import PartitionConfig
-from pipeline.needs import Need, RunShape, held_arrays
+from asepr.pipeline.kernels.bitset import has_bit
+from asepr.pipeline.capacity import edge_caps, volume_limits
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.planning.needs import Need, RunShape, held_arrays
 
 __all__ = ["drift_metrics", "locality_batch", "metrics_needs", "partition_metrics", "share_metrics",
            "vertex_part_counts"]
@@ -33,7 +33,7 @@ __all__ = ["drift_metrics", "locality_batch", "metrics_needs", "partition_metric
 @numba.njit(cache=True, nogil=True)
 def locality_batch(src, dst, replicas, master):
     """(local incidences, total incidences) of one edge batch (``replicas`` may be the
-    rows of :func:`pipeline.stages.masters.replica_rows` with ``master`` their last
+    rows of :func:`asepr.pipeline.stages.masters.replica_rows` with ``master`` their last
     column: one random read per endpoint instead of two)."""
     local = 0
     total = 0
@@ -159,7 +159,7 @@ def drift_metrics(
     The kernel never fills a partition past the edge cap ``ceil((1+eps)|E|/k)``, so the
     edge balance stays within ``1 + eps``. With ``shares`` each partition has its own
     caps (``ceil((1+eps) share_p |E|)`` edges; the volume of
-    :func:`pipeline.capacity.volume_limits`), the balances are relative to them
+    :func:`asepr.pipeline.capacity.volume_limits`), the balances are relative to them
     (``max_p load_p / (share_p |E|)``, and the volumes' largest ratio to their caps
     times ``1 + eps``), and ``edge_caps`` and ``volume_caps`` list the caps. What drifts
     as a graph grows is the

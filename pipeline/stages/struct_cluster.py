@@ -39,12 +39,12 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from pipeline.config import PartitionConfig
-from pipeline.needs import Need, RunShape
-from pipeline.prefetch import PREFETCH_DISTANCE, aligned_zeros, prefetch_write
-from pipeline.stream import iter_edge_batches, warmup_arrays
-from storage.locations.fs import Shard
-from storage.resources import stage
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.planning.needs import Need, RunShape
+from asepr.pipeline.kernels.prefetch import PREFETCH_DISTANCE, aligned_zeros, prefetch_write
+from asepr.pipeline.stream import iter_edge_batches, warmup_arrays
+from asepr.storage.locations.fs import Shard
+from asepr.storage.resources import stage
 
 __all__ = ["ClusterState", "Communities", "cluster_batch", "clustering_needs", "published_cluster_batch",
            "published_clusters", "structural_clusters"]
@@ -211,7 +211,7 @@ def structural_clusters(
     Parameters
     ----------
     degree
-        Exact degrees (int64[N]) from :func:`pipeline.stages.degrees.compute_degrees`.
+        Exact degrees (int64[N]) from :func:`asepr.pipeline.stages.degrees.compute_degrees`.
     attr_cluster_id
         Attribute cluster per vertex; all zeros makes the rule purely structural.
     alpha

@@ -7,6 +7,6 @@ node map), ``output_dir`` (the output directory: created, checked, locked),
 ``write`` (an assignment's stores, written and committed), ``continuation`` (the
 partitioner state that ingest continues from), ``tasks`` (running a stage's calls as
 Dask tasks, timed). The whole ``asepr partition`` run is
-:func:`pipeline.partition_run.partition_to_store`; ``asepr verify`` is the package
-:mod:`pipeline.verify`.
+:func:`asepr.pipeline.partition_run.partition_to_store`; ``asepr verify`` is the package
+:mod:`asepr.pipeline.verify`.
 """

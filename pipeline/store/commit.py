@@ -1,8 +1,8 @@
 """The commit protocol: staging, journal, recovery, resumption, finished stores, node map.
 
-``asepr partition`` (:mod:`pipeline.store.write`), ``asepr ingest`` and ``asepr
-rebalance`` (:mod:`pipeline.increment.generation`) write a new generation of an output
-the same way. Holding the output's lock (:class:`storage.commit.lock.OutputLock`), they work
+``asepr partition`` (:mod:`asepr.pipeline.store.write`), ``asepr ingest`` and ``asepr
+rebalance`` (:mod:`asepr.pipeline.increment.generation`) write a new generation of an output
+the same way. Holding the output's lock (:class:`asepr.storage.commit.lock.OutputLock`), they work
 inside ``OUT/.asepr-staging/`` until the commit::
 
     OUT/
@@ -11,7 +11,7 @@ inside ``OUT/.asepr-staging/`` until the commit::
       .asepr-staging/                                   :class:`Staging`
         run.json                    run key and generation (resumption)
         work/                       the run's decision (assignment or plan), saved last
-        route/  gather/  fetch/     spill files (pipeline.store.route), one writer each
+        route/  gather/  fetch/     spill files (asepr.pipeline.store.route), one writer each
         global_nid/part-*.npy       each partition's sorted global_nid, for the node gather
         .part-*.zarr.partial/       a store being written
         part-*.zarr/                a finished store (renamed from .partial; checksummed)
@@ -22,7 +22,7 @@ inside ``OUT/.asepr-staging/`` until the commit::
 Commit (:func:`commit`): write the journal, then for each item move the old one into
 ``old/`` and the new one into place, then replace ``manifest.json`` atomically, then
 delete the staging directory. Readers trust the manifest and look in ``old/`` for a
-store of the manifest's generation (:func:`storage.partitions.output_stores.resolve_store_url`),
+store of the manifest's generation (:func:`asepr.storage.partitions.output_stores.resolve_store_url`),
 so generation g stays readable until the new manifest lands.
 
 A rerun after a crash first finishes or undoes an interrupted commit
@@ -53,15 +53,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.needs import MIB, Need, RunShape
-from storage.commit import failpoints
-from storage.commit.atomic import atomic_file, refuse_symlink, write_json_atomic
-from storage.commit.confine import confined_path
-from storage.errors import AseprError, StoreError, format_problem, os_error_problem
-from storage.inputs.npy import load_npy
-from storage.locations.fs import resolve, url_of
-from storage.locations.location import remove_tree, tree_bytes, tree_exists
-from storage.partitions.manifest import (
+from asepr.pipeline.planning.needs import MIB, Need, RunShape
+from asepr.storage.commit import failpoints
+from asepr.storage.commit.atomic import atomic_file, refuse_symlink, write_json_atomic
+from asepr.storage.commit.confine import confined_path
+from asepr.storage.errors import AseprError, StoreError, format_problem, os_error_problem
+from asepr.storage.inputs.npy import load_npy
+from asepr.storage.locations.fs import resolve, url_of
+from asepr.storage.locations.location import remove_tree, tree_bytes, tree_exists
+from asepr.storage.partitions.manifest import (
     JOURNAL_NAME,
     MANIFEST_NAME,
     NODE_MAP_NAME,
@@ -71,8 +71,8 @@ from storage.partitions.manifest import (
     read_manifest,
     write_manifest,
 )
-from storage.partitions.state import STATE_NAME
-from storage.partitions.store import checksum_problems, open_store
+from asepr.storage.partitions.state import STATE_NAME
+from asepr.storage.partitions.store import checksum_problems, open_store
 
 __all__ = [
     "NODE_MAP_BYTES",
@@ -375,7 +375,7 @@ def node_map_from_ids(staging: Staging, master_path: str, global_nid_paths: list
     """:func:`write_node_map` for a generation whose every store is new, from what the
     stores were built from instead of the stores themselves: the ``int32 [N]`` master
     array and each partition's sorted ``global_nid`` (``.npy``, as
-    :func:`~pipeline.store.finalize.finalize_edges` saved and wrote them), so it can
+    :func:`~asepr.pipeline.store.finalize.finalize_edges` saved and wrote them), so it can
     run while the stores' node rows are still being written. A node's part-local id is
     its position in its master partition's ids, as in the store's ``nodes/is_master``.
     """

@@ -1,11 +1,11 @@
 """The partitioner state as the algorithms see it (docs/design.md#partitioner-state).
 
-:mod:`storage.partitions.state` is the on-disk format; this module fills it and reads it back:
+:mod:`asepr.storage.partitions.state` is the on-disk format; this module fills it and reads it back:
 
-* :func:`assignment_state` turns a finished :class:`~pipeline.partition.Assignment`
+* :func:`assignment_state` turns a finished :class:`~asepr.pipeline.partition.Assignment`
   into the state's arrays and attributes (``asepr partition`` writes it);
 * :class:`Continuation` is a loaded state, grown to the new node count, ready to
-  continue the stream: it rebuilds the kernel's :class:`~pipeline.assign.AssignState`
+  continue the stream: it rebuilds the kernel's :class:`~asepr.pipeline.assign.AssignState`
   with the saved replica bitsets, loads and degrees, and writes itself back.
 
 Everything is O(N); nothing here looks at an edge.
@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.assign import AssignState, KernelSettings
-from pipeline.config import PartitionConfig
-from pipeline.needs import STATE_TREE, STORE_RATIO, Need, RunShape, held_arrays
-from storage.errors import StoreError, format_problem
-from storage.partitions.state import PartitionerState, write_state
-from storage.partitions.store import CHUNK_BYTES
+from asepr.pipeline.assign import AssignState, KernelSettings
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.planning.needs import STATE_TREE, STORE_RATIO, Need, RunShape, held_arrays
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.partitions.state import PartitionerState, write_state
+from asepr.storage.partitions.store import CHUNK_BYTES
 
 __all__ = ["Continuation", "assignment_state", "shard_records", "state_needs", "write_assignment_state"]
 

@@ -7,10 +7,10 @@ the store is renamed from its temporary name into place, either by
 :func:`finalize_nodes_from_table` (``asepr partition``: one sequential sweep of the
 validator's decoded node table writes the node rows of a group of partitions, three
 chunks of memory per partition) or by :func:`finalize_nodes` (after the node rows were
-gathered into spill files: :func:`~pipeline.store.write.write_partitions`; ingest has its own;
+gathered into spill files: :func:`~asepr.pipeline.store.write.write_partitions`; ingest has its own;
 O(|V_p|) plus one 64 MiB block). Memory is O(|E_p|) for the CSR; nothing here grows
 with the whole graph except passes over the ``int32 [N]`` master array.
-The layout is documented in :mod:`storage.partitions.store`.
+The layout is documented in :mod:`asepr.storage.partitions.store`.
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from typing import Any
 import numpy as np
 import zarr
 
-from pipeline.needs import STORE_RATIO, STORE_TREE, Need, RunShape
-from pipeline.store.route import KIND_ASSIGNED, KIND_HALO, edge_record, node_record, read_segments
-from storage.commit import failpoints
-from storage.commit.atomic import save_npy_atomic
-from storage.errors import StoreError, format_problem
-from storage.inputs.node_table import NodeTable
-from storage.inputs.npy import load_npy
-from storage.locations.location import create_group, open_group_rw, remove_tree, tree_bytes
-from storage.partitions.store import (
+from asepr.pipeline.planning.needs import STORE_RATIO, STORE_TREE, Need, RunShape
+from asepr.pipeline.store.route import KIND_ASSIGNED, KIND_HALO, edge_record, node_record, read_segments
+from asepr.storage.commit import failpoints
+from asepr.storage.commit.atomic import save_npy_atomic
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.inputs.node_table import NodeTable
+from asepr.storage.inputs.npy import load_npy
+from asepr.storage.locations.location import create_group, open_group_rw, remove_tree, tree_bytes
+from asepr.storage.partitions.store import (
     CHUNK_BYTES,
     STORE_FORMAT,
     STORE_VERSION,
@@ -132,7 +132,7 @@ def finalize_edges(
     Parameters
     ----------
     route_spills
-        ``(bin, idx)`` of every edge spill file (:func:`pipeline.store.route.route_edge_shard`).
+        ``(bin, idx)`` of every edge spill file (:func:`asepr.pipeline.store.route.route_edge_shard`).
     master_path
         The ``int32 [N]`` master array (``.npy``).
     store_path
@@ -141,7 +141,7 @@ def finalize_edges(
     global_nid_path
         Where to save the sorted ``global_nid`` array for the node gather.
     narrow
-        The spills hold ``int32`` records (:func:`~pipeline.store.route.edge_record`).
+        The spills hold ``int32`` records (:func:`~asepr.pipeline.store.route.edge_record`).
 
     Returns
     -------
@@ -406,7 +406,7 @@ def sweep_groups(node_counts: dict[int, int], groups: int) -> list[list[int]]:
 def _table_steps(table: NodeTable, step_bytes: int) -> Iterator[tuple[int, int, dict[str, np.ndarray]]]:
     """``(start, stop, {x, y, split})`` for consecutive steps of about ``step_bytes`` of
     features (none for 0), the next step read on a thread while the caller uses this
-    one: the table is read with ``O_DIRECT`` (:mod:`storage.inputs.node_table`), which has no
+    one: the table is read with ``O_DIRECT`` (:mod:`asepr.storage.inputs.node_table`), which has no
     kernel read-ahead, so this is what overlaps the reads with the writes. Two steps are
     in memory at once."""
     if not step_bytes:
@@ -441,7 +441,7 @@ def finalize_nodes_from_table(
     storage_options: dict | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`finalize_nodes` for several partitions, their rows taken from the
-    validator's decoded node table (:mod:`storage.inputs.node_table`) in one sequential sweep.
+    validator's decoded node table (:mod:`asepr.storage.inputs.node_table`) in one sequential sweep.
 
     A partition's rows are in ``global_nid`` order, so a sweep in id order produces each
     partition's ``x``, ``y`` and ``split`` front to back: they are written a chunk at a
@@ -536,7 +536,7 @@ def finalize_nodes_needs(s: RunShape) -> Need:
     worker; a process's threads share one), each sweeping the decoded node table for
     ``k / sweeps`` partitions: per partition a one-chunk buffer of each of ``x``, ``y``
     and ``split`` (and two more of ``x``: zarr's encoded chunk and the aligned copy that
-    :class:`storage.partitions.chunk_stores.DirectLocalStore` writes from) and a slice of
+    :class:`asepr.storage.partitions.chunk_stores.DirectLocalStore` writes from) and a slice of
     its ids; two steps of the table (16 MiB of features with their labels and splits:
     the one served and the one read ahead) and the ids taken from one."""
     sweeps = max(1, min(s.k, s.sweeps))

@@ -6,7 +6,7 @@ so a remote output never moves anything. Each generation is written where it sta
 
     OUT/
       manifest.json                  the pointer: written last, in one PUT
-      .asepr.lease                   the writer's lease (storage.commit.lease)
+      .asepr.lease                   the writer's lease (asepr.storage.commit.lease)
       gen-00003-1f2e3d4c/            generation 3
         run.json                     run key and generation (resumption), assignment digest
         part-00000.zarr/ ...         written by whoever builds them (Dask tasks)
@@ -14,13 +14,13 @@ so a remote output never moves anything. Each generation is written where it sta
       gen-00002-9a8b7c6d/            generation 2: retired (deleted) once 3 is committed
 
 A reader opens ``manifest.json`` and follows its paths (each relative to ``OUT``, each
-confined to it: :func:`storage.partitions.output_stores.resolve_store_url`); it never lists the
+confined to it: :func:`asepr.storage.partitions.output_stores.resolve_store_url`); it never lists the
 output, so a half-written prefix is invisible. The commit (:meth:`RemoteStaging.publish`)
 uploads the node map and state from the local scratch, reads the lease back (a writer
 that lost it never commits), writes ``manifest.json`` in one PUT (an object store
 replaces an object atomically: a reader gets the old manifest or the new one), then
 deletes every generation prefix the new manifest does not name. Where the store honours
-conditional writes (:mod:`storage.commit.conditional`), that PUT is a compare-and-swap on
+conditional writes (:mod:`asepr.storage.commit.conditional`), that PUT is a compare-and-swap on
 the manifest's ETag read just after the lease was taken, so a writer paused past its
 lease between the read-back and the PUT cannot overwrite the commit of the writer that
 took the lease over. A writer killed before
@@ -52,21 +52,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.store.commit import RUN_NAME, Staging
-from storage.commit import failpoints
-from storage.commit.atomic import dumps_json
-from storage.commit.conditional import (
+from asepr.pipeline.store.commit import RUN_NAME, Staging
+from asepr.storage.commit import failpoints
+from asepr.storage.commit.atomic import dumps_json
+from asepr.storage.commit.conditional import (
     PROBE_PREFIX,
     conditional_writes,
     manifest_etag,
     put_if_unchanged,
 )
-from storage.commit.lease import LEASE_NAME, Lease
-from storage.errors import AseprError, StoreError, format_problem
-from storage.locations.fs import join, resolve, url_of
-from storage.locations.location import is_local, remove_tree
-from storage.locations.remote import remote_errors_as_problems
-from storage.partitions.manifest import MANIFEST_NAME, part_name, read_manifest, write_manifest
+from asepr.storage.commit.lease import LEASE_NAME, Lease
+from asepr.storage.errors import AseprError, StoreError, format_problem
+from asepr.storage.locations.fs import join, resolve, url_of
+from asepr.storage.locations.location import is_local, remove_tree
+from asepr.storage.locations.remote import remote_errors_as_problems
+from asepr.storage.partitions.manifest import MANIFEST_NAME, part_name, read_manifest, write_manifest
 
 __all__ = ["GENERATION_PATTERN", "RemoteOutput", "RemoteStaging", "begin_remote_run", "generation_dir",
            "named_prefixes", "remote_output"]
@@ -138,7 +138,7 @@ def named_prefixes(manifest: dict[str, Any] | None) -> set[str]:
 
 class RemoteStaging(Staging):
     """A run's staging for a remote output: spill files and the assignment in the local
-    scratch directory (as :class:`~pipeline.store.commit.Staging` has them), the stores
+    scratch directory (as :class:`~asepr.pipeline.store.commit.Staging` has them), the stores
     in the generation's prefix of the output.
 
     Parameters
@@ -323,7 +323,7 @@ def remote_output(out: str | Path, storage_options: dict | None, scratch: str | 
             local = scratch_dir / hashlib.sha256(target.url.encode()).hexdigest()[:16]
             local.mkdir(exist_ok=True)
             with lease:
-                # The ETag before any read of the manifest's content (storage.commit.conditional).
+                # The ETag before any read of the manifest's content (asepr.storage.commit.conditional).
                 fenced = conditional_writes(fs, target.path)
                 began_from = manifest_etag(fs, join(target.path, MANIFEST_NAME)) if fenced else None
                 yield RemoteStaging(target, local, lease, fenced=fenced, began_from=began_from)

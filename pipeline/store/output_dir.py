@@ -14,12 +14,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.store.commit import disk_errors, local_output
-from storage.commit.lock import OutputLock
-from storage.errors import StoreError, format_problem
-from storage.inputs.decoded import DECODED_PREFIX
-from storage.partitions.manifest import LOCK_NAME, MANIFEST_NAME, NODE_MAP_NAME, STAGING_NAME
-from storage.partitions.state import STATE_NAME
+from asepr.pipeline.store.commit import disk_errors, local_output
+from asepr.storage.commit.lock import OutputLock
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.inputs.decoded import DECODED_PREFIX
+from asepr.storage.partitions.manifest import LOCK_NAME, MANIFEST_NAME, NODE_MAP_NAME, STAGING_NAME
+from asepr.storage.partitions.state import STATE_NAME
 
 __all__ = ["decoded_copy", "prepare_output_dir", "remove_if_empty", "writable_output"]
 
@@ -95,7 +95,7 @@ def writable_output(out: str | Path, storage_options: dict | None) -> Iterator[P
 @contextlib.contextmanager
 def decoded_copy(out: Path) -> Iterator[Path]:
     """A new directory in the (locked) output for the validator's decoded edge copy
-    (:mod:`storage.inputs.decoded`), removed on the way out, as are those of killed runs."""
+    (:mod:`asepr.storage.inputs.decoded`), removed on the way out, as are those of killed runs."""
     for stale in out.glob(f"{DECODED_PREFIX}*"):
         if stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)

@@ -25,16 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.needs import Need, RunShape
-from pipeline.stream import iter_edge_batches
-from storage.commit import failpoints
-from storage.commit.atomic import refuse_symlink, save_npy_atomic
-from storage.errors import StoreError, format_problem
-from storage.inputs.decoded import decoded_row
-from storage.inputs.directory import open_parquet
-from storage.inputs.npy import load_npy, write_array
-from storage.inputs.schema import check_node_schema, feature_matrix
-from storage.locations.fs import Shard
+from asepr.pipeline.planning.needs import Need, RunShape
+from asepr.pipeline.stream import iter_edge_batches
+from asepr.storage.commit import failpoints
+from asepr.storage.commit.atomic import refuse_symlink, save_npy_atomic
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.inputs.decoded import decoded_row
+from asepr.storage.inputs.directory import open_parquet
+from asepr.storage.inputs.npy import load_npy, write_array
+from asepr.storage.inputs.schema import check_node_schema, feature_matrix
+from asepr.storage.locations.fs import Shard
 
 __all__ = [
     "EDGE_RECORD",
@@ -180,7 +180,7 @@ def route_edge_shard(
     ----------
     shard, shard_index
         The edge shard and its position in stream order; its decoded copy is read
-        when it has one (``Shard.decoded``, :mod:`storage.inputs.decoded`).
+        when it has one (``Shard.decoded``, :mod:`asepr.storage.inputs.decoded`).
     parts_path
         The ``.npy`` with the partition id of every row of the shard.
     route_dir

@@ -20,17 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.assign import edge_parts_path
-from pipeline.store.commit import Staging, file_sha256, read_json_object
-from storage.commit.atomic import dumps_json, save_npy_atomic, write_json_atomic
-from storage.errors import StoreError
-from storage.inputs.directory import open_parquet
-from storage.inputs.schema import check_node_schema, feature_matrix
-from storage.locations.fs import Shard, fingerprint, resolve, url_of
-from storage.partitions.manifest import MANIFEST_VERSION
-from storage.partitions.state import state_identity
-from storage.partitions.store import STORE_VERSION
-from storage.resources import stage
+from asepr.pipeline.assign import edge_parts_path
+from asepr.pipeline.store.commit import Staging, file_sha256, read_json_object
+from asepr.storage.commit.atomic import dumps_json, save_npy_atomic, write_json_atomic
+from asepr.storage.errors import StoreError
+from asepr.storage.inputs.directory import open_parquet
+from asepr.storage.inputs.schema import check_node_schema, feature_matrix
+from asepr.storage.locations.fs import Shard, fingerprint, resolve, url_of
+from asepr.storage.partitions.manifest import MANIFEST_VERSION
+from asepr.storage.partitions.state import state_identity
+from asepr.storage.partitions.store import STORE_VERSION
+from asepr.storage.resources import stage
 
 __all__ = ["SavedAssignment", "assignment_digest", "check_halo", "input_info_from_report", "input_info_from_shards",
            "load_assignment", "parts_files", "run_key_of", "save_assignment", "stage_state", "staged_state_ok"]
@@ -136,7 +136,7 @@ def stage_state(staging: Staging, assignment, generation: int, input_info: dict[
                  close: bool = False) -> None:
     """Write the partitioner state (``state.zarr``) of this run into the staging
     directory; with ``close``, close ``assignment`` afterwards (even on an error)."""
-    from pipeline.store.continuation import write_assignment_state
+    from asepr.pipeline.store.continuation import write_assignment_state
 
     try:
         with stage("state", log):

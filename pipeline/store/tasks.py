@@ -19,8 +19,8 @@ from typing import Any
 
 import dask
 
-from storage.progress import current
-from storage.resources import peak_rss_bytes, stage
+from asepr.storage.progress import current
+from asepr.storage.resources import peak_rss_bytes, stage
 
 __all__ = ["Progress", "bar_for", "run_tasks", "task_slots", "timed", "worker_peak_rss"]
 
@@ -28,12 +28,12 @@ log = logging.getLogger(__name__)
 
 #: ``progress(stage_name, total_tasks)`` returns a context manager with ``update(n)``
 #: (a ``tqdm`` bar fits): a library caller's own bar per stage. Without one, a stage's
-#: tasks count into the stage's bar of :mod:`storage.progress`, which the command line draws.
+#: tasks count into the stage's bar of :mod:`asepr.storage.progress`, which the command line draws.
 Progress = Callable[[str, int], Any]
 
 
 class _StageTasks:
-    """The tasks of a stage, counted into its :mod:`storage.progress` bar."""
+    """The tasks of a stage, counted into its :mod:`asepr.storage.progress` bar."""
 
     def __init__(self, total: int):
         self._bar = current()
@@ -51,7 +51,7 @@ class _StageTasks:
 
 
 def bar_for(progress: Progress | None, name: str, total: int):
-    """``progress(name, total)``, or the stage's own bar (:func:`storage.progress.current`)
+    """``progress(name, total)``, or the stage's own bar (:func:`asepr.storage.progress.current`)
     when ``progress`` is None."""
     return progress(name, total) if progress else _StageTasks(total)
 
@@ -137,7 +137,7 @@ def worker_peak_rss(client) -> dict[str, int]:
 def timed(name: str, timings: dict[str, float], client) -> Iterator[dict[str, Any]]:
     """Log stage ``name`` and add its wall time to ``timings[name]``.
 
-    Yields the stage's info dict (:func:`storage.resources.stage`); the workers' peak
+    Yields the stage's info dict (:func:`asepr.storage.resources.stage`); the workers' peak
     memory is added to it when a client is given.
     """
     start = time.perf_counter()

@@ -1,12 +1,12 @@
 """Write an assignment's partition stores and commit them as the output's next generation.
 
 :func:`write_generation` writes (or resumes) every store of a generation and commits it;
-:func:`write_partitions` does so for an :class:`~pipeline.Assignment` you already have,
-and :func:`pipeline.partition_run.partition_to_store` (the whole ``asepr partition`` run)
+:func:`write_partitions` does so for an :class:`~asepr.pipeline.Assignment` you already have,
+and :func:`asepr.pipeline.partition_run.partition_to_store` (the whole ``asepr partition`` run)
 after validating and partitioning. Both hold the output's lock
-(:class:`storage.commit.lock.OutputLock`) and commit through the protocol of
-:mod:`pipeline.store.commit` (staging, journal, recovery, resumption); what a run records
-to resume is :mod:`pipeline.store.run_record`.
+(:class:`asepr.storage.commit.lock.OutputLock`) and commit through the protocol of
+:mod:`asepr.pipeline.store.commit` (staging, journal, recovery, resumption); what a run records
+to resume is :mod:`asepr.pipeline.store.run_record`.
 
 Stages (Dask graphs, one task per shard or partition): route edges (one task per edge
 shard) → finalize edges (per partition) → gather node rows (per node shard) →
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.store.commit import (
+from asepr.pipeline.store.commit import (
     Staging,
     commit,
     finished_entries,
@@ -43,21 +43,21 @@ from pipeline.store.commit import (
     recover_journal,
     write_node_map,
 )
-from pipeline.store.finalize import (
+from asepr.pipeline.store.finalize import (
     finalize_edges,
     finalize_nodes,
     finalize_nodes_from_table,
     sweep_groups,
 )
-from pipeline.store.generations import RemoteStaging, begin_remote_run, remote_output
-from pipeline.store.output_dir import writable_output
-from pipeline.store.route import (
+from asepr.pipeline.store.generations import RemoteStaging, begin_remote_run, remote_output
+from asepr.pipeline.store.output_dir import writable_output
+from asepr.pipeline.store.route import (
     edge_spill_paths,
     gather_node_shard,
     node_spill_paths,
     route_edge_shard,
 )
-from pipeline.store.run_record import (
+from asepr.pipeline.store.run_record import (
     SavedAssignment,
     assignment_digest,
     check_halo,
@@ -69,21 +69,21 @@ from pipeline.store.run_record import (
     stage_state,
     staged_state_ok,
 )
-from pipeline.store.tasks import Progress, run_tasks, task_slots, timed, worker_peak_rss
-from storage.errors import StoreError, format_problem
-from storage.inputs.decoded import remove_decoded
-from storage.inputs.node_table import NodeTable
-from storage.locations.fs import Shard
-from storage.locations.location import is_local_url, remove_tree
-from storage.partitions.manifest import (
+from asepr.pipeline.store.tasks import Progress, run_tasks, task_slots, timed, worker_peak_rss
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.inputs.decoded import remove_decoded
+from asepr.storage.inputs.node_table import NodeTable
+from asepr.storage.locations.fs import Shard
+from asepr.storage.locations.location import is_local_url, remove_tree
+from asepr.storage.partitions.manifest import (
     MANIFEST_FORMAT,
     MANIFEST_VERSION,
     NODE_MAP_NAME,
     part_name,
     read_manifest,
 )
-from storage.partitions.state import STATE_NAME, state_entry, state_identity
-from storage.resources import peak_rss_bytes
+from asepr.storage.partitions.state import STATE_NAME, state_entry, state_identity
+from asepr.storage.resources import peak_rss_bytes
 
 __all__ = ["Progress", "begin_run", "committed_output_error", "write_generation", "write_partitions"]
 
@@ -127,7 +127,7 @@ def _route_and_finalize_edges(staging: Staging, saved: SavedAssignment, todo: li
     """Route every edge shard not routed yet, then write the CSR of each partition in ``todo``.
 
     ``decoded_edges``: the edge shards with the validator's decoded copies attached
-    (:mod:`storage.inputs.decoded`), which the route reads instead of the Parquet files and
+    (:mod:`asepr.storage.inputs.decoded`), which the route reads instead of the Parquet files and
     then deletes.
     """
     k = saved.num_parts
@@ -170,7 +170,7 @@ def _gather_and_finalize_nodes(staging: Staging, saved: SavedAssignment, todo: l
 
     With the validator's decoded node table the stores take their rows from it in one
     sequential sweep per group of partitions, a group per thread or worker
-    (:func:`~pipeline.store.finalize.finalize_nodes_from_table`): no gather pass, no spill.
+    (:func:`~asepr.pipeline.store.finalize.finalize_nodes_from_table`): no gather pass, no spill.
     """
     if node_table is not None:
         with timed("finalize nodes", timings, client) as info:
@@ -348,12 +348,12 @@ def write_partitions(
     storage_options: dict | None = None,
     scratch: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Write the stores of an existing :class:`~pipeline.Assignment` and commit them.
+    """Write the stores of an existing :class:`~asepr.pipeline.Assignment` and commit them.
 
     Like :func:`partition_to_store` without the partitioning; a rerun resumes only
     when the assignment is bit-identical to the interrupted run's. ``out`` may be an
     object-store URL (``storage_options``, and ``scratch`` for the spill files, as for
-    :func:`~pipeline.partition_run.partition_to_store`).
+    :func:`~asepr.pipeline.partition_run.partition_to_store`).
 
     Returns
     -------

@@ -6,6 +6,6 @@ counts and fingerprints), ``nodes`` (node rows against the input) and ``state`` 
 partitioner state against the stores).
 """
 
-from pipeline.verify.output import Problem, VerifyReport, verify_output
+from asepr.pipeline.verify.output import Problem, VerifyReport, verify_output
 
 __all__ = ["Problem", "VerifyReport", "verify_output"]

@@ -60,8 +60,8 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from pipeline.stream import iter_edge_batches
-from storage.inputs.npy import write_array
+from asepr.pipeline.stream import iter_edge_batches
+from asepr.storage.inputs.npy import write_array
 
 __all__ = [
     "EDGE_CHECKS",
@@ -91,7 +91,7 @@ FINGERPRINT_BUCKETS = 1 << 16
 _BUCKET_SHIFT = np.uint64(64 - 16)
 #: Independent evaluation points.
 LANES = 2
-#: ``edge_check`` choices of :func:`pipeline.verify.verify_output`.
+#: ``edge_check`` choices of :func:`asepr.pipeline.verify.verify_output`.
 EDGE_CHECKS = ("fingerprint", "exact")
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)

@@ -23,9 +23,9 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from storage.inputs.directory import open_parquet
-from storage.inputs.schema import check_node_schema, feature_matrix
-from storage.partitions.store import PartitionStore
+from asepr.storage.inputs.directory import open_parquet
+from asepr.storage.inputs.schema import check_node_schema, feature_matrix
+from asepr.storage.partitions.store import PartitionStore
 
 __all__ = [
     "NODE_FIELDS",

@@ -17,7 +17,7 @@ Checks (each problem names the partition, what was expected and what was found):
    ``global_nid`` space, equals the input's edge rows: per-bucket counts and
    polynomial fingerprints at points drawn at random for each run (a difference
    escapes with probability below ``2**-60``, argued in
-   :mod:`pipeline.verify.edges`), then an exact out-of-core sort and compare
+   :mod:`asepr.pipeline.verify.edges`), then an exact out-of-core sort and compare
    of the buckets that differ, which names each differing edge
    (``edge_check="exact"`` compares every bucket so). With ``halo`` 1, each master
    also holds every input edge into it (for an undirected input, every edge
@@ -25,7 +25,7 @@ Checks (each problem names the partition, what was expected and what was found):
 6. **nodes**: ``x``, ``y`` and ``split`` equal the input's rows, through
    ``global_nid`` (bit for bit): against a table of the input's rows by id when it
    fits the memory budget, else partitions are loaded in groups that fit it, each
-   group costing one pass over the node shards (:mod:`pipeline.verify.nodes`).
+   group costing one pass over the node shards (:mod:`asepr.pipeline.verify.nodes`).
 7. **input identity**: the input's shard hashes match the manifest's fingerprints;
    the shards of every ingested increment (``manifest["increments"]``, read from the
    URLs recorded there) count as input too.
@@ -35,11 +35,11 @@ Checks (each problem names the partition, what was expected and what was found):
    nodes that touch an (assigned) edge of each partition, and the masters are the
    node map's.
 9. **shares**: each partition's assigned edges within its own cap
-   ``ceil((1 + eps) share_p |E|)`` (:mod:`pipeline.verify.shares`, in each store's scan).
+   ``ceil((1 + eps) share_p |E|)`` (:mod:`asepr.pipeline.verify.shares`, in each store's scan).
 
 How it runs: each array of each store is read once, through the checked reader, and
 that one read serves the checksums, the CSR checks, the edge fingerprints and the
-node comparison (:mod:`pipeline.verify.stores`). The partitions, the input's
+node comparison (:mod:`asepr.pipeline.verify.stores`). The partitions, the input's
 edge shards (in ``workers`` contiguous runs), the input node table, the shard
 hashes and the state are independent tasks on ``workers`` threads (numpy, hashlib,
 pyarrow, zarr's codecs and the numba kernels release the GIL); each task keeps its
@@ -58,16 +58,14 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 
-from pipeline.machine import free_memory_bytes
-from pipeline.verify.edges import (
+from asepr.pipeline.planning.machine import free_memory_bytes
+from asepr.pipeline.verify.edges import (
     EDGE_CHECKS,
     EdgeFingerprint,
     InputEdges,
@@ -78,7 +76,7 @@ from pipeline.verify.edges import (
     miss_bound,
     scan_input_edges,
 )
-from pipeline.verify.nodes import (
+from asepr.pipeline.verify.nodes import (
     NodeTable,
     RowMismatch,
     build_node_table,
@@ -87,15 +85,13 @@ from pipeline.verify.nodes import (
     mismatch_problems,
     node_table_bytes,
 )
-from pipeline.verify.state import ReplicaBits, load_state, state_masters_problems, state_partition_problems
-from pipeline.verify.stores import PartitionScan, owned_edge_keys, scan_partition
-from storage.commit.confine import confined_join
-from storage.errors import AseprError, InputError, format_problem
-from storage.inputs.directory import open_input
-from storage.locations.fs import Shard, discover_shards, fingerprint, join, resolve, url_of
-from storage.partitions.manifest import NODE_MAP_NAME, OLD_DIR, STAGING_NAME, read_manifest
-from storage.progress import current
-from storage.resources import stage
+from asepr.pipeline.verify.identity import check_fingerprints, check_node_map, input_shards
+from asepr.pipeline.verify.state import ReplicaBits, load_state, state_masters_problems, state_partition_problems
+from asepr.pipeline.verify.stores import PartitionScan, owned_edge_keys, scan_partition
+from asepr.pipeline.verify.tasks import edge_runs, hash_shards, run_tasks, value_of
+from asepr.storage.errors import AseprError, InputError, format_problem
+from asepr.storage.partitions.manifest import read_manifest
+from asepr.storage.resources import stage
 
 __all__ = ["Problem", "VerifyReport", "verify_output"]
 
@@ -184,7 +180,7 @@ def verify_output(
     memory_budget
         Bytes of node rows held at once for the node comparison: the input's node table
         when it fits, else groups of partitions. Default: a quarter of the memory available
-        to this process (:func:`pipeline.machine.free_memory_bytes`, cgroup limits included),
+        to this process (:func:`asepr.pipeline.planning.machine.free_memory_bytes`, cgroup limits included),
         at least 1 GiB; a fixed 1 GiB sent mid-sized inputs into the slower multi-pass
         comparison (``docs/results/verify/budget/README.md``).
     spill_dir
@@ -336,61 +332,6 @@ def _partition_task(ctx: _Context, entry: dict[str, Any]) -> _PartitionResult:
     return result
 
 
-def _edge_runs(shards: list, runs: int) -> list[list]:
-    """Contiguous runs of shards of about equal bytes, in stream order."""
-    sizes = [max(1, int(s.size or 0)) for s in shards]
-    total = sum(sizes)
-    out: list[list] = [[]]
-    done = 0
-    for shard, size in zip(shards, sizes):
-        if out[-1] and len(out) < runs and done >= total * len(out) / runs:
-            out.append([])
-        out[-1].append(shard)
-        done += size
-    return [run for run in out if run]
-
-
-def _hash_shards(shards: list) -> list[str]:
-    return [fingerprint(s) for s in shards]
-
-
-@dataclass(frozen=True)
-class _Failed:
-    """A task's exception, raised again where a serial run would have met it."""
-
-    error: Exception
-
-
-def _value(result: Any) -> Any:
-    if isinstance(result, _Failed):
-        raise result.error
-    return result
-
-
-def _run_tasks(workers: int, tasks: list[tuple[str, Callable, tuple]],
-               timings: dict[str, float]) -> list[Any]:
-    """Run ``(kind, fn, args)`` tasks on ``workers`` threads, in order; results in order,
-    a task's exception as :class:`_Failed` (the caller raises it where the check it
-    belongs to comes). ``timings[kind]`` sums each kind's seconds; progress counts tasks."""
-    lock, bar = threading.Lock(), current()
-    bar.expect(len(tasks))
-
-    def timed(kind: str, fn: Callable, args: tuple) -> Any:
-        start = time.perf_counter()
-        try:
-            return fn(*args)
-        except Exception as exc:  # noqa: BLE001 - handed back, raised in the serial order
-            return _Failed(exc)
-        finally:
-            with lock:
-                timings[kind] = timings.get(kind, 0.0) + time.perf_counter() - start
-            bar.update(1)
-
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="asepr-verify") as pool:
-        futures: list[Future] = [pool.submit(timed, kind, fn, args) for kind, fn, args in tasks]
-        return [f.result() for f in futures]
-
-
 # --- the run -------------------------------------------------------------------------------
 
 
@@ -407,7 +348,7 @@ def _verify_impl(out, options: _Options, report: VerifyReport, problems: _Collec
     shards, shard_error = None, None
     if input_url is not None:
         try:
-            shards = _input_shards(input_url, options.storage_options, manifest)
+            shards = input_shards(input_url, options.storage_options, manifest)
         except AseprError as exc:
             shard_error = f"{exc} (pass --input INPUT if the input moved)"
     fingerprinted = options.edge_check == "fingerprint" and fingerprint_applies(num_nodes)
@@ -423,19 +364,19 @@ def _verify_impl(out, options: _Options, report: VerifyReport, problems: _Collec
     tasks: list[tuple[str, Callable, tuple]] = []
     if table is not None:
         tasks.append(("input node table", table.build, (shards[1], num_nodes, int(dim))))
-    runs = _edge_runs(shards[0], options.workers) if shards is not None else []
+    runs = edge_runs(shards[0], options.workers) if shards is not None else []
     tasks += [("input edges", scan_input_edges, (run, options.batch_rows, num_nodes, z, halo, undirected))
               for run in runs]
     tasks.append(("state", load_state, (out, manifest, options.storage_options, num_nodes, k, state_found)))
     if shards is not None:
-        tasks += [("input shard hashes", _hash_shards, (shards[0],)),
-                  ("input shard hashes", _hash_shards, (shards[1],))]
+        tasks += [("input shard hashes", hash_shards, (shards[0],)),
+                  ("input shard hashes", hash_shards, (shards[1],))]
     entries = sorted(manifest["partitions"], key=lambda e: int(e["part_id"]))
     tasks += [("partitions", _partition_task, (ctx, entry)) for entry in entries]
-    results = _run_tasks(options.workers, tasks, report.timings)
+    results = run_tasks(options.workers, tasks, report.timings)
     built = results.pop(0) if table is not None else None
     edge_results, results = results[: len(runs)], results[len(runs) :]
-    state = _value(results.pop(0))
+    state = value_of(results.pop(0))
     hashes, parts = (results[:2], results[2:]) if shards is not None else ([], results)
     problems.extend(state_found)
     _report_stores(out, manifest, options, ctx.totals, state, parts, report, problems)
@@ -445,11 +386,11 @@ def _verify_impl(out, options: _Options, report: VerifyReport, problems: _Collec
     if shard_error is not None:
         problems.add("input", shard_error)
         return
-    _check_fingerprints(manifest, shards[0], shards[1], _value(hashes[0]), _value(hashes[1]), problems)
+    check_fingerprints(manifest, shards[0], shards[1], value_of(hashes[0]), value_of(hashes[1]), problems)
     report.checks.append("input fingerprints")
     if not _report_edges(shards[0], options, manifest, ctx.totals, edge_results, parts, report, problems):
         return
-    _value(built)
+    value_of(built)
     _report_nodes(shards[1], options, table, parts, report, problems)
 
 
@@ -457,7 +398,7 @@ def _report_stores(out, manifest, options, totals: _Totals, state, parts, report
     """Checks 1 to 4 and 8 from the partition results, in part_id order (a partition whose
     scan failed raises here, after the problems of the partitions before it)."""
     for part in parts:
-        problems.extend(_value(part).problems)
+        problems.extend(value_of(part).problems)
     report.checks += ["manifest and store attributes", "checksums", "CSR well formed", "edges within each share"]
     count = totals.master_count
     zero, many = np.flatnonzero(count == 0), np.flatnonzero(count > 1)
@@ -466,7 +407,7 @@ def _report_stores(out, manifest, options, totals: _Totals, state, parts, report
     if len(many):
         problems.add("masters", f"{len(many):,} node(s) have several masters, e.g. global_nid {many[:5].tolist()}")
     start = time.perf_counter()
-    _check_node_map(out, manifest, options.storage_options, totals.master_part, totals.master_local, problems)
+    check_node_map(out, manifest, options.storage_options, totals.master_part, totals.master_local, problems)
     report.timings["node_map"] = time.perf_counter() - start
     report.checks += ["exactly one master per node", "node_map"]
     if state is not None:
@@ -480,7 +421,7 @@ def _report_edges(edge_shards, options, manifest, totals: _Totals, edge_results:
     """Check 5 (and the halo's in-edges); False when the input's ids are out of range."""
     num_nodes, num_edges = int(manifest["num_nodes"]), int(manifest["num_edges"])
     for r in edge_results:  # in stream order, as one pass would meet them
-        if _value(r).bad_url is not None:
+        if value_of(r).bad_url is not None:
             problems.add("input", f"edge ids outside [0, {num_nodes}) in {r.bad_url}")
             return False
     rows = sum(r.rows for r in edge_results)
@@ -533,68 +474,3 @@ def _report_nodes(node_shards, options, table: _TableSlot | None, parts, report,
         problems.extend(compare_nodes_streaming(stores, node_shards, options.memory_budget, damaged))
         report.timings["node rows, streaming"] = time.perf_counter() - start
     report.checks.append("features, labels and splits match the input")
-
-
-# --- input identity and the node map -------------------------------------------------------
-
-
-def _input_shards(input_url, storage_options, manifest=None):
-    """The base input's shards plus, in order, every ingested increment's (by recorded URL)."""
-    source = open_input(input_url, storage_options)
-    edges, nodes = list(source.edge_shards), list(source.node_shards)
-    for inc in (manifest or {}).get("increments", []):
-        for kind, shards in (("edges", edges), ("nodes", nodes)):
-            for entry in inc.get(kind, []):
-                shards.extend(discover_shards(entry["url"], what=f"ingested {kind} shard (generation "
-                                              f"{inc.get('generation')})", storage_options=storage_options))
-    return edges, nodes
-
-
-def _recorded_shards(manifest, kind):
-    out = list(manifest.get("input", {}).get(kind, []))
-    for inc in manifest.get("increments", []):
-        out += inc.get(kind, [])
-    return out
-
-
-def _check_fingerprints(manifest, edge_shards, node_shards, edge_hashes, node_hashes, problems) -> None:
-    for kind, shards, have in (("edges", edge_shards, edge_hashes), ("nodes", node_shards, node_hashes)):
-        want = [s.get("sha256") for s in _recorded_shards(manifest, kind)]
-        if want != have:
-            problems.add("input", f"the {kind} shards differ from the ones partitioned ({len(want)} recorded, "
-                                  f"{len(have)} found, {sum(a != b for a, b in zip(want, have))} with another "
-                                  "sha256); the comparisons below are against the input as it is now")
-
-
-def _check_node_map(out, manifest, storage_options, master_part, master_local, problems) -> None:
-    fs, base = resolve(out, storage_options)
-    want = manifest.get("node_map", {}).get("sha256")
-    try:
-        named = confined_join(fs, base, manifest.get("node_map", {}).get("path", NODE_MAP_NAME),
-                              what=f"manifest {url_of(fs, join(base, 'manifest.json'))} (node_map path)")
-    except AseprError as exc:
-        problems.add("node_map", str(exc))
-        return
-    path = next((c for c in (named, join(base, STAGING_NAME, OLD_DIR, NODE_MAP_NAME))
-                 if fs.exists(c) and want in (None, fingerprint(Shard(fs=fs, path=c, url=c, size=0)))), None)
-    if path is None:
-        problems.add("node_map", f"no {NODE_MAP_NAME} with the manifest's sha256 in {url_of(fs, base)}")
-        return
-    pf = pq.ParquetFile(fs.open(path, "rb"))
-    start = 0
-    for batch in pf.iter_batches(batch_size=1 << 20, columns=["global_nid", "part_id", "part_local_nid"]):
-        gid = batch.column("global_nid").to_numpy()
-        if not np.array_equal(gid, np.arange(start, start + len(gid))):
-            problems.add("node_map", f"global_nid must run 0..N-1 in order; rows from {start} do not")
-            return
-        for column, expect in (("part_id", master_part), ("part_local_nid", master_local)):
-            got = batch.column(column).to_numpy()
-            bad = np.flatnonzero(got != expect[start : start + len(gid)])
-            if len(bad):
-                v = start + int(bad[0])
-                problems.add("node_map", f"{column} of global_nid {v} is {int(got[bad[0]])}, "
-                                         f"the stores say {int(expect[v])} ({len(bad):,} such rows)")
-                return
-        start += len(gid)
-    if start != len(master_part):
-        problems.add("node_map", f"{start:,} rows, expected one per node ({len(master_part):,})")

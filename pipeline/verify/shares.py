@@ -1,7 +1,7 @@
 """``asepr verify``: every partition's assigned edges within its own cap.
 
 The kernel never fills partition p past its edge cap, ``ceil((1 + eps) * |E| / k)``,
-or with capacities ``ceil((1 + eps) * share_p * |E|)`` (:mod:`pipeline.capacity`), and
+or with capacities ``ceil((1 + eps) * share_p * |E|)`` (:mod:`asepr.pipeline.capacity`), and
 ingest and rebalance keep it so. A store holding more assigned edges than its cap of
 the manifest's edge count was not written by them for these capacities (or the
 recorded capacities were changed), so it is reported with its share.
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.capacity import edge_caps, normalise_capacities, shares_of
-from storage.errors import AseprError
+from asepr.pipeline.capacity import edge_caps, normalise_capacities, shares_of
+from asepr.storage.errors import AseprError
 
 __all__ = ["share_problems"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from storage.errors import AseprError, StoreError
-from storage.partitions.state import open_state, resolve_state_url, state_problems
+from asepr.storage.errors import AseprError, StoreError
+from asepr.storage.partitions.state import open_state, resolve_state_url, state_problems
 
 __all__ = ["ReplicaBits", "load_state", "state_masters_problems", "state_partition_problems"]
 
@@ -23,9 +23,9 @@ def load_state(out, manifest, storage_options, num_nodes: int, num_parts: int,
                problems: list[tuple[str, str]]) -> dict | None:
     """The state's loads, replicas and masters (O(N)), or None (no state, or a problem).
 
-    One read: :func:`storage.partitions.state.open_state` checks every array's digest as it loads
+    One read: :func:`asepr.storage.partitions.state.open_state` checks every array's digest as it loads
     it. Only when that fails (or the digests cover other arrays than the state holds)
-    does :func:`storage.partitions.state.state_problems` list each problem.
+    does :func:`asepr.storage.partitions.state.state_problems` list each problem.
     """
     if not manifest.get("state"):
         return None

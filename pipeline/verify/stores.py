@@ -5,10 +5,10 @@ reads each array once through the checked reader (zarr checks every chunk's crc3
 hashes what it read against the store's ``array_checksums`` and checks the CSR
 layout, and returns what the checks across partitions need (:class:`PartitionScan`).
 A store whose chunks are missing, undecodable or altered is described chunk by chunk
-by :func:`storage.partitions.store.checksum_problems` (which reads it again), then
+by :func:`asepr.storage.partitions.store.checksum_problems` (which reads it again), then
 scanned again with its damaged chunks read as the fill value, so that the problems it
 causes elsewhere (masters, edges, node rows) are reported too. A well-formed store's
-assigned edges must also be within its share's cap (:mod:`pipeline.verify.shares`).
+assigned edges must also be within its share's cap (:mod:`asepr.pipeline.verify.shares`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 
-from pipeline.verify.shares import share_problems
-from storage.errors import StoreError
-from storage.partitions.output_stores import resolve_store_url
-from storage.partitions.store import (
+from asepr.pipeline.verify.shares import share_problems
+from asepr.storage.errors import StoreError
+from asepr.storage.partitions.output_stores import resolve_store_url
+from asepr.storage.partitions.store import (
     EDGE_ARRAYS,
     PartitionStore,
     array_digest,
@@ -193,7 +193,7 @@ def _check_csr(where: str, data: dict[str, np.ndarray], attrs, num_nodes: int, h
 
 
 def scan_partition(out, manifest, entry, storage_options) -> PartitionScan:
-    """Open, check and read one partition (checks 1 to 3 of :mod:`pipeline.verify`)."""
+    """Open, check and read one partition (checks 1 to 3 of :mod:`asepr.pipeline.verify`)."""
     scan = PartitionScan(int(entry["part_id"]))
     where = f"partition {scan.part_id}"
     halo = int(manifest.get("halo", 0))

@@ -30,9 +30,9 @@ from typing import IO, Any
 import fsspec
 import numpy as np
 
-from storage.errors import StoreError, format_problem
-from storage.inputs.npy import save_npy
-from storage.locations.fs import url_of
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.inputs.npy import save_npy
+from asepr.storage.locations.fs import url_of
 
 __all__ = [
     "atomic_file",

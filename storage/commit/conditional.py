@@ -1,6 +1,6 @@
 """Commits fenced by the object store: conditional writes, where the store honours them.
 
-A remote output's writer holds a lease (:mod:`storage.commit.lease`), but a lease is
+A remote output's writer holds a lease (:mod:`asepr.storage.commit.lease`), but a lease is
 timed exclusion: a writer paused between its last look at the lease and its manifest PUT
 (a stopped process, a long GC, a VM migrated) is not fenced by it, and would overwrite the
 commit of the writer that took the lease over meanwhile. S3 and many S3-compatible
@@ -31,8 +31,8 @@ import secrets
 import threading
 from typing import Any
 
-from storage.errors import StoreError, format_problem
-from storage.locations.fs import join, url_of
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.locations.fs import join, url_of
 
 __all__ = ["PROBE_PREFIX", "CommitConflict", "conditional_writes", "manifest_etag", "put_if_unchanged"]
 

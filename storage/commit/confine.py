@@ -17,8 +17,8 @@ from pathlib import Path
 
 import fsspec
 
-from storage.errors import StoreError, format_problem
-from storage.locations.fs import join
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.locations.fs import join
 
 __all__ = ["confined_join", "confined_path"]
 
@@ -73,7 +73,7 @@ def confined_join(fs: fsspec.AbstractFileSystem, base: str, relative: object, *,
     Parameters
     ----------
     fs, base
-        The directory (as from :func:`storage.locations.fs.resolve`).
+        The directory (as from :func:`asepr.storage.locations.fs.resolve`).
     relative
         The path as read from a file inside ``base``.
     what

@@ -14,7 +14,7 @@ call returns at once. The variable holds ``name=action`` items separated by comm
     go on, so a test can act at a known point (stop the process, let another writer
     commit) and then let it continue.
 
-Callers import the module, not the function (``from storage.commit import failpoints``), so an
+Callers import the module, not the function (``from asepr.storage.commit import failpoints``), so an
 in-process test can monkeypatch ``failpoints.failpoint`` and see every call.
 
 Names in use: ``route`` (a shard's first batch spilled), ``finalize`` (a store's arrays

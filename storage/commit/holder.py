@@ -1,7 +1,7 @@
 """Who holds a lock or a lease: a record that names the holder and carries no credential.
 
-The output lock (:mod:`storage.commit.lock`) and the object-store lease
-(:mod:`storage.commit.lease`) record their holder so that a refused writer can say who
+The output lock (:mod:`asepr.storage.commit.lock`) and the object-store lease
+(:mod:`asepr.storage.commit.lease`) record their holder so that a refused writer can say who
 is in the way. The record holds the command's *name* (``asepr partition``), never its
 arguments: ``--storage-options`` carries secrets, a lock file outlives a killed writer,
 and a lease object is readable by every reader of its bucket. A record written by an

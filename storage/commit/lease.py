@@ -7,7 +7,7 @@ exclusion rests on what every object store does give, a read that sees the last
 completed PUT, and on time: Fischer's timed mutual exclusion.
 
 ``OUT/.asepr.lease`` holds ``{token, host, pid, command, renewed_at, ttl}``; ``command``
-is the command's name only (``asepr partition``, :mod:`storage.commit.holder`): every
+is the command's name only (``asepr partition``, :mod:`asepr.storage.commit.holder`): every
 reader of the bucket can read the lease, and a command line may carry credentials. To
 take it,
 a writer
@@ -27,7 +27,7 @@ writer goes on. A holder renews the lease on a heartbeat thread (every ``ttl / 3
 and reads it back before it commits (:meth:`Lease.check_held`), so a writer that lost
 its lease (paused past the TTL, say) before that read-back never writes a manifest; one
 paused between the read-back and its PUT is fenced only where the store honours
-conditional writes (:mod:`storage.commit.conditional`). An expired lease, or one
+conditional writes (:mod:`asepr.storage.commit.conditional`). An expired lease, or one
 whose holder is a dead process on the same host, is taken over with a warning.
 Wall-clock time is compared only against the TTL, which is long next to the skew of
 synchronised clocks.
@@ -45,9 +45,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from storage.commit.atomic import pid_alive
-from storage.commit.holder import command_name, holder_command
-from storage.errors import StoreError, format_problem
+from asepr.storage.commit.atomic import pid_alive
+from asepr.storage.commit.holder import command_name, holder_command
+from asepr.storage.errors import StoreError, format_problem
 
 if TYPE_CHECKING:
     from typing import Self

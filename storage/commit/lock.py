@@ -2,7 +2,7 @@
 
 ``OUT/.asepr.lock`` is held with ``fcntl.flock`` (exclusive, non-blocking) and holds
 the owner's pid, host, process start time and command name (``asepr partition``, never
-its arguments, which may carry credentials: :mod:`storage.commit.holder`). The file is
+its arguments, which may carry credentials: :mod:`asepr.storage.commit.holder`). The file is
 private to its owner (mode 0600): a lock left by a killed writer stays on disk. The kernel decides who
 holds it: two processes can never both hold the lock, and a dead holder's lock is
 released by the kernel when the process goes. A contender never renames or deletes
@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from storage.commit.holder import command_name, holder_command
-from storage.errors import StoreError, format_problem
-from storage.partitions.manifest import LOCK_NAME
+from asepr.storage.commit.holder import command_name, holder_command
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.partitions.manifest import LOCK_NAME
 
 if TYPE_CHECKING:
     from typing import Self

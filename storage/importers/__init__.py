@@ -1,6 +1,6 @@
 """Dataset importers: published graph formats into the asepr input format.
 
-Every importer writes through :class:`storage.inputs.writer.InputWriter`, so the output
+Every importer writes through :class:`asepr.storage.inputs.writer.InputWriter`, so the output
 appears at OUT only when the import (and its validation) succeeded::
 
     OUT/
@@ -27,13 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from storage.errors import InputError, format_problem
-from storage.importers.edgelist import import_edgelist
-from storage.importers.gnn_npz import import_gnn_npz
-from storage.importers.hetero_npz import import_hetero_npz
-from storage.importers.musae import import_musae
-from storage.importers.ogb import import_ogb
-from storage.importers.target import CommonOptions
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.importers.edgelist import import_edgelist
+from asepr.storage.importers.gnn_npz import import_gnn_npz
+from asepr.storage.importers.hetero_npz import import_hetero_npz
+from asepr.storage.importers.musae import import_musae
+from asepr.storage.importers.ogb import import_ogb
+from asepr.storage.importers.target import CommonOptions
 
 __all__ = [
     "FORMATS",
@@ -60,7 +60,7 @@ def _quoted(names) -> str:
 
 def format_options(fmt: str) -> tuple[str, ...]:
     """The format-specific option names ``fmt`` accepts (besides the common ones,
-    :class:`~storage.importers.target.CommonOptions`)."""
+    :class:`~asepr.storage.importers.target.CommonOptions`)."""
     params = inspect.signature(FORMATS[fmt]).parameters
     return tuple(name for name, p in params.items() if p.kind is p.KEYWORD_ONLY)
 
@@ -77,7 +77,7 @@ def import_dataset(fmt: str, src: str | Path, out: str | Path, **options: Any) -
     out
         The input directory to write; must not exist unless ``overwrite``.
     **options
-        The options every format takes (:class:`~storage.importers.target.ImportTarget`:
+        The options every format takes (:class:`~asepr.storage.importers.target.ImportTarget`:
         ``shard_rows``, ``seed``, ``overwrite``, ``storage_options``) and the format's own
         (see :func:`format_options`), e.g. ``split_index`` for ``hetero-npz``,
         ``label_column`` for ``musae``, ``header`` or ``node_table`` for ``edgelist``.

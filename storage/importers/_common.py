@@ -2,7 +2,7 @@
 
 Everything here is format-agnostic. An importer module reads its format, then uses
 these helpers to canonicalise edges, encode labels, draw the seeded stratified split
-and stream node rows into an :class:`~storage.inputs.writer.InputWriter`.
+and stream node rows into an :class:`~asepr.storage.inputs.writer.InputWriter`.
 """
 
 from __future__ import annotations
@@ -21,18 +21,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from storage.errors import (
+from asepr.storage.errors import (
     InputError,
     InputNotFoundError,
     SchemaError,
     StoreError,
     format_problem,
 )
-from storage.inputs.npy import load_npy, npz_member, npz_member_header
-from storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
-from storage.integrity.claims import check_claim, check_stored
-from storage.locations.fs import resolve, url_of
-from storage.progress import expect
+from asepr.storage.inputs.npy import load_npy, npz_member, npz_member_header
+from asepr.storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from asepr.storage.integrity.claims import check_claim, check_stored
+from asepr.storage.locations.fs import resolve, url_of
+from asepr.storage.progress import expect
 
 __all__ = [
     "DEFAULT_FRACTIONS",
@@ -391,9 +391,9 @@ def open_npz(fs: fsspec.AbstractFileSystem, path: str, url: str) -> Iterator[Any
 
 
 def _check_npz_claim(header: tuple | None, key: str, url: str) -> None:
-    """Refuse a member whose header (:func:`storage.inputs.npy.npz_member_header`) claims
+    """Refuse a member whose header (:func:`asepr.storage.inputs.npy.npz_member_header`) claims
     more data than the member holds, or than fits in memory, before numpy allocates it
-    (:mod:`storage.integrity.claims`)."""
+    (:mod:`asepr.storage.integrity.claims`)."""
     if header is None:
         return
     shape, dtype, stored = header

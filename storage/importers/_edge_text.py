@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from storage.errors import InputError, InputNotFoundError, SchemaError, format_problem
-from storage.locations.fs import url_of
+from asepr.storage.errors import InputError, InputNotFoundError, SchemaError, format_problem
+from asepr.storage.locations.fs import url_of
 
 __all__ = [
     "DELIMITERS",

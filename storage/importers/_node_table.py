@@ -22,9 +22,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-import storage.importers._common as _common
-from storage.errors import InputError, SchemaError, format_problem
-from storage.importers._edge_text import compression_of, first_bad
+import asepr.storage.importers._common as _common
+from asepr.storage.errors import InputError, SchemaError, format_problem
+from asepr.storage.importers._edge_text import compression_of, first_bad
 
 __all__ = ["NodeTable", "load_node_table"]
 

@@ -6,8 +6,8 @@ original ids were not already those numbers, writes ``id_map.parquet`` (``global
 CSV/TSV (or blank-separated) edge list naming nodes by their original ids. This module
 turns it into what ``asepr ingest`` reads, Parquet edge shards in node ids:
 
-* every file is read as :mod:`storage.importers.edgelist` reads it (comments, header,
-  delimiter, ``weight`` and ``ts`` columns; :mod:`storage.importers._edge_text`), in
+* every file is read as :mod:`asepr.storage.importers.edgelist` reads it (comments, header,
+  delimiter, ``weight`` and ``ts`` columns; :mod:`asepr.storage.importers._edge_text`), in
   two streaming passes with memory O(N) for the map and one block of text;
 * an original id listed in the map takes its ``global_nid``; every other id is a new
   node, and the new ids are numbered from the output's next free id ``first_id`` in
@@ -53,10 +53,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from storage.commit.atomic import write_bytes_atomic
-from storage.errors import InputError, SchemaError, format_problem
-from storage.importers._common import ID_MAP_NAME
-from storage.importers._edge_text import (
+from asepr.storage.commit.atomic import write_bytes_atomic
+from asepr.storage.errors import InputError, SchemaError, format_problem
+from asepr.storage.importers._common import ID_MAP_NAME
+from asepr.storage.importers._edge_text import (
     EDGE_SUFFIXES,
     StringIds,
     compression_of,
@@ -66,8 +66,8 @@ from storage.importers._edge_text import (
     read_batches,
     sniff,
 )
-from storage.inputs.schema import META_NAME, SPLIT_NONE, node_schema
-from storage.locations.fs import join, resolve, url_of
+from asepr.storage.inputs.schema import META_NAME, SPLIT_NONE, node_schema
+from asepr.storage.locations.fs import join, resolve, url_of
 
 __all__ = ["ID_MAP_NAME", "OWNER_COLUMN", "EdgeListIncrement", "IdMap", "constant_features", "id_map_digest",
            "map_edge_list", "read_id_map", "text_edge_files", "text_first_line", "write_id_map"]
@@ -462,7 +462,7 @@ def _node_rows(path: Path, first_id: int, count: int, feat_dim: int, constant: b
 
 
 def _sniff(fs, path: str, known: _Lookup | None, id_type: pa.DataType):
-    """:func:`storage.importers._edge_text.sniff`, with one more clue for the header guess.
+    """:func:`asepr.storage.importers._edge_text.sniff`, with one more clue for the header guess.
 
     The importer takes a first line of two non-integer fields for a header. Here the map
     tells more: a first line whose two fields are not endpoint names (``src``/``dst``,

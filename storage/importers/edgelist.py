@@ -2,7 +2,7 @@
 
 SRC is one file, a directory of them (``*.csv``, ``*.tsv``, ``*.txt``, ``*.edges``,
 ``*.el``, ..., optionally compressed ``.gz``/``.bz2``/``.xz``/``.zst``) or a glob. Per
-file (see :mod:`storage.importers._edge_text`): leading lines starting with ``#`` or
+file (see :mod:`asepr.storage.importers._edge_text`): leading lines starting with ``#`` or
 ``%`` are skipped; the delimiter is a tab, comma or semicolon if the first data line has
 one, else runs of blanks; the first line is a header unless its first two fields are
 integers (option ``header`` overrides). With a header, ``src``/``dst`` (or
@@ -17,11 +17,11 @@ the distinct node ids (O(|V|) memory), pass 2 writes the edges, remapping the id
 already are exactly ``0..N-1``. Duplicate edges are kept (``asepr clean`` drops them);
 self-loops are kept and counted unless ``drop_self_loops``.
 
-The optional node table (:mod:`storage.importers._node_table`) adds nodes, features,
+The optional node table (:mod:`asepr.storage.importers._node_table`) adds nodes, features,
 labels, a split and categorical columns; it is held in memory. Without one, every node
 gets the feature vector ``[1.0]``, label -1 and split -1 (meta ``"features": "constant"``).
 
-Written (see :mod:`storage.inputs.writer` for the shard layout)::
+Written (see :mod:`asepr.storage.inputs.writer` for the shard layout)::
 
     OUT/
       edges/part-*.parquet   src, dst int64 in stream order [, weight float32, ts int64]
@@ -44,9 +44,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-import storage.importers._common as _common
-from storage.errors import InputError, SchemaError, format_problem
-from storage.importers._edge_text import (
+import asepr.storage.importers._common as _common
+from asepr.storage.errors import InputError, SchemaError, format_problem
+from asepr.storage.importers._edge_text import (
     DELIMITERS,
     EdgeFile,
     StringIds,
@@ -56,12 +56,12 @@ from storage.importers._edge_text import (
     read_batches,
     sniff,
 )
-from storage.importers._node_table import NodeTable, load_node_table
-from storage.importers.target import CommonOptions, ImportTarget
-from storage.inputs.schema import SPLIT_NONE
-from storage.inputs.writer import InputWriter
-from storage.locations.fs import resolve, url_of
-from storage.resources import stage
+from asepr.storage.importers._node_table import NodeTable, load_node_table
+from asepr.storage.importers.target import CommonOptions, ImportTarget
+from asepr.storage.inputs.schema import SPLIT_NONE
+from asepr.storage.inputs.writer import InputWriter
+from asepr.storage.locations.fs import resolve, url_of
+from asepr.storage.resources import stage
 
 __all__ = ["import_edgelist"]
 
@@ -269,7 +269,7 @@ def import_edgelist(src: str | Path, out: str | Path, *, header: bool | None = N
         The edge file(s).
     out, **common
         The input directory to write, and the options every importer takes
-        (:class:`~storage.importers.target.ImportTarget`); ``seed``: seed of the stratified
+        (:class:`~asepr.storage.importers.target.ImportTarget`); ``seed``: seed of the stratified
         split when the node table has labels but no split.
     header
         Whether the first data line is a header; default: guessed per file.

@@ -4,7 +4,7 @@ The file (shchur/gnn-benchmark) holds a CSR adjacency (``adj_data``, ``adj_indic
 ``adj_indptr``, ``adj_shape``), a CSR feature matrix (``attr_*``) and ``labels``. Other
 keys, among them object arrays that would need pickle (``class_names``), are never read.
 
-Written (see :mod:`storage.inputs.writer` for the shard layout)::
+Written (see :mod:`asepr.storage.inputs.writer` for the shard layout)::
 
     OUT/
       edges/part-*.parquet   src < dst: each undirected edge once, no self-loops, sorted
@@ -21,10 +21,10 @@ from typing import Any, Unpack
 
 import numpy as np
 
-import storage.importers._common as _common
-from storage.errors import InputError, SchemaError, format_problem
-from storage.importers.target import CommonOptions, ImportTarget, write_in_memory
-from storage.resources import stage
+import asepr.storage.importers._common as _common
+from asepr.storage.errors import InputError, SchemaError, format_problem
+from asepr.storage.importers.target import CommonOptions, ImportTarget, write_in_memory
+from asepr.storage.resources import stage
 
 __all__ = ["import_gnn_npz"]
 
@@ -115,7 +115,7 @@ def import_gnn_npz(src: str | Path, out: str | Path, *, name: str | None = None,
         The ``.npz`` file, or a directory with one ``.npz`` in it.
     out, **common
         The input directory to write, and the options every importer takes
-        (:class:`~storage.importers.target.ImportTarget`); ``seed``: seed of the stratified
+        (:class:`~asepr.storage.importers.target.ImportTarget`); ``seed``: seed of the stratified
         60/20/20 split (the format ships no split).
     name
         Dataset name for ``meta.json``; default the file stem.

@@ -5,7 +5,7 @@ The file (yandex-research/heterophilous-graphs) holds ``node_features`` (N x d),
 ``train_masks`` / ``val_masks`` / ``test_masks`` (S x N bool, one row per published
 split).
 
-Written (see :mod:`storage.inputs.writer` for the shard layout)::
+Written (see :mod:`asepr.storage.inputs.writer` for the shard layout)::
 
     OUT/
       edges/part-*.parquet   src < dst: each undirected edge once, no self-loops, sorted
@@ -22,11 +22,11 @@ from typing import Any, Unpack
 
 import numpy as np
 
-import storage.importers._common as _common
-from storage.errors import InputError, SchemaError, format_problem
-from storage.importers.target import CommonOptions, ImportTarget, write_in_memory
-from storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
-from storage.resources import stage
+import asepr.storage.importers._common as _common
+from asepr.storage.errors import InputError, SchemaError, format_problem
+from asepr.storage.importers.target import CommonOptions, ImportTarget, write_in_memory
+from asepr.storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from asepr.storage.resources import stage
 
 __all__ = ["import_hetero_npz"]
 
@@ -152,7 +152,7 @@ def import_hetero_npz(src: str | Path, out: str | Path, *, split_index: int | No
         The heterophilous-graphs ``.npz`` file, or a directory holding one.
     out, **common
         The input directory to write, and the options every importer takes
-        (:class:`~storage.importers.target.ImportTarget`); ``seed``: unused (the split is
+        (:class:`~asepr.storage.importers.target.ImportTarget`); ``seed``: unused (the split is
         published); accepted for a uniform call.
     split_index
         Which published split to keep (default 0).

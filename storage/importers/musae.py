@@ -9,7 +9,7 @@ SRC is a directory (benedekrozemberczki/MUSAE) with three files:
 - ``*.json``: node id (a string) -> list of active binary feature indices (repeats
   allowed; a feature is 1.0 however often it is listed).
 
-Written (see :mod:`storage.inputs.writer` for the shard layout)::
+Written (see :mod:`asepr.storage.inputs.writer` for the shard layout)::
 
     OUT/
       edges/part-*.parquet   src < dst: each undirected edge once, no self-loops, sorted
@@ -30,11 +30,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-import storage.importers._common as _common
-from storage.errors import InputError, InputNotFoundError, SchemaError, format_problem
-from storage.importers.target import CommonOptions, ImportTarget, write_in_memory
-from storage.locations.fs import url_of
-from storage.resources import stage
+import asepr.storage.importers._common as _common
+from asepr.storage.errors import InputError, InputNotFoundError, SchemaError, format_problem
+from asepr.storage.importers.target import CommonOptions, ImportTarget, write_in_memory
+from asepr.storage.locations.fs import url_of
+from asepr.storage.resources import stage
 
 __all__ = ["LABEL_COLUMNS", "import_musae"]
 
@@ -223,7 +223,7 @@ def import_musae(src: str | Path, out: str | Path, *, label_column: str | None =
         The directory holding ``*_edges.csv``, ``*_target.csv`` and ``*.json``.
     out, **common
         The input directory to write, and the options every importer takes
-        (:class:`~storage.importers.target.ImportTarget`); ``seed``: seed of the stratified
+        (:class:`~asepr.storage.importers.target.ImportTarget`); ``seed``: seed of the stratified
         60/20/20 split (MUSAE ships no split).
     label_column
         Label column of the target file; default the first of :data:`LABEL_COLUMNS`.

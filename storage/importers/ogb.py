@@ -14,7 +14,7 @@ A dataset folder as OGB's download unpacks it (``DIR`` = ``.../ogbn_arxiv``)::
                                    their negatives (``edge``/``edge_neg``, or
                                    ``source_node``/``target_node``/``target_node_neg``)
 
-Written (see :mod:`storage.inputs.writer`)::
+Written (see :mod:`asepr.storage.inputs.writer`)::
 
     OUT/edges/part-*.parquet       the edges of edge.csv.gz, in order (for a link dataset
                                    these are OGB's training edges)
@@ -47,14 +47,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-import storage.importers._common as _common
-from storage.errors import InputError, InputNotFoundError, SchemaError, format_problem
-from storage.importers.target import CommonOptions, ImportTarget
-from storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
-from storage.inputs.writer import InputWriter
-from storage.integrity.claims import check_claim
-from storage.locations.fs import join
-from storage.resources import stage
+import asepr.storage.importers._common as _common
+from asepr.storage.errors import InputError, InputNotFoundError, SchemaError, format_problem
+from asepr.storage.importers.target import CommonOptions, ImportTarget
+from asepr.storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from asepr.storage.inputs.writer import InputWriter
+from asepr.storage.integrity.claims import check_claim
+from asepr.storage.locations.fs import join
+from asepr.storage.resources import stage
 
 __all__ = ["import_ogb"]
 
@@ -302,7 +302,7 @@ def import_ogb(src: str | Path, out: str | Path, *, name: str | None = None, spl
         The dataset folder (holding ``raw/`` and ``split/``).
     out, **common
         The input directory to write, and the options every importer takes
-        (:class:`~storage.importers.target.ImportTarget`); ``seed``: unused: OGB publishes
+        (:class:`~asepr.storage.importers.target.ImportTarget`); ``seed``: unused: OGB publishes
         its splits.
     name
         Dataset name; default the folder's name with ``_`` read as ``-`` (``ogbn-arxiv``).

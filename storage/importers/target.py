@@ -5,7 +5,7 @@ shard, the seed of a drawn split, whether an existing output may be replaced, an
 fsspec options of both paths. :class:`ImportTarget` holds them, checks the output before
 any work (an existing ``OUT`` without ``overwrite`` is refused at once, not after reading
 a large source), resolves the source, and opens the one
-:class:`~storage.inputs.writer.InputWriter` that writes the input. Importers that hold a
+:class:`~asepr.storage.inputs.writer.InputWriter` that writes the input. Importers that hold a
 whole graph in memory (the npz and MUSAE formats) write it with :func:`write_in_memory`.
 """
 
@@ -19,10 +19,10 @@ from typing import Any, TypedDict
 import fsspec
 import numpy as np
 
-import storage.importers._common as _common
-from storage.errors import InputError, format_problem
-from storage.inputs.writer import InputWriter
-from storage.progress import expect
+import asepr.storage.importers._common as _common
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.inputs.writer import InputWriter
+from asepr.storage.progress import expect
 
 __all__ = ["CommonOptions", "ImportTarget", "write_in_memory"]
 

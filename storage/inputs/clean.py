@@ -21,14 +21,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.commit.atomic import staged_output
-from storage.errors import AseprError, InputError
-from storage.inputs.dedup import EdgeDedup
-from storage.inputs.directory import open_input, open_parquet
-from storage.inputs.npy import write_array
-from storage.inputs.schema import META_NAME, check_edge_schema
-from storage.integrity.validate import validate_input
-from storage.locations.fs import copy_file, copy_side_files, join, resolve, url_of
+from asepr.storage.commit.atomic import staged_output
+from asepr.storage.errors import AseprError, InputError
+from asepr.storage.inputs.dedup import EdgeDedup
+from asepr.storage.inputs.directory import open_input, open_parquet
+from asepr.storage.inputs.npy import write_array
+from asepr.storage.inputs.schema import META_NAME, check_edge_schema
+from asepr.storage.integrity.validate import validate_input
+from asepr.storage.locations.fs import copy_file, copy_side_files, join, resolve, url_of
 
 __all__ = ["clean_input"]
 

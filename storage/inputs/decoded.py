@@ -10,7 +10,7 @@ So the validator, which decodes every batch anyway, can write each shard's check
 those instead (:func:`read_decoded`). The ids are stored as ``int32`` while every id
 fits (N <= 2**31), else ``int64``, and read back as ``int64``: a copy is 8 (or 16)
 bytes per edge on local disk, written and read back with ``O_DIRECT`` where the
-filesystem takes it (:mod:`storage.locations.direct_io`: through the page cache, writing the
+filesystem takes it (:mod:`asepr.storage.locations.direct_io`: through the page cache, writing the
 20M-edge graph's copy cost as much again as decoding it, all of it the first touch of
 fresh pages). The run removes it once the route has read it.
 
@@ -28,9 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from storage.errors import StoreError, format_problem
-from storage.locations.direct_io import ALIGN, DirectWriter, aligned_empty, open_direct, pread_into
-from storage.locations.fs import Shard
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.locations.direct_io import ALIGN, DirectWriter, aligned_empty, open_direct, pread_into
+from asepr.storage.locations.fs import Shard
 
 __all__ = ["DECODED_PREFIX", "DecodedWriter", "decoded_dtype", "decoded_row", "decoded_shards", "read_decoded",
            "remove_decoded"]
@@ -56,7 +56,7 @@ def _paths(directory: str | Path, index: int) -> tuple[str, str]:
 
 class DecodedWriter:
     """Appends checked edge batches to the raw ``src``/``dst`` files of their shard,
-    with ``O_DIRECT`` where the filesystem takes it (:mod:`storage.locations.direct_io`).
+    with ``O_DIRECT`` where the filesystem takes it (:mod:`asepr.storage.locations.direct_io`).
 
     Batches must arrive in stream order (a shard's files are finished when the next
     shard's first batch comes); a shard without rows still gets empty files.

@@ -3,8 +3,8 @@
 A partition run reads every edge several times and the node table twice; decoding
 Parquet is most of such a pass's cost. The validator decodes every batch anyway, so
 :func:`validate_and_copy` hands its checked rows (:class:`DecodedCopy`) to the writers
-of the raw copies, :class:`storage.inputs.decoded.DecodedWriter` (each edge shard's ``src`` and
-``dst``) and :class:`storage.inputs.node_table.NodeTableWriter` (the node rows), and the later
+of the raw copies, :class:`asepr.storage.inputs.decoded.DecodedWriter` (each edge shard's ``src`` and
+``dst``) and :class:`asepr.storage.inputs.node_table.NodeTableWriter` (the node rows), and the later
 passes read those instead of the shards.
 """
 
@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage.inputs.decoded import DecodedWriter
-from storage.inputs.directory import InputDir
-from storage.inputs.node_table import NodeTableWriter
-from storage.integrity.report import ValidationReport
-from storage.integrity.validate import validate_input
+from asepr.storage.inputs.decoded import DecodedWriter
+from asepr.storage.inputs.directory import InputDir
+from asepr.storage.inputs.node_table import NodeTableWriter
+from asepr.storage.integrity.report import ValidationReport
+from asepr.storage.integrity.validate import validate_input
 
 __all__ = ["DecodedCopy", "validate_and_copy"]
 
 
 class DecodedCopy:
-    """The receiver of :func:`storage.integrity.validate.validate_input`'s checked rows
+    """The receiver of :func:`asepr.storage.integrity.validate.validate_input`'s checked rows
     (its ``rows=``) that writes them into ``directory``, an existing empty directory."""
 
     def __init__(self, directory: str | Path):
@@ -36,11 +36,11 @@ class DecodedCopy:
 
 
 def validate_and_copy(source: str | Path | InputDir, directory: str | Path, **options) -> ValidationReport:
-    """Validate ``source`` (:func:`storage.integrity.validate.validate_input` with ``options``) and
-    write its decoded copy into ``directory`` (:mod:`storage.inputs.decoded` for the edges,
-    :mod:`storage.inputs.node_table` for the nodes) in the same pass.
+    """Validate ``source`` (:func:`asepr.storage.integrity.validate.validate_input` with ``options``) and
+    write its decoded copy into ``directory`` (:mod:`asepr.storage.inputs.decoded` for the edges,
+    :mod:`asepr.storage.inputs.node_table` for the nodes) in the same pass.
 
-    Raises what :func:`storage.integrity.validate.validate_input` raises; the copy is then partial,
+    Raises what :func:`asepr.storage.integrity.validate.validate_input` raises; the copy is then partial,
     and the caller removes ``directory``.
     """
     return validate_input(source, rows=DecodedCopy(directory), **options)

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from storage.errors import InputError, format_problem
-from storage.inputs.npy import write_array
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.inputs.npy import write_array
 
 __all__ = ["EdgeDedup", "edge_keys"]
 

@@ -6,14 +6,14 @@ An input directory is laid out as::
       edges/*.parquet   edge shards (src, dst [, weight, ts]), in natural order
       nodes/*.parquet   node shards (id, feat [, label, split, categorical columns])
       meta.json         optional: name, num_nodes, num_edges, feat_dim, num_classes,
-                        undirected, ... (see :mod:`storage.inputs.writer`)
+                        undirected, ... (see :mod:`asepr.storage.inputs.writer`)
 
 :func:`open_input` lists both shard sets and reads ``meta.json`` once and returns an
 :class:`InputDir`, which a run passes down instead of the URL, so no later stage
 discovers the shards again. The fields of ``meta.json`` that asepr reads are typed
 strictly: ``undirected`` must be a JSON boolean and the counts (``num_nodes``,
 ``num_edges``, ``feat_dim``, ``num_classes``) non-negative JSON integers; ``null``
-stands for "not recorded". Anything else is an :class:`~storage.errors.InputError`
+stands for "not recorded". Anything else is an :class:`~asepr.storage.errors.InputError`
 naming the file and the field, since a quoted ``"false"`` read as true would silently
 change how every edge is counted.
 """
@@ -28,10 +28,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.errors import InputError, format_problem
-from storage.inputs.node_table import NodeTable
-from storage.inputs.schema import META_NAME
-from storage.locations.fs import Shard, discover_shards, join, resolve, url_of
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.inputs.node_table import NodeTable
+from asepr.storage.inputs.schema import META_NAME
+from asepr.storage.locations.fs import Shard, discover_shards, join, resolve, url_of
 
 __all__ = ["InputDir", "input_paths", "open_input", "open_parquet", "read_meta"]
 
@@ -58,7 +58,7 @@ class InputDir:
     storage_options
         Passed to fsspec for every file of the input.
     node_table
-        The validator's decoded copy of the node shards (:mod:`storage.inputs.node_table`),
+        The validator's decoded copy of the node shards (:mod:`asepr.storage.inputs.node_table`),
         which the node passes read instead of the Parquet files; None (default) without one.
     """
 

@@ -20,7 +20,7 @@ Readers (:class:`NodeTable`) take a block of rows or gather rows by id, one wind
 time, so the resident memory is the block being read, not the table. While the batches
 name runs of ids in order (``asepr synth``, most imports), the columns are written with
 ``O_DIRECT`` and every read uses it too where the filesystem takes it
-(:mod:`storage.locations.direct_io`): the table is written once and read three times, and through
+(:mod:`asepr.storage.locations.direct_io`): the table is written once and read three times, and through
 the page cache each of its pages was a fresh one. The files are written by this process
 into a directory it created, opened with ``O_EXCL | O_NOFOLLOW``, and their sizes are
 checked before they are read. A copy is ``4d + 9`` bytes per node on local disk; the
@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from storage.errors import StoreError, format_problem
-from storage.locations.direct_io import (
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.locations.direct_io import (
     ALIGN,
     DirectWriter,
     aligned_empty,
@@ -82,7 +82,7 @@ class NodeTableWriter:
         self.feat_dim: int | None = None
         self._fds: dict[str, int] = {}
         # While batches come as runs of ids in order, each column is appended with O_DIRECT
-        # (storage.locations.direct_io); the first batch that is not finishes them for good.
+        # (asepr.storage.locations.direct_io); the first batch that is not finishes them for good.
         self._direct: dict[str, DirectWriter] = {}
         self._order_fd: int | None = None
         self._rows = 0  # rows seen so far, in shard order

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from storage.errors import SchemaError, format_problem
+from asepr.storage.errors import SchemaError, format_problem
 
 __all__ = [
     "FORMAT_VERSION",

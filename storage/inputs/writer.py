@@ -28,12 +28,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.commit.atomic import staged_output
-from storage.errors import AseprError, InputError, format_problem
-from storage.inputs.schema import FORMAT_VERSION, META_NAME, node_schema
-from storage.integrity.validate import validate_input
-from storage.locations.fs import join, resolve, url_of
-from storage.progress import advance
+from asepr.storage.commit.atomic import staged_output
+from asepr.storage.errors import AseprError, InputError, format_problem
+from asepr.storage.inputs.schema import FORMAT_VERSION, META_NAME, node_schema
+from asepr.storage.integrity.validate import validate_input
+from asepr.storage.locations.fs import join, resolve, url_of
+from asepr.storage.progress import advance
 
 __all__ = ["InputWriter"]
 
@@ -249,7 +249,7 @@ class InputWriter:
         """Close all shards, validate them, write ``meta.json`` and move into place.
 
         With ``validate`` the staged output goes through
-        :func:`storage.integrity.validate.validate_input` first, so a bad dataset never appears
+        :func:`asepr.storage.integrity.validate.validate_input` first, so a bad dataset never appears
         at ``out``; the report's counts are stored under ``meta["validation"]``.
         """
         self.close_shards()

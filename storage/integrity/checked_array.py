@@ -1,9 +1,9 @@
 """Reads of a partition store's arrays: every chunk checked by zarr, every failure named.
 
-A partition store (:mod:`storage.partitions.store`, format 3) ends every array's codec
+A partition store (:mod:`asepr.storage.partitions.store`, format 3) ends every array's codec
 chain with zarr's ``crc32c`` codec, so zarr checks each chunk it decodes against the
 CRC-32C stored with it, and the store is opened through
-:class:`storage.partitions.chunk_stores.RequireChunks`, so a missing chunk is an error rather
+:class:`asepr.storage.partitions.chunk_stores.RequireChunks`, so a missing chunk is an error rather
 than the fill value. A :class:`CheckedArray` wraps such a ``zarr.Array`` only to turn
 zarr's errors into :class:`StoreError` s that name the partition, the array and the
 chunk key, and to read whole chunks (a row selection loads the chunks it touches,
@@ -29,9 +29,9 @@ import zarr
 from zarr.buffer.cpu import NDBuffer
 from zarr.codecs import Crc32cCodec
 
-from storage.errors import StoreError, format_problem
-from storage.integrity.store_values import VALUE_FIX, Rule
-from storage.partitions.chunk_stores import MissingChunkError
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.integrity.store_values import VALUE_FIX, Rule
+from asepr.storage.partitions.chunk_stores import MissingChunkError
 
 __all__ = ["BLOCK_CHUNKS", "DAMAGED_STORE_FIX", "CheckedArray", "has_crc32c", "read_concurrently"]
 
@@ -70,7 +70,7 @@ class CheckedArray:
         damaged as far as it reads.
     rule
         The structural invariant every block read must hold
-        (:func:`storage.integrity.store_values.store_rules`); None: none. Not applied
+        (:func:`asepr.storage.integrity.store_values.store_rules`); None: none. Not applied
         with ``fill_damaged`` (``asepr verify`` describes what it finds).
     """
 

@@ -1,6 +1,6 @@
 """The checks of the validator, one shard or one record batch at a time.
 
-:mod:`storage.integrity.validate` (a whole input) and :mod:`storage.integrity.validate_increment` (new
+:mod:`asepr.storage.integrity.validate` (a whole input) and :mod:`asepr.storage.integrity.validate_increment` (new
 shards for a partitioned output) run the same checks: the schema pass over the shards'
 footers (:func:`schema_pass`), the node pass (:func:`node_pass`, its O(N) state in
 :class:`NodeState`) and the checked edge batches (:func:`checked_edges`). Every problem is
@@ -8,7 +8,7 @@ an error that names the file, the column and the row range, says what was expect
 what was found and how to fix it.
 
 The checked rows can be handed on as they are read (``rows`` of :func:`node_pass`,
-``on_batch`` of :func:`checked_edges`); :mod:`storage.inputs.decoded_copy` writes them to disk.
+``on_batch`` of :func:`checked_edges`); :mod:`asepr.storage.inputs.decoded_copy` writes them to disk.
 """
 
 from __future__ import annotations
@@ -24,18 +24,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.errors import AseprError, InputError, format_problem
-from storage.inputs.directory import open_parquet
-from storage.inputs.schema import (
+from asepr.storage.errors import AseprError, InputError, format_problem
+from asepr.storage.inputs.directory import open_parquet
+from asepr.storage.inputs.schema import (
     FeatureLayout,
     check_edge_schema,
     check_node_schema,
     feature_matrix,
 )
-from storage.integrity.claims import check_claim
-from storage.integrity.report import ShardInfo
-from storage.locations.fs import Shard, fingerprint
-from storage.progress import advance
+from asepr.storage.integrity.claims import check_claim
+from asepr.storage.integrity.report import ShardInfo
+from asepr.storage.locations.fs import Shard, fingerprint
+from asepr.storage.progress import advance
 
 __all__ = [
     "NodeRows",
@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 
 class NodeRows(Protocol):
-    """Receives the node pass's checked batches (:class:`storage.inputs.node_table.NodeTableWriter`);
+    """Receives the node pass's checked batches (:class:`asepr.storage.inputs.node_table.NodeTableWriter`);
     its owner closes it."""
 
     def add(self, ids: np.ndarray, feat: np.ndarray, label: np.ndarray | None,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import psutil
 
-from storage.errors import InputError, format_problem
+from asepr.storage.errors import InputError, format_problem
 
 __all__ = ["available_memory", "check_claim", "check_stored"]
 

@@ -1,6 +1,6 @@
 """What validating an input found: :class:`ValidationReport` and its :class:`ShardInfo` rows.
 
-:func:`storage.integrity.validate.validate_input` and :func:`storage.integrity.validate_increment.validate_increment`
+:func:`asepr.storage.integrity.validate.validate_input` and :func:`asepr.storage.integrity.validate_increment.validate_increment`
 return it; ``asepr validate`` prints :meth:`ValidationReport.summary` (or the JSON of
 :meth:`ValidationReport.to_dict`), and importers store its counts in ``meta.json``.
 """

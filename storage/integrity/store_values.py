@@ -4,7 +4,7 @@ zarr's crc32c codec proves that a chunk is the one that was stored, not that the
 stored is sound: whoever can write the store can rewrite a chunk and its CRC. A reader
 that trusted such a chunk would hand a trainer an edge to node 10^9 of a store of 2,376
 nodes, a CSR whose rows run backwards, a split of 7 or a feature of NaN, and fail far
-from the cause, or not at all. So each block a :class:`~storage.integrity.checked_array.CheckedArray`
+from the cause, or not at all. So each block a :class:`~asepr.storage.integrity.checked_array.CheckedArray`
 returns is checked against what the layout promises (:func:`store_rules`), at the cost
 of one vectorised pass over bytes already in memory:
 

@@ -1,16 +1,16 @@
 """Streaming validation of an input directory, one record batch at a time.
 
 Memory is O(N) (a seen-bitmap and degree counts over the nodes) plus one record batch;
-the duplicate-edge count spills to disk (:mod:`storage.inputs.dedup`). Validation stops at the
+the duplicate-edge count spills to disk (:mod:`asepr.storage.inputs.dedup`). Validation stops at the
 first problem with an error that names the file, the column and the row range, says
 what was expected and what was found, and how to fix it.
 
 Checks, in order:
 
 1. ``meta.json``, if present, has its fields' JSON types, and the shards exist
-   (directory, glob or fsspec URL) and can be listed (:func:`storage.inputs.directory.open_input`);
+   (directory, glob or fsspec URL) and can be listed (:func:`asepr.storage.inputs.directory.open_input`);
 2. shards are readable Parquet files with the required columns and dtypes
-   (:mod:`storage.inputs.schema`);
+   (:mod:`asepr.storage.inputs.schema`);
 3. no two shards have the same content (sha256), which would double-count rows;
 4. nodes: ids non-null, in ``[0, N)`` and unique, features finite with one width in
    every shard, labels in ``[-1, C)``, splits in ``{-1, 0, 1, 2}``; every id in
@@ -31,10 +31,10 @@ from typing import Protocol
 
 import numpy as np
 
-from storage.errors import InputError, format_problem
-from storage.inputs.dedup import EdgeDedup
-from storage.inputs.directory import InputDir, input_paths, open_input, read_meta
-from storage.integrity.checks import (
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.inputs.dedup import EdgeDedup
+from asepr.storage.inputs.directory import InputDir, input_paths, open_input, read_meta
+from asepr.storage.integrity.checks import (
     NodeRows,
     NodeState,
     checked_edges,
@@ -44,11 +44,11 @@ from storage.integrity.checks import (
     shard_infos,
     split_dict,
 )
-from storage.integrity.claims import check_claim
-from storage.integrity.report import ValidationReport
-from storage.locations.fs import discover_shards
-from storage.progress import advance, carried, current, expect
-from storage.resources import stage
+from asepr.storage.integrity.claims import check_claim
+from asepr.storage.integrity.report import ValidationReport
+from asepr.storage.locations.fs import discover_shards
+from asepr.storage.progress import advance, carried, current, expect
+from asepr.storage.resources import stage
 
 __all__ = ["CheckedRows", "validate_input"]
 
@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 
 class EdgeRows(Protocol):
-    """Receives the edge pass's checked batches (:class:`storage.inputs.decoded.DecodedWriter`)."""
+    """Receives the edge pass's checked batches (:class:`asepr.storage.inputs.decoded.DecodedWriter`)."""
 
     def add(self, index: int, src: np.ndarray, dst: np.ndarray) -> None: ...
 
@@ -65,7 +65,7 @@ class EdgeRows(Protocol):
 
 class CheckedRows(Protocol):
     """Where :func:`validate_input` hands the rows it has checked, as it reads them
-    (:class:`storage.inputs.decoded_copy.DecodedCopy` writes them to disk)."""
+    (:class:`asepr.storage.inputs.decoded_copy.DecodedCopy` writes them to disk)."""
 
     def node_rows(self, num_nodes: int) -> NodeRows:
         """The receiver of the node batches; closed when the node pass ends."""
@@ -94,7 +94,7 @@ def validate_input(
     ----------
     input_url
         Directory holding ``edges/`` and ``nodes/`` (and optionally ``meta.json``), or
-        an :class:`~storage.inputs.directory.InputDir` already opened (its shards are not listed
+        an :class:`~asepr.storage.inputs.directory.InputDir` already opened (its shards are not listed
         again).
     edges, nodes
         Override the edge and node locations (directory, glob or file).
@@ -109,7 +109,7 @@ def validate_input(
         Rows per record batch; memory per batch scales with it.
     rows
         Where to hand the checked rows as they are read (for instance
-        :class:`storage.inputs.decoded_copy.DecodedCopy`, which writes the decoded copies that
+        :class:`asepr.storage.inputs.decoded_copy.DecodedCopy`, which writes the decoded copies that
         the later passes read instead of the Parquet shards); None: nowhere.
 
     Raises
@@ -149,7 +149,7 @@ def _open_sources(input_url, edges, nodes, storage_options):
 
 def _meta_int(meta: dict | None, key: str) -> int | None:
     """``meta.json``'s count ``key``, None when absent (its type was checked when the input
-    was opened: :func:`storage.inputs.directory.open_input`)."""
+    was opened: :func:`asepr.storage.inputs.directory.open_input`)."""
     value = (meta or {}).get(key)
     return None if value is None else int(value)
 
@@ -207,7 +207,7 @@ def _edge_pass(edge_files, num_nodes: int, num_edges: int, undirected: bool, che
                batch_rows: int, spill_dir: str | None, rows: CheckedRows | None = None,
                stop: threading.Event | None = None) -> tuple[np.ndarray, int, int | None]:
     """Check every edge; return ``(degree, self_loops, duplicate_edges or None)``; with
-    ``decoded_dir``, write the decoded copies there (:mod:`storage.inputs.decoded`). Once
+    ``decoded_dir``, write the decoded copies there (:mod:`asepr.storage.inputs.decoded`). Once
     ``stop`` is set it ends at the next batch with :class:`_Stopped`."""
     copy = rows.edge_rows(len(edge_files), num_nodes) if rows is not None else None
     try:

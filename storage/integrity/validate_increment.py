@@ -1,6 +1,6 @@
 """Validating new edge and node shards for an output that is already partitioned.
 
-The checks are the validator's (:mod:`storage.integrity.checks`) with the id ranges of an
+The checks are the validator's (:mod:`asepr.storage.integrity.checks`) with the id ranges of an
 increment: new node rows carry the ids that follow the output's last one, with features
 of the output's width, and an edge endpoint is an existing node or a new one.
 """
@@ -11,8 +11,8 @@ import logging
 
 import numpy as np
 
-from storage.errors import InputError, format_problem
-from storage.integrity.checks import (
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.integrity.checks import (
     NodeState,
     checked_edges,
     node_pass,
@@ -20,9 +20,9 @@ from storage.integrity.checks import (
     shard_infos,
     split_dict,
 )
-from storage.integrity.report import ValidationReport
-from storage.locations.fs import Shard
-from storage.resources import stage
+from asepr.storage.integrity.report import ValidationReport
+from asepr.storage.locations.fs import Shard
+from asepr.storage.resources import stage
 
 __all__ = ["validate_increment"]
 
@@ -41,7 +41,7 @@ def validate_increment(
 ) -> ValidationReport:
     """Validate new edge and node shards for an output that already holds ``num_nodes`` nodes.
 
-    The checks are those of :func:`storage.integrity.validate.validate_input`, with the id ranges of an
+    The checks are those of :func:`asepr.storage.integrity.validate.validate_input`, with the id ranges of an
     increment: new node rows must carry the ids ``num_nodes .. num_nodes + n - 1``
     (contiguous from the next free id, each once), with features of the output's width
     ``feat_dim``; an edge endpoint must be an existing node (``< num_nodes``) or one of

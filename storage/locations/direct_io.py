@@ -1,7 +1,7 @@
 """Run-private files written and read with ``O_DIRECT``, past the page cache.
 
 A partition run writes its decoded copies once (the validator's edge copy and node
-table, :mod:`storage.inputs.decoded`, :mod:`storage.inputs.node_table`) and reads them back a few
+table, :mod:`asepr.storage.inputs.decoded`, :mod:`asepr.storage.inputs.node_table`) and reads them back a few
 times. Through the page cache every byte of a new file lands in a freshly allocated
 page, and fresh pages cost system time far beyond the copy, while ``O_DIRECT`` writes
 and reads cost almost none (measured in

@@ -17,7 +17,7 @@ from typing import Any
 import fsspec
 from fsspec.core import url_to_fs
 
-from storage.errors import InputError, InputNotFoundError, format_problem
+from asepr.storage.errors import InputError, InputNotFoundError, format_problem
 
 __all__ = ["copy_file", "copy_side_files", "Shard", "resolve", "join", "discover_shards", "fingerprint", "url_of"]
 
@@ -40,7 +40,7 @@ class Shard:
         The file size in bytes.
     decoded
         An edge shard's decoded copy, ``(src path, dst path, id dtype name)`` of raw id
-        files (:mod:`storage.inputs.decoded`), which the edge stream reads instead of the
+        files (:mod:`asepr.storage.inputs.decoded`), which the edge stream reads instead of the
         Parquet file; None (default) without one.
     """
 

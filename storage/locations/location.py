@@ -16,8 +16,8 @@ from pathlib import Path
 import zarr
 from zarr.storage import FsspecStore
 
-from storage.locations.fs import resolve
-from storage.partitions.chunk_stores import local_store
+from asepr.storage.locations.fs import resolve
+from asepr.storage.partitions.chunk_stores import local_store
 
 __all__ = ["create_group", "is_local", "is_local_url", "open_group_rw", "remove_tree", "tree_bytes",
            "tree_exists"]

@@ -30,7 +30,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from storage.errors import StoreError, format_problem
+from asepr.storage.errors import StoreError, format_problem
 
 __all__ = [
     "STORAGE_OPTIONS_VARIABLE",

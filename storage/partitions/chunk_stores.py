@@ -1,7 +1,7 @@
 """Zarr stores for partition stores: direct local writes, and reads that require every chunk.
 
 Both are zarr ``Store`` s, so zarr itself encodes, decodes and checks every chunk (the
-arrays carry the ``crc32c`` codec, :mod:`storage.partitions.store`); these only change
+arrays carry the ``crc32c`` codec, :mod:`asepr.storage.partitions.store`); these only change
 where the bytes go and what a missing key means.
 
 :class:`DirectLocalStore` is a :class:`zarr.storage.LocalStore` that writes chunk files
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 
 from zarr.storage import LocalStore, WrapperStore
 
-from storage.errors import StoreError, format_problem
-from storage.locations.direct_io import ALIGN, aligned_empty, open_direct, write_at
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.locations.direct_io import ALIGN, aligned_empty, open_direct, write_at
 
 if TYPE_CHECKING:
     from zarr.abc.buffer import Buffer, BufferPrototype

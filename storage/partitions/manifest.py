@@ -6,7 +6,7 @@ differs from the manifest's is not part of that generation. The manifest is repl
 in one rename locally, in one PUT on an object store (:func:`write_manifest`), so a
 reader sees the previous generation or the next one, never a mix. On an object store
 its paths name the generation's prefix (``gen-00003-1f2e3d4c/part-00000.zarr``,
-:mod:`pipeline.store.generations`).
+:mod:`asepr.pipeline.store.generations`).
 
 Document shape (``format_version`` 1)::
 
@@ -38,10 +38,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from storage.commit.atomic import dumps_json, write_bytes_atomic
-from storage.errors import StoreError, format_problem
-from storage.locations.fs import join, resolve, url_of
-from storage.locations.remote import remote_error_problem, remote_errors_as_problems
+from asepr.storage.commit.atomic import dumps_json, write_bytes_atomic
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.locations.fs import join, resolve, url_of
+from asepr.storage.locations.remote import remote_error_problem, remote_errors_as_problems
 
 __all__ = [
     "JOURNAL_NAME",
@@ -247,7 +247,7 @@ def _check_partitions(manifest: dict[str, Any], url: str) -> None:
 
 
 def write_manifest(out: str | Path, manifest: dict[str, Any], *, storage_options: dict | None = None) -> None:
-    """Replace ``out/manifest.json`` atomically (:func:`storage.commit.atomic.write_bytes_atomic`).
+    """Replace ``out/manifest.json`` atomically (:func:`asepr.storage.commit.atomic.write_bytes_atomic`).
 
     Raises
     ------

@@ -4,7 +4,7 @@ A trainer opens its own partition and nothing else (:func:`open_partition`); ing
 rebalance check every store before they rewrite it (:func:`committed_store_urls`). A
 path read from the manifest must stay inside the output, and the store found there must
 be the one the entry names (part id, generation and checksum); the store itself is
-opened and checked by :func:`storage.partitions.store.open_store`.
+opened and checked by :func:`asepr.storage.partitions.store.open_store`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from storage.commit.confine import confined_path
-from storage.errors import StoreError, format_problem
-from storage.integrity.store_values import VALUE_FIX, store_rules
-from storage.locations.fs import join, resolve, url_of
-from storage.locations.remote import remote_error_problem
-from storage.partitions.manifest import MANIFEST_NAME, OLD_DIR, STAGING_NAME, read_manifest
-from storage.partitions.store import NODE_ARRAYS, PartitionStore, open_group_readonly, open_store
+from asepr.storage.commit.confine import confined_path
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.integrity.store_values import VALUE_FIX, store_rules
+from asepr.storage.locations.fs import join, resolve, url_of
+from asepr.storage.locations.remote import remote_error_problem
+from asepr.storage.partitions.manifest import MANIFEST_NAME, OLD_DIR, STAGING_NAME, read_manifest
+from asepr.storage.partitions.store import NODE_ARRAYS, PartitionStore, open_group_readonly, open_store
 
 __all__ = ["committed_store_urls", "open_entry_store", "open_partition", "resolve_store_url"]
 
@@ -38,7 +38,7 @@ def _store_generation(url: str, storage_options: dict | None) -> int | None:
 def _confine(fs, root: str, relative: object, what: str) -> None:
     """Refuse a path read from the manifest that leads outside ``root``.
 
-    Local paths go through :func:`storage.commit.confine.confined_path` (symlinks followed);
+    Local paths go through :func:`asepr.storage.commit.confine.confined_path` (symlinks followed);
     on other filesystems the path must be relative and free of ``..`` components.
     """
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]

@@ -16,11 +16,11 @@ from typing import TypeVar
 
 import numpy as np
 
-from storage.errors import StoreError, format_problem
-from storage.inputs.directory import open_parquet
-from storage.locations.fs import Shard, join, resolve, url_of
-from storage.locations.remote import remote_error_problem, remote_errors_as_problems
-from storage.partitions.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.inputs.directory import open_parquet
+from asepr.storage.locations.fs import Shard, join, resolve, url_of
+from asepr.storage.locations.remote import remote_error_problem, remote_errors_as_problems
+from asepr.storage.partitions.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
 
 __all__ = ["read_committed", "read_node_column"]
 
@@ -75,7 +75,7 @@ def read_committed(out: str | Path, read: Callable[[], T], *, storage_options: d
 
     On an object store, a request that failed after the client's retries (the store
     does not answer, a timeout) ends the read with a :class:`RemoteStoreError` naming
-    the output and the object (:func:`storage.locations.remote.remote_errors_as_problems`).
+    the output and the object (:func:`asepr.storage.locations.remote.remote_errors_as_problems`).
 
     Raises
     ------

@@ -33,7 +33,7 @@ Layout of ``OUT/state.zarr`` (``N`` nodes = the next free node id, ``k`` partiti
 ``shards`` lists every ingested input shard, over all generations:
 ``{"generation", "kind" ("edges" | "nodes"), "url", "rows", "sha256"}``; ingest skips
 a shard whose ``sha256`` is listed. Checksums are over content, as in the partition
-stores (:func:`storage.partitions.store.array_digest`).
+stores (:func:`asepr.storage.partitions.store.array_digest`).
 
 Commit protocol: the state is written into the run's staging directory and swapped
 into place by the same journal as the partition stores; ``manifest.json`` records
@@ -55,11 +55,11 @@ import numpy as np
 import zarr
 from zarr.codecs import BloscCodec
 
-from storage.commit.confine import confined_join
-from storage.errors import StoreError, format_problem
-from storage.locations.fs import join, resolve, url_of
-from storage.partitions.manifest import MANIFEST_NAME, OLD_DIR, STAGING_NAME, read_manifest
-from storage.partitions.store import (
+from asepr.storage.commit.confine import confined_join
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.locations.fs import join, resolve, url_of
+from asepr.storage.partitions.manifest import MANIFEST_NAME, OLD_DIR, STAGING_NAME, read_manifest
+from asepr.storage.partitions.store import (
     CHUNK_BYTES,
     array_digest,
     combine_digests,

@@ -1,7 +1,7 @@
 """The per-partition Zarr store: layout, codecs, checksums, and the reader.
 
 One self-contained Zarr v3 group per partition; a trainer opens its own and nothing
-else (:func:`storage.partitions.output_stores.open_partition`). Layout of ``OUT/part-PPPPP.zarr``
+else (:func:`asepr.storage.partitions.output_stores.open_partition`). Layout of ``OUT/part-PPPPP.zarr``
 (``n`` nodes, ``m`` edges, ``d`` feature width)::
 
     part-00000.zarr/
@@ -39,8 +39,8 @@ array's name, dtype, shape and C-order bytes; ``checksum`` is the sha256 of the 
 Every read is checked (store format 3): every array's codec chain ends with zarr's
 ``crc32c`` codec, so zarr checks each chunk against the CRC-32C stored with it as it
 decodes it, and the reader opens the store through
-:class:`storage.partitions.chunk_stores.RequireChunks`, so a missing chunk is an error, never the
-fill value. The reader's arrays are :class:`storage.integrity.checked_array.CheckedArray` s,
+:class:`asepr.storage.partitions.chunk_stores.RequireChunks`, so a missing chunk is an error, never the
+fill value. The reader's arrays are :class:`asepr.storage.integrity.checked_array.CheckedArray` s,
 which name the partition, the array and the chunk of any failure. The sha256 stays the
 store's identity (manifest, ``asepr verify``, resume). Format 2 kept a CRC-32C of each
 chunk's content in the arrays' attrs instead; such stores are refused (partition again).
@@ -58,7 +58,7 @@ so an array is stored raw when blosc does not shrink its first chunk by
 at least :data:`MIN_SAVING` (:class:`ArrayWriter`); readers see either through zarr's
 metadata, and the content digests do not depend on it. A store created at a local
 path by :func:`create_store` writes its chunk files with ``O_DIRECT`` where the
-filesystem allows (:class:`storage.partitions.chunk_stores.DirectLocalStore`).
+filesystem allows (:class:`asepr.storage.partitions.chunk_stores.DirectLocalStore`).
 """
 
 from __future__ import annotations
@@ -77,17 +77,17 @@ import zarr
 from zarr.codecs import BloscCodec, Crc32cCodec
 from zarr.storage import FsspecStore, LocalStore
 
-from storage.errors import StoreError, format_problem
-from storage.integrity.checked_array import (
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.integrity.checked_array import (
     DAMAGED_STORE_FIX,
     CheckedArray,
     has_crc32c,
     read_concurrently,
 )
-from storage.integrity.store_values import store_rules
-from storage.locations.fs import resolve
-from storage.locations.location import is_local, is_local_url
-from storage.partitions.chunk_stores import RequireChunks, local_store
+from asepr.storage.integrity.store_values import store_rules
+from asepr.storage.locations.fs import resolve
+from asepr.storage.locations.location import is_local, is_local_url
+from asepr.storage.partitions.chunk_stores import RequireChunks, local_store
 
 __all__ = [
     "CHUNK_BYTES",
@@ -119,7 +119,7 @@ STORE_VERSION = 3
 #: Target uncompressed bytes per chunk (see the module docstring for the measurement).
 CHUNK_BYTES = 4 << 20
 #: Threads over which :meth:`PartitionStore.to_numpy` reads a store on an object store
-#: (:func:`storage.integrity.checked_array.read_concurrently`): every chunk is a request there, and
+#: (:func:`asepr.storage.integrity.checked_array.read_concurrently`): every chunk is a request there, and
 #: this many blocks of chunks are in flight at once, across all the arrays.
 REMOTE_READ_WORKERS = 8
 
@@ -170,7 +170,7 @@ def stored_ratio(name: str, sample: np.ndarray) -> float:
     """How many times smaller than its raw bytes array ``name`` is stored, judged on
     ``sample`` (rows of it, about one chunk): blosc's ratio where :class:`ArrayWriter`
     would compress, 1.0 where it would store the array raw. A plan sizes the stores
-    with it before any is written (:mod:`pipeline.plan`)."""
+    with it before any is written (:mod:`asepr.pipeline.planning.plan`)."""
     if not np.asarray(sample).size:
         return 1.0
     raw, packed = _packed_bytes(name, sample)
@@ -254,7 +254,7 @@ def checksum_problems(store: PartitionStore) -> list[str]:
 
 def create_store(path: str | Path) -> zarr.Group:
     """Create an empty partition store (``nodes/`` and ``edges/`` groups) at a local path,
-    on :func:`storage.partitions.chunk_stores.local_store` (chunk files past the page cache where the
+    on :func:`asepr.storage.partitions.chunk_stores.local_store` (chunk files past the page cache where the
     filesystem allows)."""
     group = zarr.open_group(store=local_store(path), mode="w")
     group.create_group("nodes")
@@ -437,7 +437,7 @@ class PartitionStore:
         """Read arrays (all by default) into memory, every chunk checked.
 
         With :attr:`read_workers` above 1 (a store on an object store), blocks of all the
-        arrays are read at once (:func:`storage.integrity.checked_array.read_concurrently`), else
+        arrays are read at once (:func:`asepr.storage.integrity.checked_array.read_concurrently`), else
         one array after another.
         """
         selected = {name: self.arrays[name] for name in (names or list(self.arrays))}
@@ -454,7 +454,7 @@ def open_group_readonly(url: str, storage_options: dict | None = None, *,
                         require_chunks: bool = False) -> zarr.Group:
     """Open a Zarr group for reading: zarr's ``LocalStore`` locally, else its
     ``FsspecStore``; with ``require_chunks``, through
-    :class:`storage.partitions.chunk_stores.RequireChunks` (a missing chunk is an error).
+    :class:`asepr.storage.partitions.chunk_stores.RequireChunks` (a missing chunk is an error).
 
     Opened as Zarr format 3 first, as this project writes every group: zarr then reads
     the group's ``zarr.json`` alone instead of also asking for the format 2 documents

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.inputs.synth import SynthConfig, generate
+from asepr.pipeline.inputs.synth import SynthConfig, generate
 
 #: The graph of the ``inputs`` fixture.
 SYNTH_NODES, SYNTH_EDGES = 400, 3000

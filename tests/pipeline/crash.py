@@ -1,8 +1,8 @@
-"""An in-process stand-in for a kill at a writer's named failpoint (:mod:`storage.commit.failpoints`)."""
+"""An in-process stand-in for a kill at a writer's named failpoint (:mod:`asepr.storage.commit.failpoints`)."""
 
 from __future__ import annotations
 
-from storage.commit import failpoints
+from asepr.storage.commit import failpoints
 
 
 class Crash(BaseException):

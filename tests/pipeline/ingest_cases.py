@@ -20,9 +20,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline.inputs.synth import SynthConfig, generate
-from storage.partitions.manifest import read_manifest
-from storage.partitions.output_stores import open_partition
+from asepr.pipeline.inputs.synth import SynthConfig, generate
+from asepr.storage.partitions.manifest import read_manifest
+from asepr.storage.partitions.output_stores import open_partition
 
 
 def read_all(root: Path, kind: str) -> pa.Table:
@@ -102,7 +102,7 @@ def skewed_edges(out: Path, directory: Path, count: int = 5000, seed: int = 1) -
     They grow that partition's community volume past the cap (its largest community
     is left alone, so that smaller ones can move): the drift a rebalance repairs.
     """
-    from storage.partitions.state import read_state
+    from asepr.storage.partitions.state import read_state
     from tests.storage.helpers import edge_table
 
     state = read_state(out)

@@ -10,22 +10,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.assign import MODES, AssignState, KernelSettings, assign_edges, replica_sets
-from pipeline.stages.mapping import map_communities
-from pipeline.stages.masters import (
+from asepr.pipeline.assign import MODES, AssignState, KernelSettings, assign_edges, replica_sets
+from asepr.pipeline.stages.mapping import map_communities
+from asepr.pipeline.stages.masters import (
     choose_masters,
     count_edges_per_replica,
     popcounts,
     replica_offsets,
 )
-from pipeline.stages.struct_cluster import ClusterState, published_cluster_batch
+from asepr.pipeline.stages.struct_cluster import ClusterState, published_cluster_batch
 
 ALGOS = ["hash", "dbh", "greedy", "hdrf", "2ps-l", "2ps-hdrf", "asep", "asep-hdrf"]
 
 
 def run_kernel(algo, src, dst, num_nodes, k, *, attr=None, alpha=0.5, beta=1.0, epsilon=0.05,
                seed=0, batch=7):
-    """Drive the kernels the way pipeline.partition does, on in-memory edges."""
+    """Drive the kernels the way asepr.pipeline.partition does, on in-memory edges."""
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     degree = np.bincount(src, minlength=num_nodes) + np.bincount(dst, minlength=num_nodes)
@@ -246,7 +246,7 @@ def test_asep_all_k_scoring_matches_reference_edge_for_edge(k, beta):
 
 
 def clustering_reference(src, dst, degree, attr, cap, cross_cap):
-    """The clustering rule of pipeline.stages.struct_cluster, written plainly over lists."""
+    """The clustering rule of asepr.pipeline.stages.struct_cluster, written plainly over lists."""
     community = list(range(len(degree)))
     volume = list(degree)
     for u, v in zip(src, dst):
@@ -342,7 +342,7 @@ def test_attribute_home_follows_the_vertices_not_the_founders():
 
 
 def test_kernel_settings_persist_as_before_and_read_back():
-    from pipeline import PartitionConfig
+    from asepr.pipeline import PartitionConfig
 
     run = PartitionConfig(num_parts=4, algo="asep")
     settings = KernelSettings.for_run(run, 1000, alpha=0.2, beta=0.1, keep_attr_together=True)
@@ -359,8 +359,8 @@ def test_kernel_settings_persist_as_before_and_read_back():
 
 
 def test_kernel_settings_of_an_older_state_fall_back_to_the_config():
-    from pipeline import PartitionConfig
-    from storage.errors import StoreError
+    from asepr.pipeline import PartitionConfig
+    from asepr.storage.errors import StoreError
 
     run = PartitionConfig(num_parts=2, epsilon=0.1, hdrf_lambda=2.0)
     old = KernelSettings.from_dict({"mode": MODES["candidates"]}, run, 100)
@@ -371,7 +371,7 @@ def test_kernel_settings_of_an_older_state_fall_back_to_the_config():
 
 
 def test_edge_part_sink_writes_one_file_per_shard(tmp_path):
-    from pipeline.assign import EdgePartSink, edge_parts_path
+    from asepr.pipeline.assign import EdgePartSink, edge_parts_path
 
     sink = EdgePartSink(tmp_path, [3, 0, 2, 0])
     sink.write(0, 0, np.array([1, 2], np.int16))
@@ -388,8 +388,8 @@ def test_edge_part_sink_writes_one_file_per_shard(tmp_path):
 
 
 def test_stream_assign_equals_the_kernel_batch_by_batch(tmp_path):
-    from pipeline.assign import EdgePartSink, edge_parts_path, stream_assign
-    from pipeline.stream import EdgeBatch
+    from asepr.pipeline.assign import EdgePartSink, edge_parts_path, stream_assign
+    from asepr.pipeline.stream import EdgeBatch
 
     src, dst = skewed_graph(5, n=100, m=900)
     degree = np.bincount(src, minlength=100) + np.bincount(dst, minlength=100)
@@ -412,7 +412,7 @@ def test_packed_replica_rows_count_the_same_as_replica_bitsets(num_parts):
     # count_edges_per_replica reading replica_rows (replica words and counter offsets in
     # one row) gives every counter it gives from the bitsets and offsets, with 1, 1 and 3
     # words of bits, self-loops included.
-    from pipeline.stages.masters import replica_rows
+    from asepr.pipeline.stages.masters import replica_rows
 
     rng = np.random.default_rng(num_parts)
     n, e = 300, 5000
@@ -437,8 +437,8 @@ def test_packed_replica_rows_count_the_same_as_replica_bitsets(num_parts):
 def test_locality_from_packed_rows_equals_locality_from_bitsets(num_parts):
     # locality_batch reading rows of replica words then the master (one row per vertex)
     # counts the same local and total incidences as from the bitsets, self-loops excluded.
-    from pipeline.stages.masters import replica_rows
-    from pipeline.stages.metrics import locality_batch
+    from asepr.pipeline.stages.masters import replica_rows
+    from asepr.pipeline.stages.metrics import locality_batch
 
     rng = np.random.default_rng(num_parts)
     n, e = 400, 6000

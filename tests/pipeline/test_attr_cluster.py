@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.stages.attr_cluster import (
+from asepr.pipeline.stages.attr_cluster import (
     RESTARTS,
     SAMPLE_BYTES,
     SAMPLE_PER_CLUSTER,
@@ -22,11 +22,11 @@ from pipeline.stages.attr_cluster import (
     attribute_clusters,
     sample_rows,
 )
-from pipeline.stages.attr_column import column_clusters
-from pipeline.stages.attr_rows import scatter_labels
-from pipeline.stages.kmeans import fit_sample, kmeans_pp
-from storage.errors import InputError, SchemaError
-from storage.locations.fs import discover_shards
+from asepr.pipeline.stages.attr_column import column_clusters
+from asepr.pipeline.stages.attr_rows import scatter_labels
+from asepr.pipeline.stages.kmeans import fit_sample, kmeans_pp
+from asepr.storage.errors import InputError, SchemaError
+from asepr.storage.locations.fs import discover_shards
 from tests.storage.helpers import node_table
 
 NUM_BLOBS = 5
@@ -170,7 +170,7 @@ def test_sampled_init_and_projection_threshold(blob_inputs):
 def test_clamps_clusters_to_nodes_and_distinct_points(tmp_path, caplog):
     feat = np.repeat(np.eye(3, dtype=np.float32) * [[1.0], [2.0], [3.0]], [4, 3, 3], axis=0)
     shards = write_nodes(tmp_path / "a", feat, num_shards=2)
-    with caplog.at_level(logging.INFO, logger="pipeline.stages.attr_cluster"):
+    with caplog.at_level(logging.INFO, logger="asepr.pipeline.stages.attr_cluster"):
         result = attribute_clusters(shards, len(feat), 50, seed=0)
     assert result.num_clusters == 3
     assert "clamped" in caplog.text
@@ -316,8 +316,8 @@ def test_kmeans_pp_picks_distinct_sample_points(seed, k):
 
 
 def test_cora_attribute_and_label_clusters(tmp_path):
-    from storage.importers import import_dataset
-    from workflows.demo import bundled_cora
+    from asepr.storage.importers import import_dataset
+    from asepr.workflows.demo import bundled_cora
 
     source = bundled_cora()
     meta = import_dataset("gnn-npz", source, tmp_path / "cora", shard_rows=1000)
@@ -443,7 +443,7 @@ def test_sample_rows():
 
 def decoded_table(shards: list, directory: Path):
     """The decoded node table of ``shards`` (as the validator writes it), opened."""
-    from storage.inputs.node_table import NodeTable, NodeTableWriter
+    from asepr.storage.inputs.node_table import NodeTable, NodeTableWriter
 
     directory.mkdir()
     n = sum(pq.ParquetFile(s.path).metadata.num_rows for s in shards)

@@ -11,25 +11,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import ingest, rebalance
-from pipeline.assign import MODES, AssignState, KernelSettings, assign_edges, replica_sets
-from pipeline.capacity import (
+from asepr.pipeline import ingest, rebalance
+from asepr.pipeline.assign import MODES, AssignState, KernelSettings, assign_edges, replica_sets
+from asepr.pipeline.capacity import (
     edge_caps,
     edge_floors,
     hash_bounds,
     normalise_capacities,
     read_cluster_file,
 )
-from pipeline.config import PartitionConfig
-from pipeline.inputs.synth import SynthConfig, generate
-from pipeline.needs import RunShape
-from pipeline.partition_run import partition_to_store
-from pipeline.stages.mapping import map_communities
-from pipeline.stages.masters import choose_masters, count_edges_per_replica, replica_offsets
-from pipeline.verify import verify_output
-from storage.errors import InputError
-from storage.partitions.manifest import read_manifest
-from storage.partitions.state import read_state, read_state_attrs
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.inputs.synth import SynthConfig, generate
+from asepr.pipeline.planning.needs import RunShape
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.stages.mapping import map_communities
+from asepr.pipeline.stages.masters import choose_masters, count_edges_per_replica, replica_offsets
+from asepr.pipeline.verify import verify_output
+from asepr.storage.errors import InputError
+from asepr.storage.partitions.manifest import read_manifest
+from asepr.storage.partitions.state import read_state, read_state_attrs
 from tests.pipeline.ingest_cases import skewed_edges, split_case
 from tests.pipeline.test_assign import community_terms
 
@@ -38,7 +38,7 @@ MODE_OF = {"hash": "hash", "dbh": "dbh", "greedy": "greedy", "hdrf": "all", "2ps
 
 
 def shared_kernel(algo, src, dst, n, k, shares, *, attr=None, epsilon=0.05, batch=7):
-    """Stream ``(src, dst)`` through the kernel with ``shares`` as pipeline.partition does."""
+    """Stream ``(src, dst)`` through the kernel with ``shares`` as asepr.pipeline.partition does."""
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     degree = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)

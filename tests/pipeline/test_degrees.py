@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.dask_ops import tree_reduce
-from pipeline.stages.degrees import Degrees, compute_degrees
-from storage.errors import InputError
-from storage.locations.fs import discover_shards
+from asepr.pipeline.dask_ops import tree_reduce
+from asepr.pipeline.stages.degrees import Degrees, compute_degrees
+from asepr.storage.errors import InputError
+from asepr.storage.locations.fs import discover_shards
 from tests.storage.helpers import edge_table, write_input
 
 
@@ -126,7 +126,7 @@ def test_the_validators_degrees_are_the_stages_and_stay_out_of_the_json(tmp_path
     """partition() reuses the validator's count instead of a second pass: same rule, same vector."""
     import json
 
-    from storage.integrity.validate import validate_input
+    from asepr.storage.integrity.validate import validate_input
 
     write_input(tmp_path, num_nodes=90, num_edges=700, edge_shards=3)
     report = validate_input(tmp_path, check_duplicates=False)

@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import PartitionConfig
-from pipeline.diagnose import diagnose_output, js_divergence
-from pipeline.partition_run import partition_to_store
-from storage import open_partition
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.diagnose import diagnose_output, js_divergence
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.storage import open_partition
 from tests.storage.helpers import edge_table, node_table
 
 

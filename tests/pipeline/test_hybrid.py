@@ -1,4 +1,4 @@
-"""The hybrid assignment under a memory budget (pipeline.assign.hybrid, pipeline.assign.expansion)."""
+"""The hybrid assignment under a memory budget (asepr.pipeline.assign.hybrid, asepr.pipeline.assign.expansion)."""
 
 from __future__ import annotations
 
@@ -13,18 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.assign import (
+from asepr.pipeline.assign import (
     AssignState,
     EdgePartSink,
     KernelSettings,
     edge_parts_path,
     stream_assign,
 )
-from pipeline.assign.hybrid import choose_threshold, held_bytes, hybrid_stream_assign
-from pipeline.assign.kernel import MODES
-from pipeline.stream import iter_edge_batches
-from storage.errors import InputError
-from storage.locations.fs import Shard
+from asepr.pipeline.assign.hybrid import choose_threshold, held_bytes, hybrid_stream_assign
+from asepr.pipeline.assign.kernel import MODES
+from asepr.pipeline.stream import iter_edge_batches
+from asepr.storage.errors import InputError
+from asepr.storage.locations.fs import Shard
 
 
 def write_shards(root: Path, src: np.ndarray, dst: np.ndarray, shard_rows: int) -> list[Shard]:
@@ -220,7 +220,7 @@ def test_two_phase_modes_and_bad_degrees_are_refused(tmp_path):
 
 
 def test_unmixed_threshold_counts_the_low_low_edges(tmp_path):
-    from pipeline.assign.expansion import pair_histogram
+    from asepr.pipeline.assign.expansion import pair_histogram
 
     src, dst, _ = community_graph(5, n=300, m=2500)
     n, k = 300, 4

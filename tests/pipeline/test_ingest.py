@@ -14,15 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline import ingest
-from pipeline.config import PartitionConfig
-from pipeline.partition_run import partition_to_store
-from pipeline.stages.attr_cluster import AttrModel
-from pipeline.verify import verify_output
-from storage.errors import InputError, InputNotFoundError, SchemaError, StoreError
-from storage.partitions.manifest import LOCK_NAME, STAGING_NAME, read_manifest, write_manifest
-from storage.partitions.output_stores import open_partition
-from storage.partitions.state import read_state
+from asepr.pipeline import ingest
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.stages.attr_cluster import AttrModel
+from asepr.pipeline.verify import verify_output
+from asepr.storage.errors import InputError, InputNotFoundError, SchemaError, StoreError
+from asepr.storage.partitions.manifest import LOCK_NAME, STAGING_NAME, read_manifest, write_manifest
+from asepr.storage.partitions.output_stores import open_partition
+from asepr.storage.partitions.state import read_state
 from tests.pipeline.crash import Crash, crash_at
 from tests.pipeline.ingest_cases import edge_multiset, input_edges, split_case
 from tests.storage.helpers import edge_table, node_table
@@ -126,7 +126,7 @@ def test_unchanged_partitions_keep_their_store_and_generation(case, gen1, tmp_pa
 @pytest.mark.slow
 def test_amazon_computers_equivalence(datasets_dir, tmp_path):
     """Partition the first 90 % of amazon-computers' edges, ingest the rest; compare with a full run."""
-    from storage.importers import import_dataset
+    from asepr.storage.importers import import_dataset
     from tests.pipeline.ingest_cases import split_input
 
     import_dataset("gnn-npz", datasets_dir / "amazon-computers" / "amazon_electronics_computers.npz",
@@ -436,7 +436,7 @@ def test_outputs_that_cannot_be_ingested_into(gen1, tmp_path, case):
 def test_a_second_writer_is_refused(gen1, tmp_path, case):
     import os
 
-    from storage.commit.lock import OutputLock
+    from asepr.storage.commit.lock import OutputLock
 
     out = _copy(gen1, tmp_path / "out")
     with OutputLock(out), pytest.raises(StoreError, match=f"pid {os.getpid()}"):
@@ -507,7 +507,7 @@ def test_state_arrays_follow_the_stream(case, gen1, gen2):
        new_edges=st.integers(0, 60))
 def test_merging_new_edges_into_old_rows_equals_sorting_everything(seed, num_nodes, old_edges, new_edges):
     """The rebuild's row merge gives the CSR that sorting all (row, column, halo) keys gives."""
-    from pipeline.increment.rebuild import _merge_rows, _union_sorted
+    from asepr.pipeline.increment.rebuild import _merge_rows, _union_sorted
 
     rng = np.random.default_rng(seed)
     old_global_nid = np.sort(rng.choice(num_nodes, size=int(rng.integers(1, num_nodes + 1)), replace=False))
@@ -552,7 +552,7 @@ def test_merging_new_edges_into_old_rows_equals_sorting_everything(seed, num_nod
 @given(seed=st.integers(0, 2**32 - 1), k=st.integers(1, 6), communities=st.integers(1, 60),
        keep_home=st.booleans())
 def test_new_communities_all_get_a_partition_home_first_under_the_cap(seed, k, communities, keep_home):
-    from pipeline.stages.mapping import place_new_communities
+    from asepr.pipeline.stages.mapping import place_new_communities
 
     rng = np.random.default_rng(seed)
     volume = rng.integers(0, 50, communities).astype(np.int64)

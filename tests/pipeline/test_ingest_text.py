@@ -15,14 +15,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import ingest
-from pipeline.config import PartitionConfig
-from pipeline.increment.text_edges import TEXT_WORK_NAME
-from pipeline.partition_run import partition_to_store
-from pipeline.verify import verify_output
-from storage.errors import InputError, SchemaError
-from storage.importers import import_dataset
-from storage.partitions.manifest import LOCK_NAME, STAGING_NAME, read_manifest
+from asepr.pipeline import ingest
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.increment.text_edges import TEXT_WORK_NAME
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.verify import verify_output
+from asepr.storage.errors import InputError, SchemaError
+from asepr.storage.importers import import_dataset
+from asepr.storage.partitions.manifest import LOCK_NAME, STAGING_NAME, read_manifest
 from tests.pipeline.crash import Crash, crash_at
 from tests.pipeline.ingest_cases import edge_multiset
 from tests.workflows.helpers import REPO
@@ -166,7 +166,7 @@ def race_ingests(imported: dict, tmp_path: Path, rounds: int) -> None:
         shutil.copytree(out, other)
         mine = _edge_list(base / "a.tsv", [("user-01", f"a-{r}-1"), (f"a-{r}-2", "user-03")])
         theirs = _edge_list(base / "b.tsv", [("user-02", f"b-{r}-1"), (f"b-{r}-1", f"b-{r}-2"), ("user-04", "b-x")])
-        procs = [subprocess.Popen([sys.executable, "-m", "workflows", "ingest", str(o), str(e), "-q"], cwd=REPO,
+        procs = [subprocess.Popen([sys.executable, "-m", "asepr", "ingest", str(o), str(e), "-q"], cwd=REPO,
                                   env=env, stderr=subprocess.PIPE, text=True)
                  for o, e in ((out, mine), (other, theirs))]
         errors = [p.communicate(timeout=300)[1] for p in procs]
@@ -225,7 +225,7 @@ def test_text_edges_with_node_shards_or_ids_of_the_wrong_kind_are_refused(import
 
 
 def test_the_cli_ingests_an_edge_list_without_a_traceback(imported, tmp_path, capsys):
-    from workflows.cli import main
+    from asepr.workflows.cli import main
 
     input_dir, out = _fresh(imported, tmp_path)
     new = _edge_list(tmp_path / "new.tsv", [("user-04", "cli-new")])
@@ -241,7 +241,7 @@ def test_the_cli_ingests_an_edge_list_without_a_traceback(imported, tmp_path, ca
 
 
 def test_a_header_line_repeated_as_a_data_line_is_refused_naming_the_line(imported, tmp_path, capsys):
-    from workflows.cli import main
+    from asepr.workflows.cli import main
 
     input_dir, out = _fresh(imported, tmp_path)
     before = (out / "manifest.json").read_bytes(), (input_dir / "id_map.parquet").read_bytes()
@@ -259,7 +259,7 @@ def test_a_header_line_repeated_as_a_data_line_is_refused_naming_the_line(import
     (b"\0" * 64, "found binary content (a NUL byte at offset 0)"),
 ])
 def test_an_empty_or_binary_tsv_is_described_as_what_it_is(imported, tmp_path, capsys, content, found):
-    from workflows.cli import main
+    from asepr.workflows.cli import main
 
     input_dir, out = _fresh(imported, tmp_path)
     edges = tmp_path / "new.tsv"

@@ -1,4 +1,4 @@
-"""The in-memory k-means math of pipeline.stages.kmeans: assignment, Lloyd, the sampled fit."""
+"""The in-memory k-means math of asepr.pipeline.stages.kmeans: assignment, Lloyd, the sampled fit."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.stages.kmeans import cluster_stats, fit_sample, kmeans_pp, lloyd, nearest
+from asepr.pipeline.stages.kmeans import cluster_stats, fit_sample, kmeans_pp, lloyd, nearest
 
 
 def unit_rows(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""pipeline.partition end to end: invariants for every algorithm, shard and worker counts."""
+"""asepr.pipeline.partition end to end: invariants for every algorithm, shard and worker counts."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import ALGORITHMS, PartitionConfig, partition, replica_sets
-from storage import InputError
+from asepr.pipeline import ALGORITHMS, PartitionConfig, partition, replica_sets
+from asepr.storage import InputError
 
 
 def _edges(path):
@@ -127,7 +127,7 @@ def test_a_failed_stream_removes_the_workdir_after_the_other_finishes(inputs, mo
     # workdir after it is removed.
     import importlib
 
-    module = importlib.import_module("pipeline.partition")
+    module = importlib.import_module("asepr.pipeline.partition")
     real = module._assign
     finished = []
 
@@ -214,7 +214,7 @@ def test_without_validation_num_nodes_must_come_from_meta(tmp_path):
 
 
 def test_an_opened_input_is_listed_once_and_timed_by_stage(inputs):
-    from storage.inputs.directory import open_input
+    from asepr.storage.inputs.directory import open_input
 
     source = open_input(inputs[8])
     with partition(source, 2, algo="2ps-l") as a:
@@ -231,8 +231,8 @@ def test_stream_ranges_cover_the_shards_in_order_and_order_free_passes_agree(inp
     # shard_ranges: contiguous, non-empty, at most `ways`, every shard once, in order,
     # balanced by rows; masters and 1-hop locality counted over the ranges on threads
     # equal the single-thread pass.
-    from pipeline.stream import map_shard_ranges, shard_ranges
-    from storage.inputs.directory import open_input
+    from asepr.pipeline.stream import map_shard_ranges, shard_ranges
+    from asepr.storage.inputs.directory import open_input
 
     shards = open_input(inputs[8]).edge_shards
     ranges = shard_ranges(shards, ways)
@@ -241,7 +241,7 @@ def test_stream_ranges_cover_the_shards_in_order_and_order_free_passes_agree(inp
     assert max(len(r) for r in ranges) - min(len(r) for r in ranges) <= 1  # equal-sized shards here
     assert map_shard_ranges(shards, lambda r: list(r), ways) == [list(r) for r in ranges]
 
-    import pipeline.stream as stream
+    import asepr.pipeline.stream as stream
 
     results = {}
     for threads in (1, ways):

@@ -1,4 +1,4 @@
-"""``pipeline.plan``: the memory and disk plan, and ``asepr partition``'s check of it."""
+"""``asepr.pipeline.planning.plan``: the memory and disk plan, and ``asepr partition``'s check of it."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-import pipeline.plan as plan_module
-from pipeline.config import PartitionConfig
-from pipeline.inputs.synth import SynthConfig, generate
-from pipeline.plan import InputSizes, RunPlan, human_bytes, input_sizes, plan_partition, plan_run
-from storage.errors import InputError
-from storage.partitions.manifest import read_manifest
+import asepr.pipeline.planning.plan as plan_module
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.inputs.synth import SynthConfig, generate
+from asepr.pipeline.planning.plan import InputSizes, RunPlan, human_bytes, input_sizes, plan_partition, plan_run
+from asepr.storage.errors import InputError
+from asepr.storage.partitions.manifest import read_manifest
 from tests.storage.helpers import write_input
-from workflows.cli import main
+from asepr.workflows.cli import main
 
 
 def _sizes(num_nodes: int, num_edges: int, **kw) -> InputSizes:
@@ -169,7 +169,7 @@ def test_a_run_that_does_not_fit_is_refused_before_anything_is_written(synth_inp
 
 
 def test_memory_budget_is_parsed_and_planned_at_the_assignment(synth_input, tmp_path, capsys):
-    from workflows.commands_partition import byte_count
+    from asepr.workflows.commands_partition import byte_count
 
     assert [byte_count(t) for t in ("0", "1500", "512K", "2M", "1.5GiB", "3g")] == [
         0, 1500, 512 * 2**10, 2 * 2**20, int(1.5 * 2**30), 3 * 2**30]

@@ -19,18 +19,18 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import PartitionConfig
-from pipeline.inputs.synth import SynthConfig, generate
-from pipeline.partition_run import partition_to_store
-from pipeline.plan import plan_partition
-from pipeline.plan_inputs import (
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.inputs.synth import SynthConfig, generate
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.planning.plan import plan_partition
+from asepr.pipeline.planning.plan_inputs import (
     RFEstimate,
     estimate_rf,
     feature_store_ratio,
     input_sizes,
     sample_edges,
 )
-from storage.inputs.directory import open_input
+from asepr.storage.inputs.directory import open_input
 from tests.storage.helpers import node_table
 
 NUM_NODES, NUM_EDGES, K = 3000, 30_000, 4

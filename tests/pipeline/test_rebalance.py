@@ -8,15 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import ingest, rebalance
-from pipeline.config import PartitionConfig
-from pipeline.inputs.synth import SynthConfig, generate
-from pipeline.partition_run import partition_to_store
-from pipeline.stages.metrics import drift_metrics
-from pipeline.verify import verify_output
-from storage.errors import StoreError
-from storage.partitions.manifest import STAGING_NAME, read_manifest
-from storage.partitions.state import read_state
+from asepr.pipeline import ingest, rebalance
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.inputs.synth import SynthConfig, generate
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.stages.metrics import drift_metrics
+from asepr.pipeline.verify import verify_output
+from asepr.storage.errors import StoreError
+from asepr.storage.partitions.manifest import STAGING_NAME, read_manifest
+from asepr.storage.partitions.state import read_state
 from tests.pipeline.crash import Crash, crash_at
 from tests.pipeline.ingest_cases import edge_multiset, skewed_edges
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pyarrow.parquet as pq
 
-from pipeline.inputs.shuffle import shuffle_edges
+from asepr.pipeline.inputs.shuffle import shuffle_edges
 from tests.storage.helpers import edge_table, node_table
 
 

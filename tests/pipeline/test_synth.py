@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.inputs.synth import SynthConfig, generate
-from storage.errors import InputError, StoreError
+from asepr.pipeline.inputs.synth import SynthConfig, generate
+from asepr.storage.errors import InputError, StoreError
 
 SMALL = {"num_nodes": 2_000, "num_edges": 20_000, "num_classes": 4, "dim": 8}
 
@@ -137,7 +137,7 @@ def test_other_seed_differs_and_shard_rows_changes_only_the_cut(tmp_path, small)
 
 
 def test_many_generation_blocks(tmp_path, monkeypatch):
-    from pipeline.inputs import synth
+    from asepr.pipeline.inputs import synth
 
     monkeypatch.setattr(synth, "EDGE_BLOCK", 3_000)
     config = SynthConfig(num_nodes=500, num_edges=10_001, num_classes=3, dim=2, seed=1)

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline import partition
-from pipeline.stages.attr_cluster import AttrClusters
-from pipeline.stages.degrees import compute_degrees
-from storage.inputs.directory import open_input, read_meta
+from asepr.pipeline import partition
+from asepr.pipeline.stages.attr_cluster import AttrClusters
+from asepr.pipeline.stages.degrees import compute_degrees
+from asepr.storage.inputs.directory import open_input, read_meta
 from tests.pipeline.test_assign import community_terms, run_kernel
 
 TWO_PHASE = ["2ps-l", "2ps-hdrf"]
@@ -30,7 +30,7 @@ def planted_graph(seed: int, n: int, m: int, groups: int, inside: float) -> tupl
 
 
 def reference_two_phase(algo, src, dst, part, volume, degree, k, cap):
-    """The two phases written plainly, edge by edge (the rules of pipeline.assign.twophase)."""
+    """The two phases written plainly, edge by edge (the rules of asepr.pipeline.assign.twophase)."""
     loads = [0] * k
     replicas = [set() for _ in degree]
     out = [-1] * len(src)
@@ -109,7 +109,7 @@ CELLS = [
 
 
 def test_two_phase_matches_the_reference_rf(datasets_dir, tmp_path_factory, monkeypatch):
-    from workflows.bench.partition import ordered_inputs
+    from asepr.workflows.bench.partition import ordered_inputs
 
     monkeypatch.setenv("ASEPR_DATASETS", str(datasets_dir))
     reference = _reference(datasets_dir)

@@ -23,11 +23,11 @@ import zarr
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.config import PartitionConfig
-from pipeline.inputs.synth import SynthConfig, generate
-from pipeline.partition_run import partition_to_store
-from pipeline.verify import verify_output
-from pipeline.verify.edges import (
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.inputs.synth import SynthConfig, generate
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.verify import verify_output
+from asepr.pipeline.verify.edges import (
     MERSENNE_61,
     EdgeFingerprint,
     draw_points,
@@ -37,8 +37,8 @@ from pipeline.verify.edges import (
     miss_bound,
     mulmod61,
 )
-from storage.errors import InputError
-from storage.partitions.store import combine_digests, write_array
+from asepr.storage.errors import InputError
+from asepr.storage.partitions.store import combine_digests, write_array
 
 _N = 3_000
 

@@ -1,6 +1,6 @@
 """The write path: invariants of committed outputs, resumption, failures, Dask clusters.
 
-``check_output`` checks an output independently of ``pipeline.verify`` (plain numpy
+``check_output`` checks an output independently of ``asepr.pipeline.verify`` (plain numpy
 over the whole graph, which is small here), and every test also runs the verifier.
 """
 
@@ -17,16 +17,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import storage.partitions.store
-from pipeline.config import ALGORITHMS, PartitionConfig
-from pipeline.partition import partition
-from pipeline.partition_run import partition_to_store
-from pipeline.store.write import write_partitions
-from pipeline.verify import verify_output
-from storage.errors import AseprError, InputError, SchemaError, StoreError
-from storage.partitions.manifest import STAGING_NAME, read_manifest
-from storage.partitions.output_stores import open_partition
-from storage.partitions.store import combine_digests, zarr_array_digest
+import asepr.storage.partitions.store
+from asepr.pipeline.config import ALGORITHMS, PartitionConfig
+from asepr.pipeline.partition import partition
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.store.write import write_partitions
+from asepr.pipeline.verify import verify_output
+from asepr.storage.errors import AseprError, InputError, SchemaError, StoreError
+from asepr.storage.partitions.manifest import STAGING_NAME, read_manifest
+from asepr.storage.partitions.output_stores import open_partition
+from asepr.storage.partitions.store import combine_digests, zarr_array_digest
 from tests.pipeline.crash import Crash, crash_at
 from tests.storage.helpers import edge_table, node_table, write_input
 
@@ -290,7 +290,7 @@ def test_disk_full_mid_write_leaves_the_previous_generation(tmp_path, small_inpu
     root, arrays = small_input
     out = tmp_path / "out"
     first = partition_to_store(root, out, PartitionConfig(num_parts=3, algo="hash"))
-    real = storage.partitions.store._write_block
+    real = asepr.storage.partitions.store._write_block
     calls = {"n": 0}
 
     def full_disk(array, start, block):
@@ -299,7 +299,7 @@ def test_disk_full_mid_write_leaves_the_previous_generation(tmp_path, small_inpu
             raise OSError(errno.ENOSPC, "No space left on device", str(array.path))
         return real(array, start, block)
 
-    monkeypatch.setattr(storage.partitions.store, "_write_block", full_disk)
+    monkeypatch.setattr(asepr.storage.partitions.store, "_write_block", full_disk)
     with pytest.raises(StoreError) as info:
         partition_to_store(root, out, PartitionConfig(num_parts=4, algo="hash"), overwrite=True)
     message = str(info.value)
@@ -397,7 +397,7 @@ def test_node_rows_in_any_order_reach_their_partitions(tmp_path):
 def test_the_decoded_edge_copy_is_removed_and_a_killed_runs_copy_too(tmp_path, small_input):
     # The validator's decoded copy lives in the locked output while the streams read it;
     # a run leaves none behind, removes one a killed run left, and gives the same stores.
-    from storage.inputs.decoded import DECODED_PREFIX
+    from asepr.storage.inputs.decoded import DECODED_PREFIX
 
     out = tmp_path / "out"
     first = partition_to_store(small_input[0], out, PartitionConfig(num_parts=3))
@@ -456,7 +456,7 @@ def test_verify_reports_each_violation_by_partition(tmp_path, small_input):
 
 def test_local_cluster_gives_the_same_result_as_threads(tmp_path, small_input):
     distributed = pytest.importorskip("distributed")
-    from workflows.dask_client import dask_client
+    from asepr.workflows.dask_client import dask_client
 
     root, arrays = small_input
     config = PartitionConfig(num_parts=4)
@@ -469,7 +469,7 @@ def test_local_cluster_gives_the_same_result_as_threads(tmp_path, small_input):
         assert client is not None and len(client.scheduler_info()["workers"]) == 2
         remote = partition_to_store(root, tmp_path / "cluster", config, client=client)
         # The CLI finds the same cluster through DASK_SCHEDULER_ADDRESS.
-        from workflows.cli import main
+        from asepr.workflows.cli import main
 
         with pytest.MonkeyPatch.context() as env:
             env.setenv("DASK_SCHEDULER_ADDRESS", cluster.scheduler_address)
@@ -513,12 +513,12 @@ def test_node_rows_from_the_decoded_table_match_the_gather(tmp_path):
 def test_node_map_and_node_sweep_refuse_damaged_id_files(tmp_path):
     # The staging's id files are read back before they are built on: a file with the
     # wrong length, or ids out of order, is a StoreError naming it, not a wrong map.
-    from pipeline.store.commit import Staging, node_map_from_ids
-    from pipeline.store.finalize import finalize_nodes_from_table
-    from storage.inputs.decoded_copy import validate_and_copy
-    from storage.inputs.directory import open_input
-    from storage.inputs.node_table import NodeTable
-    from storage.partitions.store import create_store
+    from asepr.pipeline.store.commit import Staging, node_map_from_ids
+    from asepr.pipeline.store.finalize import finalize_nodes_from_table
+    from asepr.storage.inputs.decoded_copy import validate_and_copy
+    from asepr.storage.inputs.directory import open_input
+    from asepr.storage.inputs.node_table import NodeTable
+    from asepr.storage.partitions.store import create_store
 
     staging = Staging(tmp_path / "out")
     staging.root.mkdir(parents=True)
@@ -559,7 +559,7 @@ def test_state_written_beside_the_stores_gates_the_commit(tmp_path, small_input,
     # The state is written on a thread beside the route and the edge stores: its error
     # fails the run before anything is committed (the stores are staged), and the
     # rerun, finding no staged state, partitions again and commits a verified output.
-    import pipeline.store.continuation as continuation
+    import asepr.pipeline.store.continuation as continuation
 
     root, _ = small_input
     out = tmp_path / "out"
@@ -580,11 +580,11 @@ def test_state_written_beside_the_stores_gates_the_commit(tmp_path, small_input,
 
 @pytest.mark.parametrize("dtype", ["edge32", "edge64", "node"])
 def test_spill_segments_round_trip(tmp_path, dtype):
-    # Route and gather spills (pipeline.store.route.SegmentWriter): segments of any
+    # Route and gather spills (asepr.pipeline.store.route.SegmentWriter): segments of any
     # length (empty, short, long, records of 17 + 4d bytes) read back exactly, per
     # partition and kind in spill order, from several spill files; a short file is
     # refused by name.
-    from pipeline.store.route import (
+    from asepr.pipeline.store.route import (
         EDGE_RECORD,
         EDGE_RECORD32,
         SegmentWriter,
@@ -626,7 +626,7 @@ def test_edge_sort_keys_by_shifts_or_products_give_the_same_stores(tmp_path, sma
     # finalize_edges packs (source, destination[, halo flag]) into one int64 by shifts
     # where the part-local ids fit, else as source * n + destination: the same order,
     # so the same stores (their checksums over every array), with and without halo copies.
-    import pipeline.store.finalize as finalize
+    import asepr.pipeline.store.finalize as finalize
 
     root, _ = small_input
     shifted = partition_to_store(root, tmp_path / "a", PartitionConfig(num_parts=3), halo=halo)

@@ -57,10 +57,10 @@ def own_s3_server(tmp_path):
 @pytest.fixture(scope="session")
 def cora_local_out(tmp_path_factory):
     """The bundled Cora partitioned by ASEP into 2 stores on the local disk (once per run)."""
-    from pipeline.config import PartitionConfig
-    from pipeline.partition_run import partition_to_store
-    from storage.importers import import_dataset
-    from workflows.demo import bundled_cora
+    from asepr.pipeline.config import PartitionConfig
+    from asepr.pipeline.partition_run import partition_to_store
+    from asepr.storage.importers import import_dataset
+    from asepr.workflows.demo import bundled_cora
 
     base = tmp_path_factory.mktemp("cora-s3")
     import_dataset("gnn-npz", bundled_cora(), base / "in", shard_rows=1_000, overwrite=True)

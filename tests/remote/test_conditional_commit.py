@@ -18,17 +18,17 @@ import time
 import pytest
 import s3fs
 
-from pipeline.config import PartitionConfig
-from pipeline.partition_run import partition_to_store
-from pipeline.verify import verify_output
-from storage.commit.conditional import (
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.verify import verify_output
+from asepr.storage.commit.conditional import (
     PROBE_PREFIX,
     CommitConflict,
     conditional_writes,
     put_if_unchanged,
 )
-from storage.commit.lease import LEASE_NAME
-from storage.partitions.manifest import read_manifest
+from asepr.storage.commit.lease import LEASE_NAME
+from asepr.storage.partitions.manifest import read_manifest
 from tests.pipeline.test_write import make_input
 from tests.workflows.helpers import REPO
 
@@ -92,7 +92,7 @@ def test_a_writer_paused_past_its_lease_does_not_overwrite_the_newer_commit(requ
     env = dict(os.environ, ASEPR_FAILPOINTS=f"{point}=wait", ASEPR_FAILPOINT_MARKER=str(marker),
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     paused = subprocess.Popen(
-        [sys.executable, "-m", "workflows", "partition", str(graph), out, "-k", "2", "--algo", "hash", "--overwrite",
+        [sys.executable, "-m", "asepr", "partition", str(graph), out, "-k", "2", "--algo", "hash", "--overwrite",
          "--storage-options", json.dumps(options), "-q"], cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
     try:
         while not marker.exists():

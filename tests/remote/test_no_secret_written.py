@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import s3fs
 
-from storage.commit.lease import LEASE_NAME
-from storage.partitions.manifest import LOCK_NAME
+from asepr.storage.commit.lease import LEASE_NAME
+from asepr.storage.partitions.manifest import LOCK_NAME
 from tests.pipeline.test_write import make_input
 from tests.remote.s3server import RcloneS3, rclone_binary
 from tests.workflows.helpers import REPO
@@ -50,14 +50,14 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
 
 
 def _asepr(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workflows", *args], cwd=REPO, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "asepr", *args], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=COMMAND_TIMEOUT_S, check=False)
 
 
 def _paused(args: list[str], env: dict[str, str], point: str, marker: Path) -> subprocess.Popen:
     """``asepr ARGS`` started in a process group of its own, pausing at ``point``."""
     env = {**env, "ASEPR_FAILPOINTS": f"{point}=pause", "ASEPR_FAILPOINT_MARKER": str(marker)}
-    proc = subprocess.Popen([sys.executable, "-m", "workflows", *args], cwd=REPO, env=env, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "asepr", *args], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + COMMAND_TIMEOUT_S
     while not marker.exists():

@@ -15,16 +15,16 @@ import uuid
 import fsspec
 import pytest
 
-import storage.commit.lease
-from pipeline.config import PartitionConfig
-from pipeline.partition_run import partition_to_store
-from pipeline.plan import plan_partition
-from pipeline.store.generations import GENERATION_PATTERN, named_prefixes
-from pipeline.verify import verify_output
-from storage.commit.lease import LEASE_NAME, Lease
-from storage.errors import StoreError
-from storage.partitions.manifest import read_manifest
-from storage.partitions.output_stores import open_partition
+import asepr.storage.commit.lease
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.planning.plan import plan_partition
+from asepr.pipeline.store.generations import GENERATION_PATTERN, named_prefixes
+from asepr.pipeline.verify import verify_output
+from asepr.storage.commit.lease import LEASE_NAME, Lease
+from asepr.storage.errors import StoreError
+from asepr.storage.partitions.manifest import read_manifest
+from asepr.storage.partitions.output_stores import open_partition
 from tests.pipeline.crash import Crash, crash_at
 from tests.pipeline.test_write import make_input
 
@@ -34,7 +34,7 @@ CONFIG = PartitionConfig(num_parts=3, algo="hash", seed=0)
 @pytest.fixture(autouse=True)
 def short_settle(monkeypatch):
     """In-process writes land at once: a short settle keeps the tests fast."""
-    monkeypatch.setattr(storage.commit.lease, "DEFAULT_SETTLE_S", 0.05)
+    monkeypatch.setattr(asepr.storage.commit.lease, "DEFAULT_SETTLE_S", 0.05)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,7 @@ def test_killed_before_the_manifest_leaves_the_previous_generation_and_the_rerun
     with pytest.raises(Crash):
         partition_to_store(graph, out, CONFIG, overwrite=True)
     monkeypatch.undo()
-    monkeypatch.setattr(storage.commit.lease, "DEFAULT_SETTLE_S", 0.05)
+    monkeypatch.setattr(asepr.storage.commit.lease, "DEFAULT_SETTLE_S", 0.05)
     # The pointer still names generation 1, whose stores are untouched and readable.
     assert read_manifest(out) == first
     assert verify_output(out, input_url=graph).ok
@@ -112,7 +112,7 @@ def test_an_abandoned_prefix_of_another_run_is_deleted(graph, out, monkeypatch):
     with pytest.raises(Crash):
         partition_to_store(graph, out, PartitionConfig(num_parts=2, algo="hash", seed=0), overwrite=True)
     monkeypatch.undo()
-    monkeypatch.setattr(storage.commit.lease, "DEFAULT_SETTLE_S", 0.05)
+    monkeypatch.setattr(asepr.storage.commit.lease, "DEFAULT_SETTLE_S", 0.05)
     stale = [n for n in _names(out) if n.startswith("gen-00002-")]
     again = partition_to_store(graph, out, CONFIG, overwrite=True)  # another configuration
     assert again["run"]["resumed_partitions"] == []
@@ -122,8 +122,8 @@ def test_an_abandoned_prefix_of_another_run_is_deleted(graph, out, monkeypatch):
 def test_an_assignment_written_to_an_object_store_equals_the_local_write(graph, out, tmp_path):
     """write_partitions (node rows gathered through spill files, the stores read back for
     the node map) writes the same stores to an object store as to a local directory."""
-    from pipeline.partition import partition
-    from pipeline.store.write import write_partitions
+    from asepr.pipeline.partition import partition
+    from asepr.pipeline.store.write import write_partitions
 
     with partition(graph, config=CONFIG) as assignment:
         remote = write_partitions(assignment, out, input_url=graph)
@@ -280,7 +280,7 @@ def test_racing_writers_exactly_one_takes_the_lease_each_round(out):
 
 
 def test_cli_partition_verify_inspect_on_an_object_store_url(graph, out, tmp_path, capsys):
-    from workflows.cli import main
+    from asepr.workflows.cli import main
 
     scratch = tmp_path / "scratch"
     assert main(["partition", str(graph), out, "-k", "2", "--algo", "hash", "--dry-run"]) == 0
@@ -298,7 +298,7 @@ def test_cli_partition_verify_inspect_on_an_object_store_url(graph, out, tmp_pat
 
 
 def test_cli_ingest_and_rebalance_on_an_object_store(graph, out, capsys):
-    from workflows.cli import main
+    from asepr.workflows.cli import main
 
     partition_to_store(graph, out, CONFIG)
     assert main(["ingest", out, str(graph / "edges"), "--storage-options", "{}"]) == 0
@@ -315,7 +315,7 @@ def test_ingest_into_an_object_store_output_writes_the_next_generation_prefix(gr
     import numpy as np
     import pyarrow.parquet as pq
 
-    from pipeline.increment.ingest import ingest
+    from asepr.pipeline.increment.ingest import ingest
     from tests.storage.helpers import edge_table
 
     first = partition_to_store(graph, out, PartitionConfig(num_parts=3, algo="asep", seed=0))
@@ -341,8 +341,8 @@ def test_rebalance_of_a_local_output_copied_to_the_store(tmp_path_factory, tmp_p
     """A local output copied to the store by hand (manifest paths without a prefix) is
     rebalanced there: moved partitions go to a new prefix, the manifest keeps naming the
     copied stores it did not change, and the copied files it no longer names are retired."""
-    from pipeline import ingest, rebalance
-    from pipeline.inputs.synth import SynthConfig, generate
+    from asepr.pipeline import ingest, rebalance
+    from asepr.pipeline.inputs.synth import SynthConfig, generate
     from tests.pipeline.ingest_cases import skewed_edges
 
     base = tmp_path / "drift"
@@ -367,7 +367,7 @@ def test_rebalance_of_a_local_output_copied_to_the_store(tmp_path_factory, tmp_p
 
 
 def test_an_ingest_of_a_text_edge_list_into_an_object_store_is_refused_with_the_fix(graph, out, tmp_path):
-    from pipeline.increment.ingest import ingest
+    from asepr.pipeline.increment.ingest import ingest
 
     partition_to_store(graph, out, CONFIG)
     edges = tmp_path / "new.tsv"
@@ -380,7 +380,7 @@ def test_an_ingest_killed_before_its_manifest_is_resumed_by_the_same_command(gra
     import numpy as np
     import pyarrow.parquet as pq
 
-    from pipeline.increment.ingest import ingest
+    from asepr.pipeline.increment.ingest import ingest
     from tests.storage.helpers import edge_table
 
     first = partition_to_store(graph, out, PartitionConfig(num_parts=3, algo="asep", seed=0))
@@ -392,7 +392,7 @@ def test_an_ingest_killed_before_its_manifest_is_resumed_by_the_same_command(gra
     with pytest.raises(Crash):
         ingest(out, new)
     monkeypatch.undo()
-    monkeypatch.setattr(storage.commit.lease, "DEFAULT_SETTLE_S", 0.05)
+    monkeypatch.setattr(asepr.storage.commit.lease, "DEFAULT_SETTLE_S", 0.05)
     assert read_manifest(out) == first and verify_output(out).ok
     abandoned = [n for n in _names(out) if n.startswith("gen-00002-")]
     assert len(abandoned) == 1

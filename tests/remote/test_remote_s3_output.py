@@ -15,12 +15,12 @@ import uuid
 import pytest
 import s3fs
 
-from pipeline.config import PartitionConfig
-from pipeline.partition_run import partition_to_store
-from pipeline.verify import verify_output
-from storage.errors import StoreError
-from storage.partitions.manifest import read_manifest
-from storage.partitions.output_stores import open_partition
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.verify import verify_output
+from asepr.storage.errors import StoreError
+from asepr.storage.partitions.manifest import read_manifest
+from asepr.storage.partitions.output_stores import open_partition
 from tests.pipeline.test_write import make_input
 from tests.remote.s3server import S3Location
 from tests.remote.writers import BARRIER_TIMEOUT_S, racing_partitioner
@@ -87,8 +87,8 @@ def test_dask_workers_write_the_stores_into_the_bucket(graph, s3_bucket, tmp_pat
 
 _KILLED = textwrap.dedent("""
     import json, sys
-    from pipeline.config import PartitionConfig
-    from pipeline.partition_run import partition_to_store
+    from asepr.pipeline.config import PartitionConfig
+    from asepr.pipeline.partition_run import partition_to_store
     partition_to_store(sys.argv[1], sys.argv[2], PartitionConfig(num_parts=2, algo="hash", seed=0),
                        overwrite=True, storage_options=json.loads(sys.argv[3]))
 """)
@@ -177,11 +177,11 @@ def test_the_server_killed_mid_partition_then_back_the_rerun_completes(graph, ow
     """The server dies after the first store of generation 2: the writer fails with a
     clear error after the client's bounded retries, generation 1 stays readable once the
     server is back, and the same command resumes the finished store."""
-    import storage.commit.lease
-    from storage.commit import failpoints
-    from storage.locations.remote import RemoteStoreError
+    import asepr.storage.commit.lease
+    from asepr.storage.commit import failpoints
+    from asepr.storage.locations.remote import RemoteStoreError
 
-    monkeypatch.setattr(storage.commit.lease, "DEFAULT_TTL_S", 4.5)
+    monkeypatch.setattr(asepr.storage.commit.lease, "DEFAULT_TTL_S", 4.5)
     bounded = {"config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1}}
     server = own_s3_server
     name = f"w{uuid.uuid4().hex[:12]}"
@@ -214,7 +214,7 @@ def test_ingest_on_the_server(graph, s3_bucket, tmp_path):
     import numpy as np
     import pyarrow.parquet as pq
 
-    from pipeline.increment.ingest import ingest
+    from asepr.pipeline.increment.ingest import ingest
     from tests.storage.helpers import edge_table
 
     url, options = s3_bucket

@@ -8,9 +8,9 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from storage.errors import InputError
-from storage.locations.location import tree_exists
-from workflows.bench.scale import COLUMNS, bench_scale
+from asepr.storage.errors import InputError
+from asepr.storage.locations.location import tree_exists
+from asepr.workflows.bench.scale import COLUMNS, bench_scale
 
 
 def test_bench_scale_partitions_locally_and_into_the_store_side_by_side(tmp_path, s3_bucket):

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import s3fs
 
-from storage.errors import StoreError
-from storage.locations.remote import RemoteStoreError, parse_storage_options
-from storage.partitions.manifest import read_manifest
-from storage.partitions.output_stores import open_partition
+from asepr.storage.errors import StoreError
+from asepr.storage.locations.remote import RemoteStoreError, parse_storage_options
+from asepr.storage.partitions.manifest import read_manifest
+from asepr.storage.partitions.output_stores import open_partition
 from tests.remote.conftest import put_tree
-from workflows.bench.read import bench_read
-from workflows.cli import main
+from asepr.workflows.bench.read import bench_read
+from asepr.workflows.cli import main
 
 
 def test_server_is_an_s3_store(s3_bucket, s3_server):
@@ -37,7 +37,7 @@ def test_a_partition_reads_from_the_store_as_from_the_disk(cora_on_s3, cora_loca
 
 
 def test_a_trainer_reads_only_its_own_partition(cora_on_s3):
-    from training.data import load_local_graph
+    from asepr.training.graph.data import load_local_graph
 
     url, options = cora_on_s3
     fs = s3fs.S3FileSystem(**options)
@@ -92,7 +92,7 @@ def _bounded(server, timeout: float = 1.0) -> dict:
 
 
 def test_a_store_that_stops_answering_mid_read_is_a_clear_error(own_s3_server, cora_local_out):
-    from training.data import load_local_graph
+    from asepr.training.graph.data import load_local_graph
 
     location = own_s3_server.bucket()
     url = put_tree(location, cora_local_out, "out")
@@ -108,7 +108,7 @@ def test_a_store_that_stops_answering_mid_read_is_a_clear_error(own_s3_server, c
 
 
 def test_a_store_that_hangs_is_a_clear_error_after_bounded_retries(own_s3_server, cora_local_out):
-    from training.data import load_local_graph
+    from asepr.training.graph.data import load_local_graph
 
     url = put_tree(own_s3_server.bucket(), cora_local_out, "out")
     own_s3_server.pause()  # accepts connections, answers nothing: every request times out
@@ -118,7 +118,7 @@ def test_a_store_that_hangs_is_a_clear_error_after_bounded_retries(own_s3_server
 
 
 def test_only_a_failed_request_is_blamed_on_the_store():
-    from storage.locations.remote import remote_error_problem
+    from asepr.storage.locations.remote import remote_error_problem
 
     assert isinstance(remote_error_problem(ConnectionRefusedError(111, "refused"), "s3://b/out"), RemoteStoreError)
     try:
@@ -136,7 +136,7 @@ def test_only_a_failed_request_is_blamed_on_the_store():
 def test_pyg_stores_read_a_partition_on_the_store_lazily(cora_on_s3, cora_local_out):
     import torch
 
-    from training.pyg_store import open_pyg_stores
+    from asepr.training.graph.pyg_store import open_pyg_stores
 
     url, options = cora_on_s3
     remote, _ = open_pyg_stores(url, 1, storage_options=options)
@@ -155,7 +155,7 @@ def test_a_partition_on_the_store_is_read_with_the_requests_of_all_its_arrays_in
     from zarr.storage import FsspecStore
 
     url, options = cora_on_s3
-    monkeypatch.setattr("storage.integrity.checked_array.BLOCK_CHUNKS", 1)  # one block per chunk
+    monkeypatch.setattr("asepr.storage.integrity.checked_array.BLOCK_CHUNKS", 1)  # one block per chunk
     store = open_partition(url, 1, storage_options=options)
     assert store.read_workers > 1 and open_partition(cora_local_out, 1).read_workers == 1
     assert store.x.shape[0] > store.x.chunks[0]  # nodes/x is several blocks: their rows must not mix

@@ -12,14 +12,14 @@ import pytest
 import s3fs
 import torch
 
-from storage.errors import StoreError
-from storage.locations.remote import STORAGE_OPTIONS_VARIABLE
+from asepr.storage.errors import StoreError
+from asepr.storage.locations.remote import STORAGE_OPTIONS_VARIABLE
 from tests.training.conftest import fork_ranks
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import TrainConfig
-from training.distributed import run_trainer
-from workflows.cli import main
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.loop.distributed import run_trainer
+from asepr.workflows.cli import main
 
 SMALL = TrainConfig(hidden=16, rounds=1, local_epochs=1, threads=1, seed=3, eval_mode="local")
 TRAIN = ["--nproc", "2", "--local-epochs", "1", "--hidden", "16", "--eval", "local", "--timeout", "120", "-q"]
@@ -50,7 +50,7 @@ def test_two_ranks_train_from_the_store_and_resume_from_a_run_directory_there(co
 
 
 def test_a_trainer_reads_its_config_and_storage_options_as_the_launcher_passes_them(s3_bucket, monkeypatch):
-    from training.main import add_train_arguments, read_config
+    from asepr.training.main import add_train_arguments, read_config
 
     url, options = s3_bucket
     config = dataclasses.replace(SMALL, hidden=24)

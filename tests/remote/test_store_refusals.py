@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from pipeline.config import PartitionConfig
-from pipeline.partition_run import partition_to_store
-from storage.partitions.manifest import read_manifest
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.storage.partitions.manifest import read_manifest
 from tests.pipeline.test_write import make_input
 from tests.remote.s3server import free_port
-from workflows.cli import main
+from asepr.workflows.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ BARRIER_TIMEOUT_S = 300
 def racing_partitioner(input_dir: str, out: str, options: dict, rounds: int, start, done, results) -> None:
     """Each round: wait for the start, partition ``input_dir`` into ``out`` (overwrite),
     report ``(round, generation or None, error message)``, wait for the others."""
-    from pipeline.config import PartitionConfig
-    from pipeline.partition_run import partition_to_store
-    from storage.errors import StoreError
+    from asepr.pipeline.config import PartitionConfig
+    from asepr.pipeline.partition_run import partition_to_store
+    from asepr.storage.errors import StoreError
 
     config = PartitionConfig(num_parts=2, algo="hash", seed=0)
     for r in range(rounds):

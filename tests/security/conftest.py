@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.inputs.synth import SynthConfig, generate
+from asepr.pipeline.inputs.synth import SynthConfig, generate
 
 
 @pytest.fixture(scope="session")
@@ -20,8 +20,8 @@ def synth_input(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def cora_input(tmp_path_factory) -> Path:
     """The bundled Cora (``workflows/data``), imported."""
-    from storage.importers import import_dataset
-    from workflows.demo import bundled_cora
+    from asepr.storage.importers import import_dataset
+    from asepr.workflows.demo import bundled_cora
 
     root = tmp_path_factory.mktemp("cora") / "cora-in"
     import_dataset("gnn-npz", bundled_cora(), root)

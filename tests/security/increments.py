@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline import partition_to_store
-from pipeline.config import PartitionConfig
+from asepr.pipeline import partition_to_store
+from asepr.pipeline.config import PartitionConfig
 from tests.pipeline.ingest_cases import split_case
 
 

@@ -9,8 +9,8 @@ BARRIER_TIMEOUT_S = 120
 
 
 def contender(directory: str, rounds: int, start, attempted, released, results) -> None:
-    from storage.commit.lock import OutputLock
-    from storage.errors import StoreError
+    from asepr.storage.commit.lock import OutputLock
+    from asepr.storage.errors import StoreError
 
     for r in range(rounds):
         try:
@@ -31,8 +31,8 @@ def contender(directory: str, rounds: int, start, attempted, released, results) 
 
 
 def ingester(rounds: int, jobs, start, done, results) -> None:
-    from pipeline.increment.ingest import ingest
-    from storage.errors import StoreError
+    from asepr.pipeline.increment.ingest import ingest
+    from asepr.storage.errors import StoreError
 
     for _ in range(rounds):
         out, edges = jobs.get(timeout=BARRIER_TIMEOUT_S)

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 import zarr
 
-from pipeline.config import PartitionConfig
-from pipeline.partition_run import partition_to_store
-from pipeline.verify import verify_output
-from storage.errors import StoreError
-from storage.partitions.output_stores import open_partition
-from storage.partitions.store import open_store
-from training.data import load_local_graph
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.verify import verify_output
+from asepr.storage.errors import StoreError
+from asepr.storage.partitions.output_stores import open_partition
+from asepr.storage.partitions.store import open_store
+from asepr.training.graph.data import load_local_graph
 
 torch = pytest.importorskip("torch")
 
@@ -86,7 +86,7 @@ def test_a_value_the_layout_excludes_is_refused_by_the_readers(out, case):
 
 
 def test_the_pyg_adapter_refuses_an_altered_chunk(out):
-    pyg_store = pytest.importorskip("training.pyg_store")
+    pyg_store = pytest.importorskip("asepr.training.graph.pyg_store")
     row = _middle_row(out, "edges/indices")
     _rewrite(out, "edges/indices", row, 10**9)
     _rewrite(out, "nodes/x", 3, np.inf)

@@ -17,24 +17,24 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import PartitionConfig
-from pipeline.increment.ingest import ingest
-from pipeline.partition_run import partition_to_store
-from pipeline.verify import verify_output
-from storage.commit.atomic import save_npy_atomic, write_bytes_atomic, write_json_atomic
-from storage.commit.confine import confined_path
-from storage.commit.lock import OutputLock
-from storage.errors import StoreError
-from storage.partitions.manifest import (
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.increment.ingest import ingest
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.verify import verify_output
+from asepr.storage.commit.atomic import save_npy_atomic, write_bytes_atomic, write_json_atomic
+from asepr.storage.commit.confine import confined_path
+from asepr.storage.commit.lock import OutputLock
+from asepr.storage.errors import StoreError
+from asepr.storage.partitions.manifest import (
     JOURNAL_NAME,
     LOCK_NAME,
     MANIFEST_NAME,
     STAGING_NAME,
     read_manifest,
 )
-from storage.partitions.state import read_state
+from asepr.storage.partitions.state import read_state
 from tests.storage.helpers import edge_table, write_input
-from workflows.cli import main
+from asepr.workflows.cli import main
 
 _NUM_NODES = 60
 

@@ -2,7 +2,7 @@
 
 Each test damages a copy of a real output the way a failing disk or a hostile co-user
 of a shared filesystem could, then reads it through every door: the reader
-(:func:`storage.open_partition`), the trainers' loader, ``asepr verify`` and
+(:func:`asepr.storage.open_partition`), the trainers' loader, ``asepr verify`` and
 ``asepr ingest``. Each must refuse with a :class:`StoreError` (or a failed check)
 naming the partition, the array and the chunk, and commit nothing.
 """
@@ -19,19 +19,19 @@ import pyarrow.parquet as pq
 import pytest
 import zarr
 
-import storage.partitions.store as ps
-from pipeline.config import PartitionConfig
-from pipeline.increment.ingest import ingest
-from pipeline.partition_run import partition_to_store
-from pipeline.verify import verify_output
-from storage.errors import StoreError
-from storage.integrity.checked_array import CheckedArray
-from storage.partitions.manifest import read_manifest
-from storage.partitions.output_stores import open_partition
-from storage.partitions.store import create_store, open_group_readonly, open_store, write_array
+import asepr.storage.partitions.store as ps
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.increment.ingest import ingest
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.verify import verify_output
+from asepr.storage.errors import StoreError
+from asepr.storage.integrity.checked_array import CheckedArray
+from asepr.storage.partitions.manifest import read_manifest
+from asepr.storage.partitions.output_stores import open_partition
+from asepr.storage.partitions.store import create_store, open_group_readonly, open_store, write_array
 from tests.storage.helpers import edge_table
-from training.data import load_local_graph
-from workflows.cli import main
+from asepr.training.graph.data import load_local_graph
+from asepr.workflows.cli import main
 
 #: Small chunks, so that each partition's ``nodes/x`` spans several of them.
 _CHUNK_BYTES = 8 << 10

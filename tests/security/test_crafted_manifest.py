@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import ingest, verify_output
-from storage.errors import StoreError
-from storage.partitions.manifest import MANIFEST_NAME, read_manifest
+from asepr.pipeline import ingest, verify_output
+from asepr.storage.errors import StoreError
+from asepr.storage.partitions.manifest import MANIFEST_NAME, read_manifest
 from tests.security import increments
-from workflows.cli import main
+from asepr.workflows.cli import main
 
 
 @pytest.fixture(scope="module")

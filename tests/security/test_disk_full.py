@@ -20,20 +20,20 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.config import PartitionConfig
-from pipeline.partition_run import partition_to_store
-from storage.errors import AseprError, FileSystemError, StoreError, os_error_problem
-from storage.importers import import_dataset
-from storage.partitions.manifest import read_manifest
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.storage.errors import AseprError, FileSystemError, StoreError, os_error_problem
+from asepr.storage.importers import import_dataset
+from asepr.storage.partitions.manifest import read_manifest
 from tests.security.tmpfs import fill, mounted_tmpfs
 from tests.storage.helpers import edge_table
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import load_local_graph
-from training.distributed import train_rounds
-from workflows.cli import main
-from workflows.demo import bundled_cora
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import load_local_graph
+from asepr.training.loop.distributed import train_rounds
+from asepr.workflows.cli import main
+from asepr.workflows.demo import bundled_cora
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = TrainConfig(hidden=16, rounds=1, local_epochs=1, threads=1, seed=1, feature_norm="none", eval_mode="local")
@@ -56,7 +56,7 @@ def cora(tmp_path_factory) -> dict[str, Path]:
 
 
 def _asepr(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "workflows.cli", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "asepr.workflows.cli", *args], cwd=cwd, capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=600)
 
 

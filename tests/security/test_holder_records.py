@@ -16,11 +16,11 @@ import fsspec
 import psutil
 import pytest
 
-from storage.commit import holder
-from storage.commit.lease import LEASE_NAME, Lease
-from storage.commit.lock import OutputLock
-from storage.errors import StoreError
-from storage.partitions.manifest import LOCK_NAME
+from asepr.storage.commit import holder
+from asepr.storage.commit.lease import LEASE_NAME, Lease
+from asepr.storage.commit.lock import OutputLock
+from asepr.storage.errors import StoreError
+from asepr.storage.partitions.manifest import LOCK_NAME
 
 SECRET = "Zq7SuperSecretValue"
 ARGV = ["/usr/bin/asepr", "partition", "in", "s3://b/out", "--storage-options", json.dumps({"secret": SECRET})]

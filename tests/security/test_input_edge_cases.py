@@ -12,7 +12,7 @@ import os
 import pytest
 
 from tests.storage.helpers import write_input
-from workflows.cli import main
+from asepr.workflows.cli import main
 
 
 def _input_with_meta(root, **fields):

@@ -18,11 +18,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline import ingest, verify_output
-from storage.errors import StoreError
-from storage.partitions.manifest import read_manifest
+from asepr.pipeline import ingest, verify_output
+from asepr.storage.errors import StoreError
+from asepr.storage.partitions.manifest import read_manifest
 from tests.security import increments
-from training.data import load_local_graph
+from asepr.training.graph.data import load_local_graph
 
 LOADS = 100
 

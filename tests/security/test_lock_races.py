@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from storage.partitions.manifest import LOCK_NAME, read_manifest
+from asepr.storage.partitions.manifest import LOCK_NAME, read_manifest
 from tests.security import increments, race_workers
 from tests.security.race_workers import BARRIER_TIMEOUT_S
 
@@ -96,8 +96,8 @@ def tiny_output(tmp_path_factory) -> dict:
 
 
 def _race_ingests(tiny: dict, workdir: Path, rounds: int) -> None:
-    from pipeline import verify_output
-    from storage.locations.fs import discover_shards, fingerprint
+    from asepr.pipeline import verify_output
+    from asepr.storage.locations.fs import discover_shards, fingerprint
 
     ctx = mp.get_context("spawn")
     start, done = ctx.Barrier(3), ctx.Barrier(3)

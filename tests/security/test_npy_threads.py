@@ -3,7 +3,7 @@
 ``np.load`` parses each header with :func:`ast.literal_eval`, which is not thread-safe on
 CPython 3.11 before 3.11.8 and 3.12 before 3.12.2 (``SystemError: AST constructor
 recursion depth mismatch``). Every load of the package goes through
-:func:`storage.inputs.npy.load_npy`; these tests check that no module calls ``np.load`` itself
+:func:`asepr.storage.inputs.npy.load_npy`; these tests check that no module calls ``np.load`` itself
 and that ``load_npy`` never lets two header parses overlap, under many threads.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import storage.inputs.npy as npy
-from storage.inputs.npy import load_npy, npz_member
+import asepr.storage.inputs.npy as npy
+from asepr.storage.inputs.npy import load_npy, npz_member
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("pipeline", "storage", "training", "workflows")
@@ -43,7 +43,7 @@ def test_every_npy_load_of_the_package_goes_through_load_npy():
                 continue
             if lines := _bare_loads(path):
                 found[str(path.relative_to(ROOT))] = lines
-    assert not found, f"np.load called directly (use storage.inputs.npy.load_npy): {found}"
+    assert not found, f"np.load called directly (use asepr.storage.inputs.npy.load_npy): {found}"
 
 
 def test_the_versions_with_the_unsafe_parser():

@@ -21,19 +21,19 @@ import psutil
 import pytest
 import torch
 
-from pipeline.config import PartitionConfig
-from pipeline.partition_run import partition_to_store
-from storage.errors import StoreError
-from storage.importers import import_dataset
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.storage.errors import StoreError
+from asepr.storage.importers import import_dataset
 from tests.training.conftest import REPO, wait_ranks
 from tests.training.conftest import spawn_ranks as spawn_trainer_ranks
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import load_local_graph
-from training.distributed import train_rounds
-from workflows.cli import main
-from workflows.demo import bundled_cora
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import load_local_graph
+from asepr.training.loop.distributed import train_rounds
+from asepr.workflows.cli import main
+from asepr.workflows.demo import bundled_cora
 
 TINY = TrainConfig(hidden=16, rounds=1, local_epochs=1, threads=1, seed=1, feature_norm="none",
                    eval_mode="local")  # in-process runs train one partition of two
@@ -51,7 +51,7 @@ def cora_k2(tmp_path_factory) -> Path:
 
 
 def _rank_pids(agent: psutil.Process) -> list[psutil.Process]:
-    return [p for p in agent.children(recursive=True) if "training.main" in " ".join(p.cmdline())]
+    return [p for p in agent.children(recursive=True) if "asepr.training.main" in " ".join(p.cmdline())]
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:
@@ -67,7 +67,7 @@ def test_killing_the_agent_stops_its_ranks_and_a_second_run_is_refused_until_the
     """Cases 6 and 7 on a real launch: 2 gloo ranks under `asepr train`, which is SIGKILLed."""
     run = tmp_path / "run"
     agent = subprocess.Popen(
-        [sys.executable, "-m", "workflows.cli", "train", str(cora_k2), "--nproc", "2", "--rounds", "500",
+        [sys.executable, "-m", "asepr.workflows.cli", "train", str(cora_k2), "--nproc", "2", "--rounds", "500",
          "--local-epochs", "1", "--hidden", "16", "--threads", "1",
          "--timeout", str(TIMEOUT_S), "--run-dir", str(run), "-q"],
         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -113,7 +113,7 @@ def test_a_lock_of_a_live_process_refuses_the_trainers_started_without_a_launche
     both ranks stop with the holder named when another process holds it."""
     run = tmp_path / "run"
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from training.checkpoint import RunDir\n"
+        [sys.executable, "-c", "import sys, time; from asepr.training.rundir.checkpoint import RunDir\n"
                                f"lock = RunDir({str(run)!r}).lock().acquire(); print('held', flush=True)\n"
                                "time.sleep(300)"],
         cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, text=True)
@@ -186,7 +186,7 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_refused_naming_the_file(cor
     ([1, 2], "a JSON object of TrainConfig fields"),
 ])
 def test_the_trainers_config_file_is_strictly_typed(cora_k2, tmp_path, capsys, content, found):
-    from training.main import main as trainer_main
+    from asepr.training.main import main as trainer_main
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(content))
@@ -196,7 +196,7 @@ def test_the_trainers_config_file_is_strictly_typed(cora_k2, tmp_path, capsys, c
 
 
 def test_the_config_file_and_config_flags_are_not_mixed(cora_k2, tmp_path, capsys):
-    from training.main import main as trainer_main
+    from asepr.training.main import main as trainer_main
 
     path = RunDir(tmp_path / "run").write_config(TINY)
     assert trainer_main([str(cora_k2), "--config", str(path), "--hidden", "8"]) == 2
@@ -279,7 +279,7 @@ def test_trainers_started_without_the_launcher_refuse_a_previous_run(cora_k2, tm
 def test_the_output_and_nproc_are_checked_before_any_rank_starts(cora_k2, tmp_path, capsys):
     """A missing output, or more ranks than partitions: one line, no rank started, no run directory."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    missing = subprocess.run([sys.executable, "-m", "workflows.cli", "train", "nope", "--nproc", "2"],
+    missing = subprocess.run([sys.executable, "-m", "asepr.workflows.cli", "train", "nope", "--nproc", "2"],
                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1
     assert missing.stderr.count("\n") == 1 and missing.stderr.startswith("asepr train: error: output "), missing.stderr

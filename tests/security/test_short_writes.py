@@ -2,7 +2,7 @@
 
 ``ndarray.tofile`` and ``np.save`` write through C ``fwrite`` and report a full disk as
 ``OSError: N requested and M written`` (no errno, no file), which read as "fix the
-cause". The project's writers (:func:`storage.inputs.npy.write_array`, :func:`storage.inputs.npy.save_npy`
+cause". The project's writers (:func:`asepr.storage.inputs.npy.write_array`, :func:`asepr.storage.inputs.npy.save_npy`
 and everything built on them) report ``ENOSPC`` and the file's path instead.
 """
 
@@ -13,10 +13,10 @@ import errno
 import numpy as np
 import pytest
 
-from pipeline.store.route import SegmentWriter
-from storage.commit.atomic import save_npy_atomic
-from storage.errors import FileSystemError, os_errors_as_problems
-from storage.inputs.npy import save_npy, write_array
+from asepr.pipeline.store.route import SegmentWriter
+from asepr.storage.commit.atomic import save_npy_atomic
+from asepr.storage.errors import FileSystemError, os_errors_as_problems
+from asepr.storage.inputs.npy import save_npy, write_array
 from tests.security.tmpfs import fill, mounted_tmpfs
 
 BIG = np.arange(1 << 17, dtype=np.int64)  # 1 MiB, more than the full disk has left

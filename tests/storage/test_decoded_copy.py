@@ -7,18 +7,18 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from storage.inputs.decoded_copy import validate_and_copy
+from asepr.storage.inputs.decoded_copy import validate_and_copy
 from tests.storage.helpers import edge_table, write_input
 
 
 def test_decoded_copy_streams_the_same_batches_and_is_checked(tmp_path):
-    # The decoded copy written beside the validator (storage.inputs.decoded) gives the edge stream exactly the
+    # The decoded copy written beside the validator (asepr.storage.inputs.decoded) gives the edge stream exactly the
     # Parquet shards' rows, empty shards included; a truncated or missing copy is refused
     # by name, and an existing file is never overwritten.
-    from pipeline.stream import iter_edge_batches
-    from storage import StoreError
-    from storage.inputs.decoded import decoded_shards
-    from storage.inputs.directory import open_input
+    from asepr.pipeline.stream import iter_edge_batches
+    from asepr.storage import StoreError
+    from asepr.storage.inputs.decoded import decoded_shards
+    from asepr.storage.inputs.directory import open_input
 
     write_input(tmp_path / "in")
     pq.write_table(edge_table([], []), tmp_path / "in" / "edges" / "part-00009.parquet")

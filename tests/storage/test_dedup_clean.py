@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import EdgeDedup, InputError, validate_input
-from storage.inputs.clean import clean_input
+from asepr.storage import EdgeDedup, InputError, validate_input
+from asepr.storage.inputs.clean import clean_input
 from tests.storage.helpers import write_input
-from workflows.cli import main
+from asepr.workflows.cli import main
 
 
 def _reference_duplicate_positions(src, dst, undirected):

@@ -1,4 +1,4 @@
-"""Files written and read past the page cache (storage.locations.direct_io)."""
+"""Files written and read past the page cache (asepr.storage.locations.direct_io)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from storage.locations.direct_io import ALIGN, DirectWriter, aligned_empty, open_direct, pread_into
+from asepr.storage.locations.direct_io import ALIGN, DirectWriter, aligned_empty, open_direct, pread_into
 
 
 def _pieces(rng, total):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from storage.errors import InputError
-from storage.importers import import_dataset
+from asepr.storage.errors import InputError
+from asepr.storage.importers import import_dataset
 
 
 @pytest.mark.parametrize("text, line", [

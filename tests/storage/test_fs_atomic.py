@@ -11,15 +11,15 @@ import fsspec
 import numpy as np
 import pytest
 
-from storage import (
+from asepr.storage import (
     InputNotFoundError,
     InputWriter,
     StoreError,
     discover_shards,
     read_meta,
 )
-from storage.commit import failpoints
-from storage.commit.atomic import (
+from asepr.storage.commit import failpoints
+from asepr.storage.commit.atomic import (
     atomic_file,
     save_npy_atomic,
     staged_output,
@@ -120,7 +120,7 @@ def test_failpoints_pause_kill_and_ignore(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="ASEPR_FAILPOINTS"):
         failpoints.parse("swap=stop")
     marker = tmp_path / "marker"
-    script = "from storage.commit import failpoints\nfailpoints.failpoint('other')\nfailpoints.failpoint('{}')\n"
+    script = "from asepr.storage.commit import failpoints\nfailpoints.failpoint('other')\nfailpoints.failpoint('{}')\n"
     env = dict(os.environ, ASEPR_FAILPOINTS="a=kill,b=pause", ASEPR_FAILPOINT_MARKER=str(marker))
     killed = subprocess.run([sys.executable, "-c", script.format("a")], env=env)
     assert killed.returncode == -9 and not marker.exists()
@@ -138,7 +138,7 @@ def test_failpoints_pause_kill_and_ignore(tmp_path, monkeypatch):
 def test_killed_writer_leaves_hidden_staging_that_the_next_run_sweeps(tmp_path):
     script = (
         "import os, numpy as np\n"
-        "from storage import InputWriter\n"
+        "from asepr.storage import InputWriter\n"
         f"w = InputWriter({str(tmp_path / 'out')!r}, feat_dim=2).__enter__()\n"
         "w.write_edges(np.arange(5), np.arange(5))\n"
         "os._exit(9)\n"
@@ -188,12 +188,12 @@ def test_discovery_skips_hidden_and_underscore_directories(tmp_path):
 
 
 def test_malloc_can_be_tuned_on_linux():
-    # The CLI caps glibc's arenas before starting threads (storage.resources); in a
+    # The CLI caps glibc's arenas before starting threads (asepr.storage.resources); in a
     # subprocess, so this test process keeps its own allocator settings.
     import subprocess
     import sys
 
-    code = "from storage.resources import tune_malloc as f; print(f(2))"
+    code = "from asepr.storage.resources import tune_malloc as f; print(f(2))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     expected = "True" if sys.platform.startswith("linux") else "False"
     assert out.split()[0] == expected

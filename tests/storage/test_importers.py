@@ -19,15 +19,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage.errors import (
+from asepr.storage.errors import (
     AseprError,
     InputError,
     InputNotFoundError,
     SchemaError,
     StoreError,
 )
-from storage.importers import FORMATS, import_dataset
-from workflows.demo import bundled_cora
+from asepr.storage.importers import FORMATS, import_dataset
+from asepr.workflows.demo import bundled_cora
 
 
 @dataclass(frozen=True)

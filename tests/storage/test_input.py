@@ -8,7 +8,7 @@ import fsspec
 import pyarrow.parquet as pq
 import pytest
 
-from storage import (
+from asepr.storage import (
     InputDir,
     InputError,
     InputNotFoundError,
@@ -17,8 +17,8 @@ from storage import (
     read_meta,
     validate_input,
 )
-from storage.inputs import directory as input_module
-from storage.integrity import validate as validate_module
+from asepr.storage.inputs import directory as input_module
+from asepr.storage.integrity import validate as validate_module
 from tests.storage.helpers import edge_table, write_input
 
 

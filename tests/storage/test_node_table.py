@@ -1,4 +1,4 @@
-"""The validator's decoded node table (storage.inputs.node_table)."""
+"""The validator's decoded node table (asepr.storage.inputs.node_table)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-import storage.inputs.node_table as node_table_module
-from storage import StoreError
-from storage.inputs.decoded_copy import validate_and_copy
-from storage.inputs.directory import open_input
-from storage.inputs.node_table import NodeTable, node_table_bytes
+import asepr.storage.inputs.node_table as node_table_module
+from asepr.storage import StoreError
+from asepr.storage.inputs.decoded_copy import validate_and_copy
+from asepr.storage.inputs.directory import open_input
+from asepr.storage.inputs.node_table import NodeTable, node_table_bytes
 from tests.storage.helpers import node_table, write_input
 
 
@@ -78,7 +78,7 @@ def test_table_without_labels_or_splits_and_checked_sizes(tmp_path):
 
 
 def test_table_switches_from_direct_writes_to_page_cache_writes(tmp_path):
-    # In-order runs are appended with O_DIRECT (storage.locations.direct_io); a run that does not
+    # In-order runs are appended with O_DIRECT (asepr.storage.locations.direct_io); a run that does not
     # continue where the last one ended, then shuffled ids, go through the page cache.
     # The table is the same: row i is node i, whole blocks and unaligned tails alike.
     n, d = 257, 64  # x rows of 256 B: several 4 KiB blocks per shard

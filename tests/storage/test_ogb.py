@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from storage.errors import InputError, InputNotFoundError, SchemaError
-from storage.importers import import_dataset
-from storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
-from workflows.cli import main as cli_main
+from asepr.storage.errors import InputError, InputNotFoundError, SchemaError
+from asepr.storage.importers import import_dataset
+from asepr.storage.inputs.schema import SPLIT_NONE, SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL
+from asepr.workflows.cli import main as cli_main
 
 ogb_node = pytest.importorskip("ogb.nodeproppred", reason="needs the ogb package (asepr[test] has it)")
 ogb_link = pytest.importorskip("ogb.linkproppred", reason="needs the ogb package (asepr[test] has it)")

@@ -15,16 +15,16 @@ import numpy as np
 import pytest
 import zarr
 
-import storage.commit.atomic
-import storage.partitions.store as ps
-from pipeline.config import PartitionConfig
-from pipeline.partition_run import partition_to_store
-from storage.commit.lock import OutputLock
-from storage.errors import StoreError
-from storage.integrity.checked_array import CheckedArray
-from storage.partitions.manifest import LOCK_NAME, read_manifest, write_manifest
-from storage.partitions.output_stores import open_partition
-from storage.partitions.store import open_store
+import asepr.storage.commit.atomic
+import asepr.storage.partitions.store as ps
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.storage.commit.lock import OutputLock
+from asepr.storage.errors import StoreError
+from asepr.storage.integrity.checked_array import CheckedArray
+from asepr.storage.partitions.manifest import LOCK_NAME, read_manifest, write_manifest
+from asepr.storage.partitions.output_stores import open_partition
+from asepr.storage.partitions.store import open_store
 from tests.storage.helpers import write_input
 
 
@@ -45,7 +45,7 @@ def outputs(tmp_path_factory) -> dict[int, Path]:
 
 
 def _documented_layout() -> tuple[dict[str, tuple[list[str], int, bool]], list[str]]:
-    """Parse the tree in storage.partitions.store's docstring."""
+    """Parse the tree in asepr.storage.partitions.store's docstring."""
     doc = ps.__doc__
     block = doc[doc.index("part-00000.zarr/") :].split("\n\n")[0]
     arrays: dict[str, tuple[list[str], int, bool]] = {}
@@ -218,7 +218,7 @@ def test_manifest_replacement_is_atomic(tmp_path, monkeypatch):
     def crash(src, dst):
         raise OSError("simulated crash before the rename")
 
-    monkeypatch.setattr(storage.commit.atomic.os, "replace", crash)
+    monkeypatch.setattr(asepr.storage.commit.atomic.os, "replace", crash)
     with pytest.raises(OSError):
         write_manifest(tmp_path, {"format": "asepr-partitions", "format_version": 1, "generation": 2,
                                   "num_parts": 1, "partitions": [{"part_id": 0}]})
@@ -230,12 +230,12 @@ def test_manifest_is_written_last(outputs, tmp_path, monkeypatch):
     """A run stopped right before its manifest leaves the previous generation readable."""
     out = tmp_path / "out"
     shutil.copytree(outputs[0], out)
-    import pipeline.store.commit
+    import asepr.pipeline.store.commit
 
     def stop(*args, **kwargs):
         raise KeyboardInterrupt("stopped before the manifest")
 
-    monkeypatch.setattr(pipeline.store.commit, "write_manifest", stop)
+    monkeypatch.setattr(asepr.pipeline.store.commit, "write_manifest", stop)
     with pytest.raises(KeyboardInterrupt):
         partition_to_store(_input_of(outputs[0]), out, PartitionConfig(num_parts=2, algo="dbh"),
                            overwrite=True)
@@ -318,10 +318,10 @@ def test_lock_detects_a_reused_pid(tmp_path):
 
 
 def test_direct_chunk_files_are_the_ones_zarr_writes(tmp_path):
-    # A local store's chunk files bypass the page cache (storage.partitions.chunk_stores) where the
+    # A local store's chunk files bypass the page cache (asepr.storage.partitions.chunk_stores) where the
     # filesystem allows it; they are byte for byte what zarr's LocalStore writes (the
     # crc32c codec's checksum included) and read back through zarr and the digests.
-    from storage.partitions.chunk_stores import DirectLocalStore, takes_direct_io
+    from asepr.storage.partitions.chunk_stores import DirectLocalStore, takes_direct_io
 
     x = np.random.default_rng(1).standard_normal((70_001, 32)).astype(np.float32)  # 3 chunks, the last partial
     y = np.arange(1000, dtype=np.int64) % 7
@@ -344,7 +344,7 @@ def test_direct_chunk_files_are_the_ones_zarr_writes(tmp_path):
 
 
 def test_direct_writes_use_o_direct_where_the_filesystem_takes_it(tmp_path, monkeypatch):
-    import storage.partitions.chunk_stores as cs
+    import asepr.storage.partitions.chunk_stores as cs
 
     if not cs.takes_direct_io(tmp_path):
         pytest.skip("this filesystem refuses O_DIRECT")
@@ -363,8 +363,8 @@ def test_direct_writes_use_o_direct_where_the_filesystem_takes_it(tmp_path, monk
 
 
 def test_the_pipeline_writes_local_stores_through_the_direct_store(tmp_path):
-    from storage.locations.location import create_group, open_group_rw
-    from storage.partitions.chunk_stores import DirectLocalStore, takes_direct_io
+    from asepr.storage.locations.location import create_group, open_group_rw
+    from asepr.storage.partitions.chunk_stores import DirectLocalStore, takes_direct_io
 
     create_group(tmp_path / "p.zarr")
     group = open_group_rw(tmp_path / "p.zarr")
@@ -372,7 +372,7 @@ def test_the_pipeline_writes_local_stores_through_the_direct_store(tmp_path):
 
 
 def test_require_chunks_makes_a_missing_chunk_an_error_for_any_zarr_read(tmp_path):
-    from storage.partitions.chunk_stores import MissingChunkError
+    from asepr.storage.partitions.chunk_stores import MissingChunkError
 
     ps.write_array(ps.create_store(tmp_path / "s.zarr"), "nodes/y", np.arange(1000, dtype=np.int64) + 1)
     (tmp_path / "s.zarr" / "nodes" / "y" / "c" / "0").unlink()

@@ -15,11 +15,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage.errors import InputError
-from storage.importers import import_dataset
-from storage.integrity.validate import validate_input as validate
+from asepr.storage.errors import InputError
+from asepr.storage.importers import import_dataset
+from asepr.storage.integrity.validate import validate_input as validate
 from tests.pipeline.test_write import make_input
-from workflows.demo import bundled_cora
+from asepr.workflows.demo import bundled_cora
 
 CLAIM = 10**12
 

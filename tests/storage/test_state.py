@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import zarr
 
-import storage.partitions.state
-from storage.errors import StoreError
-from storage.partitions.manifest import OLD_DIR, STAGING_NAME
-from storage.partitions.state import (
+import asepr.storage.partitions.state
+from asepr.storage.errors import StoreError
+from asepr.storage.partitions.manifest import OLD_DIR, STAGING_NAME
+from asepr.storage.partitions.state import (
     OPTIONAL_STATE_ARRAYS,
     REQUIRED_STATE_ARRAYS,
     STATE_NAME,
@@ -86,7 +86,7 @@ def test_write_then_read_round_trips_every_array_and_attribute(tmp_path, rng):
 
 
 def test_the_layout_in_the_docstring_is_what_is_written(tmp_path, rng):
-    doc = storage.partitions.state.__doc__
+    doc = asepr.storage.partitions.state.__doc__
     tree = doc[doc.index("state.zarr/"): doc.index("``shards``")]
     documented = {}
     group = None

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage import (
+from asepr.storage import (
     AseprError,
     InputError,
     InputNotFoundError,
@@ -19,7 +19,7 @@ from storage import (
     validate_input,
 )
 from tests.storage.helpers import claim_rows, edge_table, node_table, write_input
-from workflows.cli import main
+from asepr.workflows.cli import main
 
 
 def _expected_duplicates(src, dst, undirected):
@@ -54,7 +54,7 @@ def test_valid_input_counts(tmp_path, layout, undirected):
 
 def test_duplicate_counter_spills_many_buckets(tmp_path, monkeypatch):
     data = write_input(tmp_path / "in", num_nodes=30, num_edges=2000)
-    from storage.inputs import dedup
+    from asepr.storage.inputs import dedup
     original = dedup.EdgeDedup.__init__
 
     def small_buckets(self, *args, **kwargs):
@@ -94,8 +94,8 @@ def test_empty_shard_is_reported_not_fatal(tmp_path):
 def test_decoded_writer_round_trips_many_blocks_in_stream_order(tmp_path):
     # Shards of many 4 KiB blocks and unaligned tails, empty shards between them, read
     # back in batches that cut across blocks; batches out of stream order are refused.
-    from storage.inputs.decoded import DecodedWriter, decoded_shards, read_decoded
-    from storage.locations.fs import Shard
+    from asepr.storage.inputs.decoded import DecodedWriter, decoded_shards, read_decoded
+    from asepr.storage.locations.fs import Shard
 
     rng = np.random.default_rng(0)
     sizes = [10_007, 0, 3, 4096, 0]
@@ -352,8 +352,8 @@ def test_a_footer_that_claims_more_rows_than_its_row_groups_is_refused(tmp_path,
     err = capsys.readouterr().err
     assert all(s in err for s in expected) and "Traceback" not in err
 
-    from storage.integrity.validate_increment import validate_increment
-    from storage.locations.fs import discover_shards
+    from asepr.storage.integrity.validate_increment import validate_increment
+    from asepr.storage.locations.fs import discover_shards
 
     with pytest.raises(InputError, match=r"1,099,511,627,776.*100 rows in its 1 row group"):
         validate_increment(discover_shards(str(shard)), [], num_nodes=60, feat_dim=5)

@@ -13,10 +13,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from pipeline.config import PartitionConfig
-from pipeline.partition_run import partition_to_store
-from storage.importers import import_dataset
-from workflows.demo import bundled_cora
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.storage.importers import import_dataset
+from asepr.workflows.demo import bundled_cora
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,15 +67,14 @@ def fork_ranks(world: int, fn, *args) -> None:
 
 
 def spawn_ranks(world: int, trainer_args: list[str], *, extra_env: dict | None = None) -> list[subprocess.Popen]:
-    """Start ``python -m training.main`` as ``world`` ranks with plain RANK/WORLD_SIZE/MASTER_*
+    """Start ``python -m asepr.training.main`` as ``world`` ranks with plain RANK/WORLD_SIZE/MASTER_*
     variables (the non-torchrun launch path); stdout and stderr are captured."""
     port = free_port()
     procs = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-                   PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""), **(extra_env or {}))
-        procs.append(subprocess.Popen([sys.executable, "-m", "training.main", *trainer_args], cwd=REPO, env=env,
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1", **(extra_env or {}))
+        procs.append(subprocess.Popen([sys.executable, "-m", "asepr.training.main", *trainer_args], cwd=REPO, env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     return procs
 

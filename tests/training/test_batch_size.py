@@ -1,4 +1,4 @@
-"""``batch_size="auto"``: each rank's share of the centralized batch (training.config.resolve_batch_size)."""
+"""``batch_size="auto"``: each rank's share of the centralized batch (asepr.training.config.resolve_batch_size)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.training.conftest import fork_ranks
-from training.centralized import load_input_graph
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import (
+from asepr.training.centralized import load_input_graph
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import (
     AUTO_BATCH_MAX,
     AUTO_BATCH_MIN,
     AUTO_BATCH_STEPS,
@@ -24,13 +24,13 @@ from training.config import (
     parse_batch_size,
     resolve_batch_size,
 )
-from training.data import load_local_graph
-from training.distributed import global_weights, train_rounds
-from training.fds.trainer import fds_config
-from training.local import share_training_seeds, steps_per_round
-from training.main import add_train_arguments, config_from_args
-from training.rounds import batch_columns
-from training.tasks import make_task
+from asepr.training.graph.data import load_local_graph
+from asepr.training.loop.distributed import global_weights, train_rounds
+from asepr.training.fds.trainer import fds_config
+from asepr.training.loop.local import share_training_seeds, steps_per_round
+from asepr.training.main import add_train_arguments, config_from_args
+from asepr.training.loop.rounds import batch_columns
+from asepr.training.tasks import make_task
 
 SMALL = TrainConfig(hidden=16, rounds=1, local_epochs=1, threads=1, seed=5, feature_norm="none", reconcile="avg",
                     eval_mode="local", fanouts=(3, 3))

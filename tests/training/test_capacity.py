@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from tests.training.conftest import fork_ranks
-from training.capacity import StepPlan, check_rank_lists, parse_rank_list
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import TrainConfig
-from training.distributed import global_weights, run_trainer
-from training.main import add_train_arguments, config_from_args
-from training.reconcile.average import normalised_average, weighted_average
-from workflows.cli import main
+from asepr.training.group.capacity import StepPlan, check_rank_lists, parse_rank_list
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.loop.distributed import global_weights, run_trainer
+from asepr.training.main import add_train_arguments, config_from_args
+from asepr.training.reconcile.average import normalised_average, weighted_average
+from asepr.workflows.cli import main
 
 SMALL = TrainConfig(hidden=32, rounds=2, local_epochs=1, threads=1, seed=3, feature_norm="none")
 
@@ -169,7 +169,7 @@ def test_a_cluster_file_gives_each_rank_its_machines_speed(tmp_path, kind):
 
 
 def test_a_bad_cluster_file_is_named_with_the_machine_and_key(tmp_path):
-    from storage.cluster import read_cluster
+    from asepr.storage.cluster import read_cluster
 
     bad = tmp_path / "c.toml"
     bad.write_text('[[machine]]\nname = "old"\ncompute = 0\n')
@@ -191,8 +191,8 @@ def test_a_bad_cluster_file_is_named_with_the_machine_and_key(tmp_path):
 
 
 def test_the_fds_baseline_refuses_capacity_aware_steps_and_keeps_the_slowdown():
-    from training.checkpoint import TrainerError
-    from training.fds.trainer import fds_config
+    from asepr.training.rundir.checkpoint import TrainerError
+    from asepr.training.fds.trainer import fds_config
 
     with pytest.raises(TrainerError, match="--strategy fds: expected no --speeds, --cluster or --deadline"):
         fds_config(dataclasses.replace(SMALL, deadline=1.0))

@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.config import PartitionConfig
-from pipeline.inputs.synth import SynthConfig, generate
-from pipeline.partition_run import partition_to_store
-from storage.errors import StoreError
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import load_local_graph
-from training.distributed import train_rounds
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.inputs.synth import SynthConfig, generate
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.storage.errors import StoreError
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import load_local_graph
+from asepr.training.loop.distributed import train_rounds
 
 TINY = TrainConfig(hidden=8, rounds=2, local_epochs=1, threads=1, seed=1, feature_norm="none", eval_mode="local")
 

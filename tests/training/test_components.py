@@ -10,13 +10,13 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from training.comm import Comm
-from training.config import TrainConfig, parse_reconcile
-from training.data import build_local_graph
-from training.models import GNN, flatten, graph_operator, num_parameters, unflatten_into
-from training.reconcile import contrastive_loss, weighted_average
-from training.sampler import NeighborSampler
-from training.tasks import AUC_BINS, LinkTask, NodeTask, _histogram, auc_from_histograms
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig, parse_reconcile
+from asepr.training.graph.data import build_local_graph
+from asepr.training.models import GNN, flatten, graph_operator, num_parameters, unflatten_into
+from asepr.training.reconcile import contrastive_loss, weighted_average
+from asepr.training.graph.sampler import NeighborSampler
+from asepr.training.tasks import AUC_BINS, LinkTask, NodeTask, _histogram, auc_from_histograms
 
 
 def _ring_graph(n=40, d=6, classes=3, seed=0):
@@ -195,8 +195,8 @@ def test_contrastive_training_on_the_full_graph_reuses_frozen_outputs_exactly():
     """The frozen models' full-graph outputs are computed once per call; the weights
     must equal those of recomputing them every step (the per-batch path, taken here by
     naming every row as the batch)."""
-    from training.local import train_local
-    from training.tasks import Batch
+    from asepr.training.loop.local import train_local
+    from asepr.training.tasks import Batch
 
     g = _ring_graph()
     config = TrainConfig(reconcile="avg+con", local_epochs=4, hidden=8, dropout=0.0, batch_size=0)
@@ -234,7 +234,7 @@ def test_contrastive_training_on_the_full_graph_reuses_frozen_outputs_exactly():
 @settings(deadline=None, max_examples=60)
 @given(st.integers(1, 50), st.integers(1, 12))
 def test_sync_segments_cover_the_round_in_segments_of_sync_every(total, every):
-    from training.local import sync_segments
+    from asepr.training.loop.local import sync_segments
 
     segments = sync_segments(total, every)
     assert sum(segments) == total
@@ -242,7 +242,7 @@ def test_sync_segments_cover_the_round_in_segments_of_sync_every(total, every):
 
 
 def test_control_variates_correct_each_gradient_by_the_global_minus_the_local_variate():
-    from training.reconcile import ControlVariates
+    from asepr.training.reconcile import ControlVariates
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
@@ -269,7 +269,7 @@ def test_control_variates_correct_each_gradient_by_the_global_minus_the_local_va
 
 
 def test_a_clipped_correction_is_at_most_clip_times_the_gradient_norm():
-    from training.reconcile import ControlVariates
+    from asepr.training.reconcile import ControlVariates
 
     torch.manual_seed(1)
     model = torch.nn.Linear(3, 2)
@@ -288,7 +288,7 @@ def test_a_clipped_correction_is_at_most_clip_times_the_gradient_norm():
 
 
 def test_a_short_segment_moves_the_control_variate_by_its_share_of_a_full_one():
-    from training.reconcile import ControlVariates
+    from asepr.training.reconcile import ControlVariates
 
     torch.manual_seed(4)
     model = torch.nn.Linear(3, 2)

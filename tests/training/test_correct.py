@@ -12,14 +12,14 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from tests.training.conftest import fork_ranks
-from training.centralized import load_input_graph
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import load_local_graph
-from training.models import build_model, flatten, graph_operator, unflatten_into
-from training.reconcile import correct
-from training.reconcile.correct import GlobalCorrection, merge_samples
-from training.tasks import NodeTask
+from asepr.training.centralized import load_input_graph
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import load_local_graph
+from asepr.training.models import build_model, flatten, graph_operator, unflatten_into
+from asepr.training.reconcile import correct
+from asepr.training.reconcile.correct import GlobalCorrection, merge_samples
+from asepr.training.tasks import NodeTask
 
 CONFIG = TrainConfig(reconcile="avg+corr", fanouts=(1000, 1000), hidden=16, dropout=0.0, lr=0.05,
                      feature_norm="none", weight_decay=0.0)

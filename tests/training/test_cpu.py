@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training.centralized import run_centralized
-from training.config import TrainConfig
-from training.rounds import configure_cpu
+from asepr.training.centralized import run_centralized
+from asepr.training.config import TrainConfig
+from asepr.training.loop.rounds import configure_cpu
 
 
 def test_configure_cpu_flushes_denormals_and_sets_threads():
@@ -46,7 +46,7 @@ def test_centralized_training_runs_with_denormals_flushed(cora_input, tmp_path):
 
 
 def test_default_threads_are_the_process_share_of_the_idle_cores(monkeypatch):
-    import training.rounds as rounds
+    import asepr.training.loop.rounds as rounds
 
     monkeypatch.setattr(rounds, "available_cores", lambda: list(range(16)))
     default = TrainConfig()
@@ -61,7 +61,7 @@ def test_default_threads_are_the_process_share_of_the_idle_cores(monkeypatch):
 
 
 def test_local_ranks_come_from_the_launcher(monkeypatch):
-    from training.rounds import local_ranks
+    from asepr.training.loop.rounds import local_ranks
 
     for name in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE"):
         monkeypatch.delenv(name, raising=False)
@@ -73,7 +73,7 @@ def test_local_ranks_come_from_the_launcher(monkeypatch):
 
 
 def test_idle_cores_counts_this_process_cpus():
-    from training.rounds import available_cores, idle_cores
+    from asepr.training.loop.rounds import available_cores, idle_cores
 
     cpus = available_cores()
     idle = idle_cores(cpus, window_s=0.05)
@@ -86,8 +86,8 @@ needs_no_gpu = pytest.mark.skipif(torch.cuda.is_available(), reason="this machin
 
 @needs_no_gpu
 def test_device_auto_is_the_cpu_without_a_gpu_and_cuda_is_refused_by_name():
-    from training.checkpoint import TrainerError
-    from training.device import backend_for, resolve_device
+    from asepr.training.rundir.checkpoint import TrainerError
+    from asepr.training.group.device import backend_for, resolve_device
 
     assert resolve_device("auto") == resolve_device("cpu") == torch.device("cpu")
     assert backend_for(resolve_device("auto")) == "gloo"
@@ -98,7 +98,7 @@ def test_device_auto_is_the_cpu_without_a_gpu_and_cuda_is_refused_by_name():
 
 
 def test_ranks_share_the_gpus_round_robin_and_nccl_only_with_a_gpu_each():
-    from training.device import backend_for, gpu_index
+    from asepr.training.group.device import backend_for, gpu_index
 
     assert [gpu_index(r, 1) for r in range(4)] == [0, 0, 0, 0]
     assert [gpu_index(r, 2) for r in range(5)] == [0, 1, 0, 1, 0]
@@ -112,7 +112,7 @@ def test_ranks_share_the_gpus_round_robin_and_nccl_only_with_a_gpu_each():
 @needs_no_gpu
 @pytest.mark.parametrize("how", ["centralized", "ranks"])
 def test_train_with_device_cuda_and_no_gpu_fails_with_one_line(cora_input, cora_parts, tmp_path, capsys, how):
-    from workflows.cli import main
+    from asepr.workflows.cli import main
 
     small = ["--hidden", "8", "--rounds", "1", "--local-epochs", "1", "--threads", "1", "--device", "cuda"]
     where = ["--centralized", str(cora_input)] if how == "centralized" else [str(cora_parts(2)), "--nproc", "2"]
@@ -122,7 +122,7 @@ def test_train_with_device_cuda_and_no_gpu_fails_with_one_line(cora_input, cora_
 
 
 def test_device_cpu_trains_on_the_cpu(cora_input, tmp_path):
-    from training.checkpoint import RunDir
+    from asepr.training.rundir.checkpoint import RunDir
 
     config = TrainConfig(hidden=8, rounds=1, local_epochs=1, threads=1, feature_norm="none", device="cpu")
     rows = run_centralized(cora_input, tmp_path / "run", config)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from storage.errors import StoreError
-from training.centralized import load_input_graph
-from training.data import load_local_graph, rank_partitions
+from asepr.storage.errors import StoreError
+from asepr.training.centralized import load_input_graph
+from asepr.training.graph.data import load_local_graph, rank_partitions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,7 +85,7 @@ def hook(event, args):
     elif event in ("os.listdir", "os.scandir") and args and isinstance(args[0], (str, os.PathLike)):
         opened.append(os.path.abspath(os.fsdecode(args[0])))
 import torch, zarr, numpy  # imports happen before the hook: only data files are recorded
-from training.data import load_local_graph
+from asepr.training.graph.data import load_local_graph
 sys.addaudithook(hook)
 g = load_local_graph(sys.argv[1], [int(sys.argv[2])])
 print(json.dumps({"opened": opened, "nodes": g.num_nodes}))

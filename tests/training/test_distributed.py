@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from tests.training.conftest import fork_ranks, run_ranks, spawn_ranks, wait_ranks
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import STRATEGIES, TrainConfig
-from training.data import load_local_graph
-from training.distributed import TrainerError, global_weights, run_trainer, train_rounds
-from workflows.cli import main
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import STRATEGIES, TrainConfig
+from asepr.training.graph.data import load_local_graph
+from asepr.training.loop.distributed import TrainerError, global_weights, run_trainer, train_rounds
+from asepr.workflows.cli import main
 
 # Cora's binary features are on a sane scale as stored; the l2 default (chosen on
 # amazon-computers, whose rows hold hundreds of ones) only slows the first epochs here.

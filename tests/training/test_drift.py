@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from tests.training.conftest import fork_ranks
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import TrainConfig
-from training.distributed import run_trainer
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.loop.distributed import run_trainer
 
 SMALL = TrainConfig(hidden=32, rounds=2, local_epochs=1, threads=1, seed=5, feature_norm="none")
 

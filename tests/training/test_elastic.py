@@ -9,11 +9,11 @@ import json
 import pytest
 
 from tests.training.conftest import fork_ranks, run_ranks
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import TrainConfig
-from training.distributed import run_trainer
-from training.elastic import resume_source
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.loop.distributed import run_trainer
+from asepr.training.group.elastic import resume_source
 
 SMALL = TrainConfig(hidden=32, rounds=1, local_epochs=1, threads=1, seed=3, feature_norm="none")
 

@@ -12,15 +12,15 @@ import torch
 import torch.distributed as dist
 
 from tests.training.conftest import fork_ranks
-from training.centralized import load_input_graph
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import load_local_graph, rank_partitions
-from training.eval_sample import auc_interval, draw_sample, sample_keys, wilson_interval
-from training.inference import Evaluator, ExactInference
-from training.main import format_row
-from training.models import GNN, graph_operator
-from training.tasks import NodeTask
+from asepr.training.centralized import load_input_graph
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import load_local_graph, rank_partitions
+from asepr.training.evaluation.eval_sample import auc_interval, draw_sample, sample_keys, wilson_interval
+from asepr.training.evaluation.inference import Evaluator, ExactInference
+from asepr.training.main import format_row
+from asepr.training.models import GNN, graph_operator
+from asepr.training.tasks import NodeTask
 
 CORA_DIM, CORA_CLASSES, CAP, SEED = 1433, 7, 150, 3
 

@@ -14,15 +14,15 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from training.centralized import centralized_config, load_input_graph, run_centralized
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import load_local_graph, prepare_features, rank_partitions
-from training.distributed import global_weights, train_rounds
-from training.models import build_model, unflatten_into
-from training.rounds import evaluates, evaluates_epoch
-from training.tasks import NodeTask
+from asepr.training.centralized import centralized_config, load_input_graph, run_centralized
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import load_local_graph, prepare_features, rank_partitions
+from asepr.training.loop.distributed import global_weights, train_rounds
+from asepr.training.models import build_model, unflatten_into
+from asepr.training.loop.rounds import evaluates, evaluates_epoch
+from asepr.training.tasks import NodeTask
 
 CORA_NODES, CORA_DIM, CORA_CLASSES = 2708, 1433, 7
 WORLD = 2

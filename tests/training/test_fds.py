@@ -15,14 +15,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-import training.fds.trainer as fds_trainer
-from training.centralized import load_input_graph
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import normalize_features
-from training.distributed import global_weights
-from training.fds import (
+import asepr.training.fds.trainer as fds_trainer
+from asepr.training.centralized import load_input_graph
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import normalize_features
+from asepr.training.loop.distributed import global_weights
+from asepr.training.fds import (
     DistNeighborSampler,
     FeatureFetcher,
     LayerwiseInference,
@@ -32,9 +32,9 @@ from training.fds import (
     metis_owner,
     run_fds,
 )
-from training.fds.partition import iter_input_edges
-from training.models import GNN, build_model, graph_operator, unflatten_into
-from training.tasks import NodeTask
+from asepr.training.fds.partition import iter_input_edges
+from asepr.training.models import GNN, build_model, graph_operator, unflatten_into
+from asepr.training.tasks import NodeTask
 
 CORA_NODES, CORA_DIM, CORA_CLASSES = 2708, 1433, 7
 #: Two rounds of four epochs of 128 seeds per rank and step: 7 steps per epoch on Cora.
@@ -190,7 +190,7 @@ def _resume_rank(rank: int, world: int, port: int, input_dir: str, run_dir: str)
 @pytest.fixture(scope="module")
 def fds_run(cora_input, tmp_path_factory):
     """``asepr train INPUT --strategy fds --nproc 2`` (METIS), through the torchrun launcher."""
-    from workflows.cli import main
+    from asepr.workflows.cli import main
 
     run_dir = tmp_path_factory.mktemp("fds") / "run"
     code = main(["train", str(cora_input), "--strategy", "fds", "--fds-partition", "metis", "--nproc", "2",
@@ -218,7 +218,7 @@ def test_asepr_train_fds_two_ranks_learns_and_evaluates_like_the_centralized_mod
 
 
 def test_fds_run_directory_matches_the_documented_layout(fds_run):
-    """The tree of training.fds.trainer's docstring: the METIS book beside RunDir's files."""
+    """The tree of asepr.training.fds.trainer's docstring: the METIS book beside RunDir's files."""
     assert (fds_run / "fds-partition.npy").is_file() and (fds_run / "run.json").is_file()
     assert (fds_run / "metrics.csv").is_file() and (fds_run / "checkpoints" / "latest.json").is_file()
     for round_dir in ("round-00000", "round-00001"):
@@ -298,7 +298,7 @@ def test_fds_is_evaluated_every_n_epochs_inside_its_rounds(cora_input, tmp_path)
 
 
 def test_fds_refuses_link_prediction_and_a_missing_nproc(cora_input, tmp_path, capsys):
-    from workflows.cli import main
+    from asepr.workflows.cli import main
 
     assert main(["train", str(cora_input), "--strategy", "fds", "--task", "link", "--nproc", "2",
                  "--run-dir", str(tmp_path / "run")]) == 2
@@ -340,7 +340,7 @@ def test_fds_without_pymetis_names_the_extra_and_the_hash_partition(cora_input, 
     """METIS is an extra: without it every rank stops before any collective with the fix."""
     import sys
 
-    from training.checkpoint import TrainerError
+    from asepr.training.rundir.checkpoint import TrainerError
 
     monkeypatch.setitem(sys.modules, "pymetis", None)  # as if not installed
     _init(0, 1, _free_port())

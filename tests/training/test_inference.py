@@ -14,14 +14,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from storage.errors import StoreError
-from training.centralized import load_input_graph
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import build_local_graph, load_local_graph, rank_partitions
-from training.inference import BUDGET_BYTES, ExactInference, evaluate_exact, exact_forward
-from training.models import GNN, graph_operator
-from training.tasks import LinkTask, NodeTask
+from asepr.storage.errors import StoreError
+from asepr.training.centralized import load_input_graph
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import build_local_graph, load_local_graph, rank_partitions
+from asepr.training.evaluation.inference import BUDGET_BYTES, ExactInference, evaluate_exact, exact_forward
+from asepr.training.models import GNN, graph_operator
+from asepr.training.tasks import LinkTask, NodeTask
 
 CORA_NODES, CORA_DIM, CORA_CLASSES = 2708, 1433, 7
 KINDS = ("sage", "gcn", "gat")

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import load_local_graph
-from training.distributed import train_rounds
-from workflows.cli import main
-from workflows.launch import rerun_advice
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import load_local_graph
+from asepr.training.loop.distributed import train_rounds
+from asepr.workflows.cli import main
+from asepr.workflows.launch import rerun_advice
 
 TINY = TrainConfig(hidden=8, rounds=1, local_epochs=1, threads=1, seed=1, feature_norm="none", eval_mode="local")
 

@@ -11,8 +11,8 @@ import math
 import pytest
 
 from tests.training.conftest import run_ranks
-from training.checkpoint import RunDir
-from training.config import TrainConfig
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.config import TrainConfig
 
 CHANCE = 2 * math.log(2)
 

@@ -15,13 +15,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tests.training.conftest import free_port
-from training.centralized import load_input_graph
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import load_local_graph
-from training.inference import ExactInference, evaluate_exact
-from training.models import GNN
-from training.tasks import HITS_K, LinkTask
+from asepr.training.centralized import load_input_graph
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import load_local_graph
+from asepr.training.evaluation.inference import ExactInference, evaluate_exact
+from asepr.training.models import GNN
+from asepr.training.tasks import HITS_K, LinkTask
 
 LINK = TrainConfig(model="sage", task="link", hidden=16, seed=2)
 

@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from storage.errors import InputError
-from storage.importers import import_dataset
+from asepr.storage.errors import InputError
+from asepr.storage.importers import import_dataset
 from tests.storage.test_ogb import ogbl_link_like, ogbn_arxiv_like
-from training.centralized import load_input_graph, run_centralized
-from training.checkpoint import RunDir
-from training.config import TrainConfig
-from training.data import prepare_features
-from training.models import build_model, graph_operator, unflatten_into
-from training.ogb_eval import accuracy, evaluate_run, hits_at, mrr, rocauc
+from asepr.training.centralized import load_input_graph, run_centralized
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import prepare_features
+from asepr.training.models import build_model, graph_operator, unflatten_into
+from asepr.training.evaluation.ogb_eval import accuracy, evaluate_run, hits_at, mrr, rocauc
 
 ogb_node = pytest.importorskip("ogb.nodeproppred", reason="needs the ogb package (asepr[test] has it)")
 ogb_link = pytest.importorskip("ogb.linkproppred", reason="needs the ogb package (asepr[test] has it)")
@@ -101,7 +101,7 @@ def test_runs_that_cannot_be_compared_are_refused_or_left_out(tmp_path):
 
 
 def test_bench_train_reports_ogbs_metric_beside_its_own(tmp_path):
-    from workflows.bench.train import bench_train
+    from asepr.workflows.bench.train import bench_train
 
     ogbn_arxiv_like(tmp_path / "ogb")
     import_dataset("ogb", tmp_path / "ogb" / "ogbn_arxiv", tmp_path / "ogbn-arxiv")
@@ -116,7 +116,7 @@ def test_bench_train_reports_ogbs_metric_beside_its_own(tmp_path):
 
 
 def test_the_report_names_runs_that_were_not_scored():
-    from workflows.bench.train_report import ogb_rows, ogb_section
+    from asepr.workflows.bench.train_report import ogb_rows, ogb_section
 
     base = {"dataset": "d", "k": 2, "strategy": "avg", "partitioner": "asep", "seed": 0}
     none = {**base, "ogb_metric": None, "ogb_error": None}
@@ -128,9 +128,9 @@ def test_the_report_names_runs_that_were_not_scored():
 
 
 def test_a_run_on_partitions_is_scored_on_the_input_they_came_from(tmp_path):
-    from pipeline.config import PartitionConfig
-    from pipeline.partition_run import partition_to_store
-    from training.distributed import run_trainer
+    from asepr.pipeline.config import PartitionConfig
+    from asepr.pipeline.partition_run import partition_to_store
+    from asepr.training.loop.distributed import run_trainer
 
     ogbn_arxiv_like(tmp_path / "ogb")
     import_dataset("ogb", tmp_path / "ogb" / "ogbn_arxiv", tmp_path / "in")

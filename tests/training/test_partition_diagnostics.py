@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from pipeline.config import PartitionConfig
-from pipeline.diagnose import diagnose_output
-from pipeline.partition_run import partition_to_store
-from workflows.cli import main
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.diagnose import diagnose_output
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.workflows.cli import main
 
 
 def test_coverage_is_full_at_k1_and_with_a_one_hop_halo_and_falls_with_k(cora_parts):

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from tests.training.conftest import fork_ranks
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import load_local_graph
-from training.distributed import train_rounds
-from training.protocol import (
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import load_local_graph
+from asepr.training.loop.distributed import train_rounds
+from asepr.training.protocol import (
     ComputeClock,
     best_row,
     cluster_seconds,
@@ -110,7 +110,7 @@ def test_every_rank_stops_after_the_same_round_once_patience_is_spent(cora_parts
 
 
 def test_the_bench_report_gives_test_at_best_val_and_cluster_time_to_95_and_99_percent():
-    from workflows.bench.protocol import protocol_columns, protocol_section
+    from asepr.workflows.bench.protocol import protocol_columns, protocol_section
 
     rows = [{"epoch": e, "val": v, "test": t, "elapsed_s": 10.0 * e, "compute_s_cum_max": 1.0 * e,
              "bytes_sent_cum_max": 0.0, "messages_sent_cum_max": 0, "eval_bytes_sent_round_max": 0.0}

@@ -14,15 +14,15 @@ from torch_geometric.loader import LinkLoader, NeighborLoader, NodeLoader
 from torch_geometric.nn import SAGEConv
 from torch_geometric.sampler import NegativeSampling
 
-from pipeline.config import PartitionConfig
-from pipeline.partition_run import partition_to_store
-from storage.errors import StoreError
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.storage.errors import StoreError
 from tests.storage.helpers import write_input
-from training.config import TrainConfig
-from training.data import load_local_graph
-from training.pyg_store import open_pyg_stores
-from training.sampler import NeighborSampler
-from training.tasks import NodeTask
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import load_local_graph
+from asepr.training.graph.pyg_store import open_pyg_stores
+from asepr.training.graph.sampler import NeighborSampler
+from asepr.training.tasks import NodeTask
 
 
 class SAGE(torch.nn.Module):

@@ -1,4 +1,4 @@
-"""The neighbour sampler of training.sampler: invariants, determinism and uniformity."""
+"""The neighbour sampler of asepr.training.graph.sampler: invariants, determinism and uniformity."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from torch_geometric.data import Data
 from torch_geometric.loader import LinkLoader, NeighborLoader
 from torch_geometric.sampler import NegativeSampling, NodeSamplerInput
 
-from training.sampler import NeighborSampler, sample_in_edges
+from asepr.training.graph.sampler import NeighborSampler, sample_in_edges
 
 
 def _csr(edge_index: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,4 +1,4 @@
-"""The server optimisers of training.reconcile.server against hand-computed references."""
+"""The server optimisers of asepr.training.reconcile.server against hand-computed references."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from training.reconcile.server import SERVER_OPTIMIZERS, ServerOptimizer
+from asepr.training.reconcile.server import SERVER_OPTIMIZERS, ServerOptimizer
 
 
 def _reference(kind: str, lr: float, beta1: float, beta2: float, tau: float,

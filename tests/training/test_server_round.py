@@ -10,17 +10,17 @@ import dataclasses
 import pytest
 import torch
 
-from storage.errors import StoreError
+from asepr.storage.errors import StoreError
 from tests.training.conftest import run_ranks
-from training.checkpoint import RunDir
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import load_local_graph
-from training.distributed import global_weights, train_rounds
-from training.local import batch_stream, steps_per_round, train_local
-from training.models import build_model
-from training.reconcile import Reconciler
-from training.tasks import make_task
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import load_local_graph
+from asepr.training.loop.distributed import global_weights, train_rounds
+from asepr.training.loop.local import batch_stream, steps_per_round, train_local
+from asepr.training.models import build_model
+from asepr.training.reconcile import Reconciler
+from asepr.training.tasks import make_task
 
 SMALL = TrainConfig(hidden=32, rounds=3, local_epochs=2, threads=1, seed=3, feature_norm="none", reconcile="avg",
                     eval_mode="local")

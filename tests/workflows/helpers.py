@@ -15,7 +15,7 @@ def spawn_paused(args: list[str], pause_at: str, marker: Path) -> subprocess.Pop
     """Start ``asepr ARGS`` so that it writes ``marker`` and waits at ``pause_at``."""
     env = dict(os.environ, ASEPR_FAILPOINTS=f"{pause_at}=pause", ASEPR_FAILPOINT_MARKER=str(marker),
                PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, "-m", "workflows", *args], cwd=REPO, env=env,
+    return subprocess.Popen([sys.executable, "-m", "asepr", *args], cwd=REPO, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from workflows.bench.suite import DEFAULT_STRATEGY
-from workflows.cli import main
+from asepr.workflows.bench.suite import DEFAULT_STRATEGY
+from asepr.workflows.cli import main
 
 
 @pytest.mark.slow  # every phase end to end; the phases have their own default tests

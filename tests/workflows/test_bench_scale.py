@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from workflows.bench.scale import COLUMNS, bench_scale, children_cpu_seconds, run_measured
+from asepr.workflows.bench.scale import COLUMNS, bench_scale, children_cpu_seconds, run_measured
 
 
 def test_run_measured_sees_the_memory_of_a_child_process(tmp_path):

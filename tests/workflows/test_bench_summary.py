@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from workflows.bench.partition import partition_summary
-from workflows.datasets import reference_rf
+from asepr.workflows.bench.partition import partition_summary
+from asepr.workflows.datasets import reference_rf
 
 
 def _rows(order, cells):
@@ -39,7 +39,7 @@ def test_without_a_reference_the_summary_is_unchanged(tmp_path):
 
 
 def test_fallback_columns_tuning_marks_and_the_hybrid_against_hep(tmp_path):
-    from workflows.bench.partition import algo_order, hybrid_label
+    from asepr.workflows.bench.partition import algo_order, hybrid_label
 
     csv = tmp_path / "ref.csv"
     csv.write_text("dataset,order,k,algorithm,replication_factor,edge_balance\n"

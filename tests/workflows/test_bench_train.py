@@ -9,8 +9,8 @@ import math
 import pyarrow.parquet as pq
 import pytest
 
-from workflows.bench.tables import parquet_table
-from workflows.bench.train_report import (
+from asepr.workflows.bench.tables import parquet_table
+from asepr.workflows.bench.train_report import (
     headline,
     modelled_seconds,
     over_seeds,
@@ -114,7 +114,7 @@ def test_a_rank_reports_its_own_peak_not_its_launchers(tmp_path):
 
     block = np.ones(2**30 // 8)  # touched: this process's high-water mark passes 1 GiB
     del block
-    code = ("import json; from storage.resources import peak_rss_bytes; from training.rounds import "
+    code = ("import json; from asepr.storage.resources import peak_rss_bytes; from asepr.training.loop.rounds import "
             "rank_peak_rss_bytes; print(json.dumps([rank_peak_rss_bytes(), peak_rss_bytes()]))")
     own, inherited = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                                check=True).stdout)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflows.bench.train_diagnostics import (
+from asepr.workflows.bench.train_diagnostics import (
     diagnostics_fields,
     diagnostics_rows,
     diagnostics_section,

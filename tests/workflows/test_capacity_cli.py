@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.partitions.manifest import read_manifest
+from asepr.storage.partitions.manifest import read_manifest
 from tests.storage.helpers import write_input
-from workflows.cli import main
+from asepr.workflows.cli import main
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from workflows.cli import main
+from asepr.workflows.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 def _asepr(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run(
-        [sys.executable, "-m", "workflows.cli", *args],
+        [sys.executable, "-m", "asepr.workflows.cli", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
     )
 
@@ -40,7 +40,7 @@ def test_demo_runs_from_any_directory(tmp_path):
 
 
 def test_import_then_validate_then_clean(tmp_path, capsys):
-    from workflows.demo import bundled_cora
+    from asepr.workflows.demo import bundled_cora
 
     out = tmp_path / "cora"
     assert main(["import", "gnn-npz", str(bundled_cora()), str(out), "--shard-rows", "1000"]) == 0
@@ -100,7 +100,7 @@ def test_synth_cli_is_reproducible(tmp_path, capsys):
 def test_killed_synth_leaves_no_output_and_a_rerun_completes(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     out = tmp_path / "big"
-    cmd = [sys.executable, "-m", "workflows.cli", "synth", str(out), "--nodes", "200000",
+    cmd = [sys.executable, "-m", "asepr.workflows.cli", "synth", str(out), "--nodes", "200000",
            "--edges", "20000000", "--dim", "4", "--shard-rows", "200000"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -139,7 +139,7 @@ def test_quiet_partition_on_a_local_cluster_prints_nothing(tmp_path):
 
 
 def test_console_script_flushes_its_output_and_keeps_the_exit_code(tmp_path):
-    # `asepr` ends the process without the interpreter's teardown (workflows.cli.run):
+    # `asepr` ends the process without the interpreter's teardown (asepr.workflows.cli.run):
     # what a command printed to a pipe still arrives, and the exit code is kept.
     ok = _asepr("synth", str(tmp_path / "g"), "--nodes", "300", "--edges", "2000", "--dim", "4", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr
@@ -152,7 +152,7 @@ def test_console_script_flushes_its_output_and_keeps_the_exit_code(tmp_path):
 def test_an_unwritable_output_is_the_projects_error_not_a_traceback(tmp_path, capsys):
     """`asepr import` and `asepr synth` into a read-only filesystem name the path and the fix."""
     from tests.security.tmpfs import mounted_tmpfs
-    from workflows.demo import bundled_cora
+    from asepr.workflows.demo import bundled_cora
 
     with mounted_tmpfs(tmp_path / "ro", "1m", read_only=True) as ro:
         assert main(["import", "gnn-npz", str(bundled_cora()), str(ro / "cora")]) == 1

@@ -11,14 +11,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.verify import verify_output
-from storage.partitions.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
-from storage.partitions.output_stores import open_partition
-from storage.partitions.state import read_state
+from asepr.pipeline.verify import verify_output
+from asepr.storage.partitions.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
+from asepr.storage.partitions.output_stores import open_partition
+from asepr.storage.partitions.state import read_state
 from tests.pipeline.ingest_cases import skewed_edges, split_case
 from tests.storage.helpers import edge_table
 from tests.workflows.helpers import spawn_paused, wait_for_pause
-from workflows.cli import main
+from asepr.workflows.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,7 +76,7 @@ def test_bad_input_exits_1_and_names_the_file(case, tmp_path, capsys):
 
 def test_rebalance_command_and_advice(tmp_path, capsys):
     """Drift advised by inspect after a skewed ingest; rebalance commits and clears the advice."""
-    from pipeline.inputs.synth import SynthConfig, generate
+    from asepr.pipeline.inputs.synth import SynthConfig, generate
 
     base = tmp_path
     generate(base / "in", SynthConfig(num_nodes=1200, num_edges=8000, num_classes=24, dim=8), shard_rows=4000)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.inputs.synth import SynthConfig, generate
-from workflows.cli import main
+from asepr.pipeline.inputs.synth import SynthConfig, generate
+from asepr.workflows.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +68,8 @@ def test_partitioning_into_a_committed_output_is_refused_before_the_plan(graph, 
 
 def test_resume_says_when_nothing_is_left_and_when_it_trains_on_a_newer_generation(graph, tmp_path, capsys):
     pytest.importorskip("torch")
-    from training.checkpoint import RunDir
-    from workflows.commands_train import resume_note
+    from asepr.training.rundir.checkpoint import RunDir
+    from asepr.workflows.commands_train import resume_note
 
     inp, out = graph
     run = RunDir(tmp_path / "run")
@@ -93,7 +93,7 @@ def test_resume_says_when_nothing_is_left_and_when_it_trains_on_a_newer_generati
 
 
 def test_summaries_count_in_words_and_the_centralized_table_has_its_own_columns():
-    from workflows.commands_train import centralized_line, summary_table
+    from asepr.workflows.commands_train import centralized_line, summary_table
 
     row = {"round": 1, "epoch": 1, "generation": 0, "loss": 0.5, "val": 0.7, "test": 0.6, "train_seconds": 1.0,
            "eval_seconds": 0.1, "bytes_sent_round": 0.0, "elapsed_s": 1.0, "eval_elapsed_s": 0.1,
@@ -132,8 +132,8 @@ def test_inspect_shows_the_kept_assignment_and_wraps_the_config(graph, capsys):
 
 
 def test_rebalance_advice_on_a_fresh_output_says_why(graph):
-    from storage.partitions.manifest import read_manifest
-    from workflows.commands_partition import drift_text
+    from asepr.storage.partitions.manifest import read_manifest
+    from asepr.workflows.commands_partition import drift_text
 
     _, out = graph
     manifest = read_manifest(out)

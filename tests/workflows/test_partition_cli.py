@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 import zarr
 
-from pipeline.config import PartitionConfig
-from pipeline.inputs.synth import SynthConfig, generate
-from pipeline.partition_run import partition_to_store
-from pipeline.verify import verify_output
-from storage.importers import import_dataset
-from storage.partitions.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
-from storage.partitions.output_stores import open_partition
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.inputs.synth import SynthConfig, generate
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.pipeline.verify import verify_output
+from asepr.storage.importers import import_dataset
+from asepr.storage.partitions.manifest import JOURNAL_NAME, STAGING_NAME, read_manifest
+from asepr.storage.partitions.output_stores import open_partition
 from tests.storage.helpers import write_input
 from tests.workflows.helpers import spawn_paused, wait_for_pause
-from workflows.cli import main
-from workflows.demo import bundled_cora
+from asepr.workflows.cli import main
+from asepr.workflows.demo import bundled_cora
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -65,7 +65,7 @@ def test_partition_inspect_verify(small_input, tmp_path, capsys):
 
 
 def test_bench_read_loads_every_array_cold_and_warm(small_input, tmp_path, capsys):
-    from workflows.bench.read import bench_read
+    from asepr.workflows.bench.read import bench_read
 
     out = tmp_path / "out"
     assert main(["partition", str(small_input), str(out), "-k", "2", "--algo", "hash", "--workers", "0"]) == 0
@@ -250,7 +250,7 @@ def test_every_dataset_partition_then_verify(datasets_dir, tmp_path, capsys, nam
 
 @pytest.mark.slow  # the whole demo; CI runs `asepr demo` itself, and every step has its own default test
 def test_demo_partitions_and_verifies(tmp_path):
-    from workflows.demo import DEMO_PARTS, run_demo
+    from asepr.workflows.demo import DEMO_PARTS, run_demo
 
     lines: list[str] = []
     result = run_demo(tmp_path, echo=lines.append)

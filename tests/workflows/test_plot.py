@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.inputs.synth import SynthConfig, generate
-from workflows.cli import main
+from asepr.pipeline.inputs.synth import SynthConfig, generate
+from asepr.workflows.cli import main
 
 pytest.importorskip("torch")
 
@@ -30,7 +30,7 @@ def _rows(scale: float, bytes_per_round: float) -> list[dict]:
 
 @pytest.fixture
 def runs(tmp_path) -> list[Path]:
-    from training.checkpoint import RunDir
+    from asepr.training.rundir.checkpoint import RunDir
 
     made = []
     for name, scale, sent in (("sage-avg-scaffold", 1.0, 3 * 2**20), ("sage-centralized", 1.1, 0.0)):
@@ -42,7 +42,7 @@ def runs(tmp_path) -> list[Path]:
 
 
 def test_plot_overlays_the_runs_beside_them(runs, capsys):
-    from workflows.plot import RUN_FIGURES, plot_runs
+    from asepr.workflows.plot import RUN_FIGURES, plot_runs
 
     figures = plot_runs(runs)
     assert sorted(figures) == sorted(RUN_FIGURES)
@@ -77,7 +77,7 @@ def test_plot_names_a_run_directory_without_metrics(runs, tmp_path, capsys):
 
 
 def test_inspect_plot_draws_one_bar_per_partition(tmp_path, capsys):
-    from workflows.plot import plot_partitions
+    from asepr.workflows.plot import plot_partitions
 
     inp, out = tmp_path / "in", tmp_path / "out"
     generate(inp, SynthConfig(num_nodes=400, num_edges=3000, num_classes=3, dim=4), shard_rows=3000)

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.progress import advance, expect, reporting, track
-from workflows.demo import bundled_cora
-from workflows.progress import LineBar
+from asepr.storage.progress import advance, expect, reporting, track
+from asepr.workflows.demo import bundled_cora
+from asepr.workflows.progress import LineBar
 
 REPO = Path(__file__).resolve().parents[2]
 BAR = re.compile(r"\d+%\|")
@@ -35,7 +35,7 @@ def _on_terminal(*args: str, cwd: Path) -> tuple[int, str]:
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "workflows", *args], stdin=slave, stdout=slave, stderr=slave,
+    proc = subprocess.Popen([sys.executable, "-m", "asepr", *args], stdin=slave, stdout=slave, stderr=slave,
                             cwd=cwd, env=env, close_fds=True)
     os.close(slave)
     chunks = []

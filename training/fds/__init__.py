@@ -1,18 +1,18 @@
 """The fully-decentralized baseline (FDS, DistDGL-style) of docs/design.md#training-baselines.
 
-Vertices are partitioned (METIS or a seeded hash, :mod:`~training.fds.partition`) and
-each rank holds only its own vertices' rows and in-edges (:mod:`~training.fds.graph`).
+Vertices are partitioned (METIS or a seeded hash, :mod:`~asepr.training.fds.partition`) and
+each rank holds only its own vertices' rows and in-edges (:mod:`~asepr.training.fds.graph`).
 Every training step samples its mini-batch's computation graph over the whole graph
 and fetches the feature rows it lacks from their owners
-(:mod:`~training.fds.remote`); gradients are all_reduced every step
-(:mod:`~training.fds.trainer`). Evaluation is exact full-neighbourhood inference
-(:mod:`~training.fds.inference`). ``asepr train INPUT --strategy fds --nproc K``
+(:mod:`~asepr.training.fds.remote`); gradients are all_reduced every step
+(:mod:`~asepr.training.fds.trainer`). Evaluation is exact full-neighbourhood inference
+(:mod:`~asepr.training.fds.inference`). ``asepr train INPUT --strategy fds --nproc K``
 launches it.
 """
 
-from training.fds.graph import FdsGraph, load_fds_graph
-from training.fds.inference import LayerwiseInference
-from training.fds.partition import (
+from asepr.training.fds.graph import FdsGraph, load_fds_graph
+from asepr.training.fds.inference import LayerwiseInference
+from asepr.training.fds.partition import (
     METIS_MAX_EDGES,
     PARTITIONERS,
     PartitionBook,
@@ -20,8 +20,8 @@ from training.fds.partition import (
     hash_owner,
     metis_owner,
 )
-from training.fds.remote import DistNeighborSampler, FeatureFetcher
-from training.fds.trainer import CATEGORIES, FDS_DEFAULT_BATCH, fds_config, run_fds, train_fds
+from asepr.training.fds.remote import DistNeighborSampler, FeatureFetcher
+from asepr.training.fds.trainer import CATEGORIES, FDS_DEFAULT_BATCH, fds_config, run_fds, train_fds
 
 __all__ = [
     "CATEGORIES",

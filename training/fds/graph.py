@@ -1,7 +1,7 @@
 """One rank's share of the graph in the fully-decentralized baseline.
 
 Rank r streams the input's Parquet shards once and keeps only what it owns under the
-:class:`~training.fds.partition.PartitionBook`:
+:class:`~asepr.training.fds.partition.PartitionBook`:
 
 * the node rows of its vertices (``global_nid`` sorted, features, labels, splits);
 * the **in-edges** of its vertices, as a CSR by destination over its ``local_nid``
@@ -11,7 +11,7 @@ Rank r streams the input's Parquet shards once and keeps only what it owns under
 
 The structure is partitioned, not replicated (DistDGL keeps it partitioned too): a
 rank never holds O(|E|) of it, and sampling a remote vertex's in-neighbours is a
-request to its owner (:mod:`training.fds.remote`). Each rank reads every shard but
+request to its owner (:mod:`asepr.training.fds.remote`). Each rank reads every shard but
 keeps about 1/W of it; reading the input is loading, not training traffic.
 
 ID spaces: ``global_nid`` (the input's node id) and ``local_nid`` (the row on the
@@ -28,12 +28,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from storage import SPLIT_TRAIN
-from storage.errors import InputError, format_problem
-from storage.inputs.directory import open_input, open_parquet
-from storage.inputs.schema import check_node_schema, feature_matrix
-from storage.resources import peak_rss_bytes
-from training.fds.partition import PartitionBook, iter_input_edges
+from asepr.storage import SPLIT_TRAIN
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.inputs.directory import open_input, open_parquet
+from asepr.storage.inputs.schema import check_node_schema, feature_matrix
+from asepr.storage.resources import peak_rss_bytes
+from asepr.training.fds.partition import PartitionBook, iter_input_edges
 
 __all__ = ["FdsGraph", "load_fds_graph"]
 

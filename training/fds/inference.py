@@ -17,7 +17,7 @@ computes, and keep those rows. The rows kept are exactly the full-graph model's 
   row, which is discarded.
 
 **Receptive field.** Given the rows to score (``targets``: the sampled validation and
-test masters, :mod:`training.eval_sample`; default every owned vertex), the last layer
+test masters, :mod:`asepr.training.evaluation.eval_sample`; default every owned vertex), the last layer
 computes the targets only, and layer l the rows layer l + 1 reads: the rows it computes,
 their owned in-neighbours, and the rows other ranks ask for as their halo. The field is
 set up once (one request per owner and layer) and bounds each layer's work and halo by
@@ -38,11 +38,11 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.utils import to_torch_csr_tensor
 
-from training.comm import Comm
-from training.exact_convs import check_conv
-from training.fds.graph import FdsGraph
-from training.fds.remote import split_by_owner
-from training.models import graph_operator
+from asepr.training.group.comm import Comm
+from asepr.training.evaluation.exact_convs import check_conv
+from asepr.training.fds.graph import FdsGraph
+from asepr.training.fds.remote import split_by_owner
+from asepr.training.models import graph_operator
 
 __all__ = ["LayerwiseInference"]
 

@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from storage.commit.atomic import save_npy_atomic
-from storage.errors import InputError, StoreError, format_problem
-from storage.inputs.directory import InputDir, open_input, open_parquet
-from storage.inputs.npy import load_npy
-from training.config import FDS_PARTITIONERS
-from training.hashing import splitmix64
+from asepr.storage.commit.atomic import save_npy_atomic
+from asepr.storage.errors import InputError, StoreError, format_problem
+from asepr.storage.inputs.directory import InputDir, open_input, open_parquet
+from asepr.storage.inputs.npy import load_npy
+from asepr.training.config import FDS_PARTITIONERS
+from asepr.training.graph.hashing import splitmix64
 
 __all__ = [
     "METIS_MAX_EDGES",

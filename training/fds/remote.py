@@ -2,7 +2,7 @@
 
 Both are collectives: **every rank calls them in the same order with the same
 fanouts**, also with nothing to ask (it still serves the others). Requests and replies
-travel by :meth:`training.comm.Comm.all_to_all`, which counts them by category:
+travel by :meth:`asepr.training.group.comm.Comm.all_to_all`, which counts them by category:
 
 ===================  ==========================================================
 category             what
@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import torch
 
-from training.comm import Comm
-from training.fds.graph import FdsGraph
-from training.sampler import sample_in_edges
+from asepr.training.group.comm import Comm
+from asepr.training.fds.graph import FdsGraph
+from asepr.training.graph.sampler import sample_in_edges
 
 __all__ = ["DistNeighborSampler", "FeatureFetcher", "split_by_owner"]
 
@@ -71,10 +71,10 @@ class DistNeighborSampler:
     """Uniform neighbour sampling over the partitioned graph, with NeighborSampler's contract.
 
     Each hop keeps, for every frontier vertex, at most ``fanout`` of its in-edges
-    uniformly without replacement (:func:`training.sampler.sample_in_edges`, run by the
+    uniformly without replacement (:func:`asepr.training.graph.sampler.sample_in_edges`, run by the
     vertex's owner), and the next frontier is the vertices new to the sample. The
     result is the union subgraph of all hops, relabelled so that the seeds come first:
-    ``(n_id, edge_index)`` exactly as :class:`training.sampler.NeighborSampler` returns
+    ``(n_id, edge_index)`` exactly as :class:`asepr.training.graph.sampler.NeighborSampler` returns
     on the whole graph, with ``n_id`` in ``global_nid``.
     """
 

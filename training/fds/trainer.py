@@ -2,29 +2,29 @@
 
 Every rank runs the same loop in lockstep (DistDGL's training loop):
 
-1. setup: the vertex partition (:mod:`training.fds.partition`; rank 0 computes METIS
+1. setup: the vertex partition (:mod:`asepr.training.fds.partition`; rank 0 computes METIS
    and writes it into the run directory), each rank's share of the input
-   (:mod:`training.fds.graph`), the same initial model everywhere (rank 0's
+   (:mod:`asepr.training.fds.graph`), the same initial model everywhere (rank 0's
    parameters, one all_reduce under ``model``);
 2. every step: a mini-batch of the rank's own training vertices, its sampled
    computation graph over the **whole** graph (remote hops answered by the owners) and
    the feature rows it touches (remote rows fetched from their owners)
-   (:mod:`training.fds.remote`); forward, backward, then **one** all_reduce of a flat
+   (:mod:`asepr.training.fds.remote`); forward, backward, then **one** all_reduce of a flat
    buffer ``[Σ gradients, Σ loss, seeds]`` under ``gradients``; the gradient is divided
    by the global number of seeds (the mean over the global batch of W·B vertices) and
    every rank takes the same Adam step, so the replicas stay identical (checked every
    round). Every rank takes ``max_r ceil(train_r / B)`` steps per epoch; a rank out of
    seeds takes empty steps (it still serves the others and joins the all_reduce);
 3. R "rounds" of E epochs, to line up with ASEPR's R rounds × E local epochs: every
-   ``eval_every`` epochs (:func:`training.rounds.evaluates_epoch`; by default at each
-   round's end) exact full-neighbourhood evaluation (:mod:`training.fds.inference`,
+   ``eval_every`` epochs (:func:`asepr.training.loop.rounds.evaluates_epoch`; by default at each
+   round's end) exact full-neighbourhood evaluation (:mod:`asepr.training.fds.inference`,
    bytes under ``eval``, time apart from training's) of the same seeded sample of the
    validation and test vertices as the ASEPR trainers score (``eval_sample``,
-   :mod:`training.eval_sample`), scored by :meth:`training.tasks.NodeTask.score`, and
+   :mod:`asepr.training.evaluation.eval_sample`), scored by :meth:`asepr.training.tasks.NodeTask.score`, and
    a metrics row with the metric's interval; after each round a
-   checkpoint through :class:`training.checkpoint.RunDir` (rank 0 commits).
+   checkpoint through :class:`asepr.training.rundir.checkpoint.RunDir` (rank 0 commits).
 
-The run directory is :class:`training.checkpoint.RunDir`'s, plus the partition::
+The run directory is :class:`asepr.training.rundir.checkpoint.RunDir`'s, plus the partition::
 
     RUN/
       run.json               also: strategy "fds", partitioner, steps per epoch, per-rank
@@ -36,9 +36,9 @@ The run directory is :class:`training.checkpoint.RunDir`'s, plus the partition::
         rank-0000r.pt        rank r's byte counters and feature rows fetched / served
         global.pt            the model (identical on every rank) and the Adam state
 
-Bytes are counted by :class:`training.comm.Comm` under the categories ``features``,
+Bytes are counted by :class:`asepr.training.group.comm.Comm` under the categories ``features``,
 ``feature_requests``, ``sampling``, ``gradients``, ``model``, ``eval`` and ``control``.
-A metrics row has every column of :func:`training.rounds.metrics_row` (as the ASEPR
+A metrics row has every column of :func:`asepr.training.loop.rounds.metrics_row` (as the ASEPR
 trainers' rows: training bytes without ``eval``, mean and max over ranks, the
 evaluation bytes apart, ``eval_mode`` always ``exact``) plus ``steps`` (since the
 previous row), ``rows_fetched_round`` (rank 0's remote feature rows since the round
@@ -62,23 +62,23 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import training.checkpoint as ckpt
-from storage.commit import failpoints
-from storage.errors import format_problem
-from storage.inputs.directory import open_input
-from training.capacity import check_rank_lists
-from training.checkpoint import RunDir, TrainerError
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import build_local_graph, prepare_features
-from training.eval_sample import EvalSample, draw_sample
-from training.fds.graph import FdsGraph, load_fds_graph
-from training.fds.inference import LayerwiseInference
-from training.fds.partition import PartitionBook, count_input_rows, metis_owner, resolve_partitioner
-from training.fds.remote import DistNeighborSampler, FeatureFetcher
-from training.models import build_model, flatten, graph_operator, num_parameters, unflatten_into
-from training.protocol import ComputeClock, patience_spent
-from training.rounds import (
+import asepr.training.rundir.checkpoint as ckpt
+from asepr.storage.commit import failpoints
+from asepr.storage.errors import format_problem
+from asepr.storage.inputs.directory import open_input
+from asepr.training.group.capacity import check_rank_lists
+from asepr.training.rundir.checkpoint import RunDir, TrainerError
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import build_local_graph, prepare_features
+from asepr.training.evaluation.eval_sample import EvalSample, draw_sample
+from asepr.training.fds.graph import FdsGraph, load_fds_graph
+from asepr.training.fds.inference import LayerwiseInference
+from asepr.training.fds.partition import PartitionBook, count_input_rows, metis_owner, resolve_partitioner
+from asepr.training.fds.remote import DistNeighborSampler, FeatureFetcher
+from asepr.training.models import build_model, flatten, graph_operator, num_parameters, unflatten_into
+from asepr.training.protocol import ComputeClock, patience_spent
+from asepr.training.loop.rounds import (
     all_ranks_ready,
     commit_round,
     configure_cpu,
@@ -87,7 +87,7 @@ from training.rounds import (
     placement_columns,
     start_run,
 )
-from training.tasks import NodeTask, round_seed
+from asepr.training.tasks import NodeTask, round_seed
 
 __all__ = ["CATEGORIES", "FDS_DEFAULT_BATCH", "fds_config", "run_fds", "train_fds"]
 
@@ -97,7 +97,7 @@ log = logging.getLogger(__name__)
 FDS_DEFAULT_BATCH = 1024
 #: Seeds per rank and step for ``batch_size="auto"``: FDS steps every rank together on
 #: one all_reduced gradient, so it keeps the batch it always had rather than the ASEPR
-#: ranks' rule (:func:`training.config.resolve_batch_size`).
+#: ranks' rule (:func:`asepr.training.config.resolve_batch_size`).
 FDS_AUTO_BATCH = 256
 #: The byte categories of an FDS run, in the order of the metrics columns.
 CATEGORIES = ("features", "feature_requests", "sampling", "gradients", "model", "eval", "control")
@@ -127,7 +127,7 @@ def run_fds(input_url: str | Path, run_dir: str | Path, config: TrainConfig, *, 
     ----------
     input_url
         The input directory (``edges/`` and ``nodes/`` Parquet shards), as for
-        :func:`training.centralized.run_centralized`.
+        :func:`asepr.training.centralized.run_centralized`.
     run_dir
         Checkpoints, ``metrics.csv`` and (METIS) ``fds-partition.npy`` go here.
     config

@@ -1,27 +1,27 @@
 """Reconciliation of heterogeneous local models (docs/design.md#reconciliation-rounds).
 
-* :mod:`~training.reconcile.average`: ``avg``, the weighted FedAvg of the local models
+* :mod:`~asepr.training.reconcile.average`: ``avg``, the weighted FedAvg of the local models
   (one all_reduce of one flat buffer).
-* :mod:`~training.reconcile.server`: the server optimiser of the averaged update
+* :mod:`~asepr.training.reconcile.server`: the server optimiser of the averaged update
   (FedAvg, FedAvgM, FedAdam).
-* :mod:`~training.reconcile.distill`: ``kd``, ensemble distillation of the average
+* :mod:`~asepr.training.reconcile.distill`: ``kd``, ensemble distillation of the average
   towards the mean output of all local models (after FedDF).
-* :mod:`~training.reconcile.contrastive`: ``con``, the cross-layer contrastive loss
+* :mod:`~asepr.training.reconcile.contrastive`: ``con``, the cross-layer contrastive loss
   added to local training (after MOON).
-* :mod:`~training.reconcile.correct`: ``corr``, correction steps of the global model on
+* :mod:`~asepr.training.reconcile.correct`: ``corr``, correction steps of the global model on
   mini-batches with whole-graph neighbourhoods (after LLCG).
-* :mod:`~training.reconcile.scaffold`: ``scaffold``, control variates that correct
+* :mod:`~asepr.training.reconcile.scaffold`: ``scaffold``, control variates that correct
   each local gradient towards the global objective (after SCAFFOLD).
-* :mod:`~training.reconcile.reconciler`: the order in which a round applies them.
+* :mod:`~asepr.training.reconcile.reconciler`: the order in which a round applies them.
 """
 
-from training.reconcile.average import weighted_average
-from training.reconcile.contrastive import contrastive_loss
-from training.reconcile.correct import GlobalCorrection
-from training.reconcile.distill import distill
-from training.reconcile.reconciler import Reconciler
-from training.reconcile.scaffold import ControlVariates
-from training.reconcile.server import SERVER_OPTIMIZERS, ServerOptimizer
+from asepr.training.reconcile.average import weighted_average
+from asepr.training.reconcile.contrastive import contrastive_loss
+from asepr.training.reconcile.correct import GlobalCorrection
+from asepr.training.reconcile.distill import distill
+from asepr.training.reconcile.reconciler import Reconciler
+from asepr.training.reconcile.scaffold import ControlVariates
+from asepr.training.reconcile.server import SERVER_OPTIMIZERS, ServerOptimizer
 
 __all__ = ["SERVER_OPTIMIZERS", "ControlVariates", "GlobalCorrection", "Reconciler", "ServerOptimizer", "contrastive_loss", "distill",
            "weighted_average"]

@@ -4,7 +4,7 @@ The buffer is ``[n_r · θ_r, n_r]``: the weights travel with the parameters, so
 whole average costs a single collective (gloo is about five times faster on one flat
 buffer than tensor by tensor).
 
-When the ranks take different numbers of local steps (:mod:`training.capacity`),
+When the ranks take different numbers of local steps (:mod:`asepr.training.group.capacity`),
 :func:`normalised_average` averages each rank's update per step instead (FedNova), in the
 same single buffer.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from training.comm import Comm
+from asepr.training.group.comm import Comm
 
 __all__ = ["normalised_average", "weighted_average"]
 

@@ -29,7 +29,7 @@ partitions keeps up to three fanouts of in-edges); a second-hop vertex is expand
 the partition that sampled it. A link task passes messages over training edges only,
 as in its local training.
 
-Bytes (:class:`training.comm.Comm` categories):
+Bytes (:class:`asepr.training.group.comm.Comm` categories):
 
 =================  ============================================================
 ``corr``           the seeds' ``global_nid`` (all_gather, 8 bytes per seed), the
@@ -48,9 +48,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from training.comm import Comm
-from training.models import flatten, graph_operator, unflatten_into
-from training.sampler import NeighborSampler
+from asepr.training.group.comm import Comm
+from asepr.training.models import flatten, graph_operator, unflatten_into
+from asepr.training.graph.sampler import NeighborSampler
 
 __all__ = ["CORR_BATCH_SIZE", "CORR_STEPS", "GlobalCorrection", "merge_samples"]
 
@@ -95,9 +95,9 @@ class GlobalCorrection:
     Parameters
     ----------
     task
-        The rank's :class:`~training.tasks.NodeTask` or :class:`~training.tasks.LinkTask`.
+        The rank's :class:`~asepr.training.tasks.NodeTask` or :class:`~asepr.training.tasks.LinkTask`.
     config
-        The run's :class:`~training.config.TrainConfig` (``lr``, ``fanouts``,
+        The run's :class:`~asepr.training.config.TrainConfig` (``lr``, ``fanouts``,
         ``weight_decay``, ``model``).
     model
         A module of the run's architecture (copied; the copy is the server's model).

@@ -21,9 +21,9 @@ import copy
 
 import torch
 
-from training.comm import Comm
-from training.models import flatten, unflatten_into
-from training.reconcile.average import weighted_average
+from asepr.training.group.comm import Comm
+from asepr.training.models import flatten, unflatten_into
+from asepr.training.reconcile.average import weighted_average
 
 __all__ = ["KD_STEPS", "KD_TEMPERATURE", "distill"]
 

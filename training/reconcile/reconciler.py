@@ -27,15 +27,15 @@ from typing import Any
 
 import torch
 
-from storage.errors import StoreError, format_problem
-from training.checkpoint import expect_keys, load_optimizer_state
-from training.comm import Comm
-from training.models import num_parameters
-from training.reconcile.average import normalised_average, weighted_average
-from training.reconcile.correct import GlobalCorrection
-from training.reconcile.distill import distill
-from training.reconcile.scaffold import ControlVariates
-from training.reconcile.server import ServerOptimizer
+from asepr.storage.errors import StoreError, format_problem
+from asepr.training.rundir.checkpoint import expect_keys, load_optimizer_state
+from asepr.training.group.comm import Comm
+from asepr.training.models import num_parameters
+from asepr.training.reconcile.average import normalised_average, weighted_average
+from asepr.training.reconcile.correct import GlobalCorrection
+from asepr.training.reconcile.distill import distill
+from asepr.training.reconcile.scaffold import ControlVariates
+from asepr.training.reconcile.server import ServerOptimizer
 
 __all__ = ["Reconciler"]
 
@@ -46,7 +46,7 @@ class Reconciler:
     Parameters
     ----------
     config
-        The run's :class:`~training.config.TrainConfig`.
+        The run's :class:`~asepr.training.config.TrainConfig`.
     task
         The rank's task.
     model
@@ -83,7 +83,7 @@ class Reconciler:
         steps
             This rank's local steps since ``global_flat`` when the ranks' steps follow their
             speeds: θ_avg is then FedNova's step-normalised average
-            (:func:`~training.reconcile.average.normalised_average`); None: the weighted average.
+            (:func:`~asepr.training.reconcile.average.normalised_average`); None: the weighted average.
         """
         config = self.config
         if steps is not None:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from storage.errors import StoreError, format_problem
+from asepr.storage.errors import StoreError, format_problem
 
 __all__ = ["ControlVariates"]
 
@@ -94,7 +94,7 @@ class ControlVariates:
                 scale = self.clip * (grad_sq / delta_sq) ** 0.5
         for p, delta, acc in zip(self.params, self._delta, self._slices):
             if p.grad is not None:
-                acc.add_(p.grad.to(acc.device))  # the variates stay in host memory (training.device)
+                acc.add_(p.grad.to(acc.device))  # the variates stay in host memory (asepr.training.group.device)
                 p.grad.add_(delta.to(p.grad.device), alpha=scale)
         self._steps += 1
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from storage.errors import format_problem
-from training.config import SERVER_OPTIMIZERS
+from asepr.storage.errors import format_problem
+from asepr.training.config import SERVER_OPTIMIZERS
 
 __all__ = ["SERVER_OPTIMIZERS", "ServerOptimizer"]
 

@@ -1,6 +1,6 @@
 """``asepr bench ingest``: incremental ingest against a full repartition, side by side.
 
-One run generates a synthetic graph (:func:`pipeline.inputs.synth.generate`), cuts its edge
+One run generates a synthetic graph (:func:`asepr.pipeline.inputs.synth.generate`), cuts its edge
 stream after the first ``base`` edges, partitions those (``asepr partition``), ingests
 the rest (``asepr ingest``), and partitions all edges from scratch, each phase in its
 own child process, so that its wall time and peak RSS are its own. With ``repeat`` > 1
@@ -31,8 +31,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.resources import own_peak_rss_bytes
-from workflows.bench.tables import machine_info, markdown_table
+from asepr.storage.resources import own_peak_rss_bytes
+from asepr.workflows.bench.tables import machine_info, markdown_table
 
 __all__ = ["QUICK", "bench_ingest", "split_stream"]
 
@@ -48,7 +48,7 @@ def split_stream(full: Path, base: Path, increment: Path, base_edges: int) -> tu
     The node shards and ``meta.json`` go to ``base`` (with the base edge count). Whole
     shards are hard-linked (copied across devices); the shard holding the cut is split.
     """
-    from storage.inputs.directory import open_input
+    from asepr.storage.inputs.directory import open_input
 
     source = open_input(full)
     shards = source.edge_shards
@@ -96,11 +96,11 @@ def _phase(args: dict[str, Any]) -> dict[str, Any]:
     """Run one phase in this process; return its figures (called in the child)."""
     import resource
 
-    from pipeline import PartitionConfig
-    from pipeline.increment.ingest import ingest
-    from pipeline.partition_run import partition_to_store
-    from pipeline.verify import verify_output
-    from storage.resources import peak_rss_bytes
+    from asepr.pipeline import PartitionConfig
+    from asepr.pipeline.increment.ingest import ingest
+    from asepr.pipeline.partition_run import partition_to_store
+    from asepr.pipeline.verify import verify_output
+    from asepr.storage.resources import peak_rss_bytes
 
     config = PartitionConfig(num_parts=int(args["k"]), seed=int(args["seed"]))
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -142,7 +142,7 @@ def _run_child(args: dict[str, Any]) -> dict[str, Any]:
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(repo) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.run(
-        [sys.executable, "-m", "workflows.bench.ingest", json.dumps(args)],
+        [sys.executable, "-m", "asepr.workflows.bench.ingest", json.dumps(args)],
         env=env, capture_output=True, text=True, check=False,
     )
     if proc.returncode != 0:
@@ -171,7 +171,7 @@ def bench_ingest(
 
     Returns the rows written to ``ingest.parquet`` (one per phase).
     """
-    from pipeline.inputs.synth import SynthConfig, generate
+    from asepr.pipeline.inputs.synth import SynthConfig, generate
 
     # Absolute: the phases run in child processes whose working directory differs.
     out = Path(out).absolute()

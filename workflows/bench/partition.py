@@ -12,12 +12,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipeline import PartitionConfig, attribute_clusters, compute_degrees, partition, shuffle_edges
-from pipeline.config import TUNING_SET
-from storage.inputs.directory import open_input, read_meta
-from storage.resources import peak_rss_bytes
-from workflows.bench.tables import machine_info, markdown_table, pyplot, save_figure
-from workflows.datasets import reference_rf, resolve_dataset
+from asepr.pipeline import PartitionConfig, attribute_clusters, compute_degrees, partition, shuffle_edges
+from asepr.pipeline.config import TUNING_SET
+from asepr.storage.inputs.directory import open_input, read_meta
+from asepr.storage.resources import peak_rss_bytes
+from asepr.workflows.bench.tables import machine_info, markdown_table, pyplot, save_figure
+from asepr.workflows.datasets import reference_rf, resolve_dataset
 
 __all__ = ["algo_order", "bench_partition", "hybrid_label", "ordered_inputs", "partition_memory_plots", "partition_plots",
            "partition_summary"]
@@ -104,7 +104,7 @@ def ordered_inputs(name: str, orders: tuple[str, ...], cache: Path, seed: int) -
     cache
         Where the imported and the shuffled copies are kept.
     seed
-        The shuffle's seed (:func:`pipeline.shuffle_edges`).
+        The shuffle's seed (:func:`asepr.pipeline.shuffle_edges`).
 
     Returns
     -------
@@ -299,7 +299,7 @@ def partition_summary(rows: list[dict], reference: dict | None = None, tuned_on:
     One table per edge order: rows dataset × k, a column per algorithm, then whether
     ASEP's RF is no higher than the best of 2ps-l, 2ps-hdrf and hdrf, and ASEP's
     attribute homogeneity as a multiple of hash's. With ``reference``
-    (:func:`workflows.datasets.reference_rf`), the published algorithms' RF on the same
+    (:func:`asepr.workflows.datasets.reference_rf`), the published algorithms' RF on the same
     stream where it has them (``ref ...`` columns) and whether ASEP is no higher than
     the original 2PS-HDRF. With ASEP's two-phase fallback, ASEP's own stream's RF and
     which stream was kept. Datasets in ``tuned_on`` (ASEP's defaults were chosen on

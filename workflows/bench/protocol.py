@@ -1,21 +1,21 @@
-"""``asepr bench train``'s time-to-accuracy view (:mod:`training.protocol`).
+"""``asepr bench train``'s time-to-accuracy view (:mod:`asepr.training.protocol`).
 
 Each run trains until its validation metric has not improved for ``--patience``
 evaluations, or for ``--max-epochs`` epochs, on the same evaluation schedule for every
 strategy. For each run: the test metric at its best validation point, the epoch it
-stopped at, and the **modelled cluster time** (:func:`training.protocol.time_to_fraction`:
+stopped at, and the **modelled cluster time** (:func:`asepr.training.protocol.time_to_fraction`:
 the slowest rank's CPU seconds summed over the rounds, plus the busiest rank's training
 and evaluation bytes over the bandwidth and its messages times the latency) to 95 % and
 to 99 % of the centralized run's best validation metric, at 1, 10 and 100 Gbit/s. The
-fixed-epoch tables of :mod:`workflows.bench.train_report` stay beside it.
+fixed-epoch tables of :mod:`asepr.workflows.bench.train_report` stay beside it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from training.protocol import NETWORK_GBITS, best_row, time_to_fraction
-from workflows.bench.tables import markdown_table
+from asepr.training.protocol import NETWORK_GBITS, best_row, time_to_fraction
+from asepr.workflows.bench.tables import markdown_table
 
 __all__ = ["FRACTIONS", "PROTOCOL_COLUMNS", "protocol_columns", "protocol_section"]
 

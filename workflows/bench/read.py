@@ -1,6 +1,6 @@
 """`asepr bench read`: how fast one partition's store loads back into numpy.
 
-What a trainer does at start-up: :func:`storage.open_partition` then ``to_numpy()`` of
+What a trainer does at start-up: :func:`asepr.storage.open_partition` then ``to_numpy()`` of
 every array, each chunk checked as every read is. Throughput is raw (decoded) bytes
 over wall seconds. ``warm`` reads with the store's files in the page cache (a second
 read); ``cold`` first asks the kernel to drop the store's cached pages
@@ -18,12 +18,12 @@ import os
 import time
 from pathlib import Path
 
-from storage.locations.fs import resolve
-from storage.locations.location import is_local, tree_bytes
-from storage.locations.remote import remote_errors_as_problems
-from storage.partitions.manifest import read_manifest
-from storage.partitions.output_stores import open_partition
-from workflows.bench.tables import markdown_table
+from asepr.storage.locations.fs import resolve
+from asepr.storage.locations.location import is_local, tree_bytes
+from asepr.storage.locations.remote import remote_errors_as_problems
+from asepr.storage.partitions.manifest import read_manifest
+from asepr.storage.partitions.output_stores import open_partition
+from asepr.workflows.bench.tables import markdown_table
 
 __all__ = ["bench_read", "drop_cached_pages"]
 

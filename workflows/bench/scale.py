@@ -1,7 +1,7 @@
 """`asepr bench scale`: end-to-end ``asepr partition`` speed and memory against |E|.
 
 For each size a synthetic graph (``asepr synth``, |V| = |E| / 10, cached in the work
-directory) is partitioned by the real command, ``python -m workflows partition``, in a
+directory) is partitioned by the real command, ``python -m asepr partition``, in a
 child process, exactly as a user runs it (validation to committed stores, the default
 Dask setup). The harness measures:
 
@@ -11,7 +11,7 @@ Dask setup). The harness measures:
   many times slower the whole command is than its kernel;
 - ``peak_gib``: the peak, over the run, of the summed RSS of the child and all its
   descendants (the Dask workers), sampled every 50 ms (shared pages count once per
-  process, so this errs high); ``plan_gib``: what ``pipeline.plan`` predicted for the
+  process, so this errs high); ``plan_gib``: what ``asepr.pipeline.planning.plan`` predicted for the
   same run, and their ratio;
 - ``cpu_s``: the user + system CPU seconds of the command and every descendant it
   reaped (the Dask workers), a fact about the run itself: on a machine shared with
@@ -46,10 +46,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from storage.errors import InputError, format_problem
-from storage.locations.location import remove_tree, tree_bytes
-from storage.partitions.manifest import read_manifest
-from workflows.bench.tables import machine_info, markdown_table, parquet_table, pyplot, save_figure
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.locations.location import remove_tree, tree_bytes
+from asepr.storage.partitions.manifest import read_manifest
+from asepr.workflows.bench.tables import machine_info, markdown_table, parquet_table, pyplot, save_figure
 
 __all__ = ["COLUMNS", "DEFAULT_SIZES", "bench_scale", "children_cpu_seconds", "run_measured"]
 
@@ -123,7 +123,7 @@ def run_measured(cmd: list[str], log_path: Path, samples: list | None = None) ->
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "workflows", *args]
+    return [sys.executable, "-m", "asepr", *args]
 
 
 def _synth(workdir: Path, edges: int, nodes: int, dim: int, classes: int, seed: int) -> Path:
@@ -141,10 +141,10 @@ def _dir_bytes(path: Path) -> int:
 
 
 def _planned_peak(inp: Path, out: str, k: int, storage_options: dict | None = None) -> int:
-    """``pipeline.plan``'s peak for partitioning ``inp`` into ``out`` (a path, or a URL with its options)."""
-    from pipeline.config import PartitionConfig
-    from pipeline.plan import plan_partition
-    from workflows.dask_client import default_workers
+    """``asepr.pipeline.planning.plan``'s peak for partitioning ``inp`` into ``out`` (a path, or a URL with its options)."""
+    from asepr.pipeline.config import PartitionConfig
+    from asepr.pipeline.planning.plan import plan_partition
+    from asepr.workflows.dask_client import default_workers
 
     return int(plan_partition(inp, out, PartitionConfig(num_parts=k), workers=default_workers(),
                               storage_options=storage_options).peak_bytes)
@@ -287,7 +287,7 @@ def bench_scale(out: Path, sizes: list[int] | None = None, *, k: int = 16, dim: 
         "`wall_s`: the command's wall time, start-up included; `kernel_edges_per_s`: the streaming "
         "assignment kernel's rate in the same run (from its manifest); `kernel_ratio`: kernel rate / "
         "end-to-end rate; `peak_gib`: peak summed RSS of the command's process tree (driver and Dask "
-        "workers, sampled every 50 ms); `plan_gib`: `pipeline.plan`'s prediction for the run; "
+        "workers, sampled every 50 ms); `plan_gib`: `asepr.pipeline.planning.plan`'s prediction for the run; "
         "`plan_ratio`: plan / measured; `disk_gib`: the committed output; `cpu_s` (`verify_cpu_s`): user + "
         "system CPU seconds of the command's process tree, to set against its wall time; `target`: local, or the "
         "scheme of `--out-url`, partitioned right after the local run of the same input (`remote_ratio`: its wall "

@@ -19,15 +19,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from storage.importers import import_dataset
-from training.config import TrainConfig
-from workflows.bench.ingest import QUICK, bench_ingest
-from workflows.bench.partition import bench_partition
-from workflows.bench.tables import machine_info, markdown_table
-from workflows.bench.train import bench_train
-from workflows.bench.train_report import HEADLINE_COLUMNS, LATENCY_S, headline
-from workflows.commands_train import EVAL_LABELS
-from workflows.demo import bundled_cora
+from asepr.storage.importers import import_dataset
+from asepr.training.config import TrainConfig
+from asepr.workflows.bench.ingest import QUICK, bench_ingest
+from asepr.workflows.bench.partition import bench_partition
+from asepr.workflows.bench.tables import machine_info, markdown_table
+from asepr.workflows.bench.train import bench_train
+from asepr.workflows.bench.train_report import HEADLINE_COLUMNS, LATENCY_S, headline
+from asepr.workflows.commands_train import EVAL_LABELS
+from asepr.workflows.demo import bundled_cora
 
 __all__ = ["DEFAULT_STRATEGY", "FULL", "QUICK_SIZES", "bench_all"]
 
@@ -91,7 +91,7 @@ def bench_all(out: Path, *, quick: bool = False, cache: Path | None = None, echo
         "",
         markdown_table(headline(train_rows, DEFAULT_STRATEGY), HEADLINE_COLUMNS),
         "",
-        ("Bytes per epoch: training traffic sent per rank (mean over ranks), as counted by `training.comm`, "
+        ("Bytes per epoch: training traffic sent per rank (mean over ranks), as counted by `asepr.training.group.comm`, "
          "evaluation apart. Seconds to 95 %: training seconds (evaluation excluded) until the first "
          "evaluation whose validation metric reaches 95 % of the centralized run's best. **Modelled @10G** "
          "(not measured): those seconds plus the busiest rank's training bytes over a 10 Gbit/s link plus "

@@ -5,7 +5,7 @@ target, 95 % of it), then for every k an ASEP partition (cached) and every strat
 launched as k trainer processes through torchrun's API, one after the other, with the
 same model, seed, rounds, local epochs and evaluation: the global model's exact
 whole-graph metrics (or the partition-local ones with ``eval_mode="local"``, labelled so)
-every ``eval_interval`` epochs (:class:`training.config.TrainConfig`; ASEPR at the first
+every ``eval_interval`` epochs (:class:`asepr.training.config.TrainConfig`; ASEPR at the first
 round end at or after each multiple, centralized and fds exactly then). With
 ``partitioners``, the default strategy (``config.reconcile``) is also trained at the
 same k on partitions from each of them: does the partitioner matter for training?
@@ -23,12 +23,12 @@ Outputs in ``OUT``:
   partitioner comparison (when matplotlib is installed);
 * ``train-<dataset>-diagnostics.png`` (with several k): why the local models differ, against
   k: the partitions' label divergence, receptive-field coverage and training seeds per
-  rank (:func:`pipeline.diagnose.diagnose_output`), the default strategy's drift in its last
+  rank (:func:`asepr.pipeline.diagnose.diagnose_output`), the default strategy's drift in its last
   round and its test metric, one line per partitioner
-  (:mod:`workflows.bench.train_diagnostics`; the same figures as a table in ``train.md``).
+  (:mod:`asepr.workflows.bench.train_diagnostics`; the same figures as a table in ``train.md``).
 
 Times are training seconds, evaluation excluded (``elapsed_s`` of the metrics rows).
-The network model (:func:`training.protocol.modelled_seconds`, labelled *modelled* everywhere) projects
+The network model (:func:`asepr.training.protocol.modelled_seconds`, labelled *modelled* everywhere) projects
 each time onto a cluster: the measured seconds plus the training bytes over the
 bandwidth plus the messages times a per-message latency, training's and the
 evaluations' (a run learns that it reached a target by evaluating), for the rank that
@@ -37,7 +37,7 @@ at 1, 10 and 100 Gbit/s with :data:`LATENCY_S`. The measured seconds already inc
 the transfers over this machine's loopback, so the projection errs on the slow side.
 
 This module only orchestrates: the training is :mod:`training`, the launch
-:mod:`workflows.launch`, the summaries and tables :mod:`workflows.bench.train_report`.
+:mod:`asepr.workflows.launch`, the summaries and tables :mod:`asepr.workflows.bench.train_report`.
 """
 
 from __future__ import annotations
@@ -53,23 +53,23 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from pipeline.config import PartitionConfig
-from pipeline.diagnose import diagnose_output
-from pipeline.partition_run import partition_to_store
-from storage.partitions.manifest import read_manifest
-from training.centralized import centralized_config
-from training.checkpoint import RunDir
-from training.config import TrainConfig, removed_conflicts
-from training.fds import fds_config
-from training.ogb_eval import ogb_columns
-from workflows.bench.protocol import protocol_columns, protocol_section
-from workflows.bench.tables import machine_info, markdown_table, parquet_table, pyplot, save_figure
-from workflows.bench.train_diagnostics import (
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.diagnose import diagnose_output
+from asepr.pipeline.partition_run import partition_to_store
+from asepr.storage.partitions.manifest import read_manifest
+from asepr.training.centralized import centralized_config
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.training.config import TrainConfig, removed_conflicts
+from asepr.training.fds import fds_config
+from asepr.training.evaluation.ogb_eval import ogb_columns
+from asepr.workflows.bench.protocol import protocol_columns, protocol_section
+from asepr.workflows.bench.tables import machine_info, markdown_table, parquet_table, pyplot, save_figure
+from asepr.workflows.bench.train_diagnostics import (
     diagnostics_fields,
     diagnostics_section,
     plot_diagnostics,
 )
-from workflows.bench.train_report import (
+from asepr.workflows.bench.train_report import (
     HEADLINE_COLUMNS,
     LATENCY_S,
     NETWORK_COLUMNS,
@@ -82,8 +82,8 @@ from workflows.bench.train_report import (
     summarise_run,
     table_rows,
 )
-from workflows.datasets import resolve_dataset
-from workflows.launch import launch_trainers
+from asepr.workflows.datasets import resolve_dataset
+from asepr.workflows.launch import launch_trainers
 
 __all__ = ["PARTITIONERS", "TRAIN_STRATEGIES", "bench_train", "plot_curves"]
 
@@ -264,7 +264,7 @@ class _Bench:
 def _centralized(bench: _Bench, name: str, input_dir: Path, base: dict[str, Any]) -> float | None:
     """The centralized runs of one dataset, one per seed; returns the target: 95 % of
     their best validation metric, averaged over the seeds."""
-    from training.centralized import run_centralized
+    from asepr.training.centralized import run_centralized
 
     runs = []
     for seed in bench.seeds:
@@ -331,7 +331,7 @@ def bench_train(
     partitioner (every seed); write the report files into ``out``; return one summary
     row per run. ``seeds`` (default: ``config.seed`` alone) are the training seeds; with
     more than one, ``train.md`` also gives the mean and the range over them
-    (:func:`workflows.bench.train_report.over_seeds`) and the target is 95 % of the centralized runs' mean best
+    (:func:`asepr.workflows.bench.train_report.over_seeds`) and the target is 95 % of the centralized runs' mean best
     validation metric."""
     out.mkdir(parents=True, exist_ok=True)
     partitioners = list(partitioners or [])
@@ -441,7 +441,7 @@ def _write(bench: _Bench) -> None:
         *ogb_section(bench.results),
         "## Bytes and modelled network time",
         "",
-        ("Bytes: training traffic sent per rank, as counted by `training.comm` (ring cost model for all_reduce / "
+        ("Bytes: training traffic sent per rank, as counted by `asepr.training.group.comm` (ring cost model for all_reduce / "
          "all_gather, exact for all_to_all), over the whole run divided by its epochs: `MiB/rank/epoch` is the "
          "mean over ranks, `max ...` the rank that sent the most; evaluation traffic apart (`eval MiB/rank/eval`, "
          "mean rank, per evaluation). **Modelled** (not measured): the time to 95 % on a cluster, the measured "

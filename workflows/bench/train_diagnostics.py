@@ -1,6 +1,6 @@
 """``asepr bench train``'s "why local models differ" table and plot: per dataset, k and
 partitioner, the partitions' label divergence, receptive-field coverage and training
-seeds (:func:`pipeline.diagnose.diagnose_output`) beside the default strategy's drift in
+seeds (:func:`asepr.pipeline.diagnose.diagnose_output`) beside the default strategy's drift in
 its last round and its test metric (docs/design.md#diagnostics). Pure functions of the
 run summaries, but for the figure.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from workflows.bench.tables import markdown_table, pyplot, save_figure
+from asepr.workflows.bench.tables import markdown_table, pyplot, save_figure
 
 __all__ = ["DIAGNOSTIC_COLUMNS", "DIAGNOSTIC_FIELDS", "diagnostics_fields", "diagnostics_rows",
            "diagnostics_section", "plot_diagnostics"]

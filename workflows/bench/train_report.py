@@ -1,4 +1,4 @@
-"""The summaries and tables of ``asepr bench train`` (:mod:`workflows.bench.train`): one
+"""The summaries and tables of ``asepr bench train`` (:mod:`asepr.workflows.bench.train`): one
 run's figures from its metrics rows, the network model, the means over seeds and the
 headline against centralized and fds. Pure functions of the metrics rows.
 """
@@ -9,8 +9,8 @@ from typing import Any
 
 import polars as pl
 
-from training.protocol import LATENCY_S, NETWORK_GBITS, modelled_seconds
-from workflows.bench.tables import markdown_table
+from asepr.training.protocol import LATENCY_S, NETWORK_GBITS, modelled_seconds
+from asepr.workflows.bench.tables import markdown_table
 
 __all__ = ["HEADLINE_COLUMNS", "LATENCY_S", "NETWORK_COLUMNS", "NETWORK_GBITS", "OGB_TABLE_COLUMNS",
            "PARTITIONER_COLUMNS", "SEED_FIELDS", "STRATEGY_COLUMNS", "headline", "modelled_seconds", "ogb_rows",
@@ -258,7 +258,7 @@ OGB_TABLE_COLUMNS = ["dataset", "k", "strategy", "partitioner", "seed", "OGB met
 
 def ogb_rows(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The rows of ``train.md``'s OGB table: each run scored by its dataset's OGB evaluator
-    (:func:`training.ogb_eval.ogb_columns`), or why it was not; none for other inputs."""
+    (:func:`asepr.training.evaluation.ogb_eval.ogb_columns`), or why it was not; none for other inputs."""
     rows = []
     for r in results:
         if r.get("ogb_metric") is None and not r.get("ogb_error"):

@@ -20,12 +20,12 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
-from pipeline.config import PartitionConfig
-from pipeline.partition import partition
-from pipeline.stages.attr_cluster import attribute_clusters
-from pipeline.stages.degrees import compute_degrees
-from storage.inputs.directory import open_input, read_meta
-from workflows.bench.partition import ordered_inputs
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition import partition
+from asepr.pipeline.stages.attr_cluster import attribute_clusters
+from asepr.pipeline.stages.degrees import compute_degrees
+from asepr.storage.inputs.directory import open_input, read_meta
+from asepr.workflows.bench.partition import ordered_inputs
 
 CACHE = ROOT / "docs/results/partition-quality/inputs"
 base_rows = pd.read_parquet(ROOT / "docs/results/partition-quality/partition.parquet")
@@ -49,8 +49,8 @@ def run(datasets, ks, orders, variants, out):
                     projection_dim=cfg0.projection_dim, projection_threshold=cfg0.projection_threshold)
                 for name, kw in variants.items():
                     kw = dict(kw)
-                    pp = sys.modules["pipeline.partition"]
-                    from pipeline.stages import struct_cluster as sc
+                    pp = sys.modules["asepr.pipeline.partition"]
+                    from asepr.pipeline.stages import struct_cluster as sc
                     if kw.pop("_published", False):
                         pp.structural_clusters = lambda es, d, a, kk, al, passes=1, batch_rows=1<<20: sc.published_clusters(es, d, kk, batch_rows=batch_rows, attr_cluster_id=a, alpha=al)
                     else:

@@ -3,7 +3,7 @@
 
     python docs/results/billion/measure.py NAME OUT.json -- COMMAND ...
 
-Uses ``workflows.bench.scale.run_measured``: the summed RSS of the command and all its
+Uses ``asepr.workflows.bench.scale.run_measured``: the summed RSS of the command and all its
 descendants (Dask workers included), sampled every 50 ms. The command's output goes to
 ``OUT.log``. A stage's peak is the largest sample between its start and its end, read
 from the command's ``stage NAME: S s`` log lines (``-v``), which are logged when the
@@ -19,7 +19,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from workflows.bench.scale import children_cpu_seconds, run_measured
+from asepr.workflows.bench.scale import children_cpu_seconds, run_measured
 
 _STAGE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) INFO \S+: stage ([^:]+): ([0-9.]+) s")
 

@@ -11,6 +11,6 @@ df -h /work | tail -1; du -sh $B/out
 flock -s /work/scratch/cpu.lock python /work/main/docs/results/billion/measure.py verify $B/verify.json -- asepr verify $B/out
 flock -s /work/scratch/cpu.lock python /work/main/docs/results/billion/measure.py load $B/load.json -- python -c "
 import sys, time
-from training.data import load_local_graph
+from asepr.training.graph.data import load_local_graph
 t=time.perf_counter(); g=load_local_graph('$B/out', [0]); print('rank 0 loaded partition 0:', g.num_nodes, 'nodes', g.own_edges.shape[1], 'edges', round(time.perf_counter()-t,1), 's')
 "

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.config import PartitionConfig
-from pipeline.partition import partition
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.partition import partition
 
-run_module = importlib.import_module("pipeline.partition")  # the module (the package exports the function)
+run_module = importlib.import_module("asepr.pipeline.partition")  # the module (the package exports the function)
 
 WORK = Path(sys.argv[1])
 ORIGINAL = (run_module.structural_clusters, run_module.published_clusters)

@@ -3,7 +3,7 @@
 Makes two synthetic graphs with 2M vertices and 10M / 20M edges (d = 32, seed 1) under
 SCRATCH, partitions each with the default settings (real command, default workers) and
 records wall seconds and the peak summed RSS of the process tree
-(`workflows.bench.scale.run_measured`). Writes edge-doubling.md beside this file.
+(`asepr.workflows.bench.scale.run_measured`). Writes edge-doubling.md beside this file.
 
 Usage: python docs/results/edge-doubling/run.py SCRATCH
 """
@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workflows.bench.scale import run_measured
+from asepr.workflows.bench.scale import run_measured
 
 HERE = Path(__file__).resolve().parent
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from training.checkpoint import RunDir
+from asepr.training.rundir.checkpoint import RunDir
 
 
 def main(run_dir: str) -> None:

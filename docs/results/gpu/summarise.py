@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from training.checkpoint import RunDir
+from asepr.training.rundir.checkpoint import RunDir
 
 #: The majority class's share of the test set, which every run must beat by far.
 MAJORITY = {"cora": 0.30, "amazon-computers": 0.37}

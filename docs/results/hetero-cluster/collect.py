@@ -1,7 +1,7 @@
 """The hetero-cluster table from the runs' metrics.csv (``python collect.py RAW``).
 
 For each seed, the target is 99 % of that seed's centralized best validation accuracy;
-a run's time to it is the modelled cluster time (``training.protocol.time_to_fraction``:
+a run's time to it is the modelled cluster time (``asepr.training.protocol.time_to_fraction``:
 the slowest rank's CPU seconds of each round, rank 3's counted three times where it is
 declared slower, plus the busiest rank's bytes at 10 Gbit/s and 50 µs a message).
 """
@@ -13,7 +13,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from training.protocol import time_to_fraction
+from asepr.training.protocol import time_to_fraction
 
 RUNS = {"a-uniform": "(a) uniform cluster", "b-sync": "(b) rank 3 3x slower, synchronous rounds",
         "c-capacity": "(c) rank 3 3x slower, capacity-aware (`--speeds measure`)",

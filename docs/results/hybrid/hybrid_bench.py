@@ -1,9 +1,9 @@
-"""Benchmark of the hybrid assignment (pipeline.assign.hybrid) against HEP's reference RF.
+"""Benchmark of the hybrid assignment (asepr.pipeline.assign.hybrid) against HEP's reference RF.
 
-Builds the kernel state exactly as ``pipeline.partition._assign`` does for
+Builds the kernel state exactly as ``asepr.pipeline.partition._assign`` does for
 ``PartitionConfig(num_parts=k, algo=ALGO)`` (degrees, attribute clusters as
 ``asepr bench partition`` computes them, attribute lift, structural clusters, community
-mapping, vertex terms), then runs :func:`pipeline.assign.hybrid.hybrid_stream_assign`
+mapping, vertex terms), then runs :func:`asepr.pipeline.assign.hybrid.hybrid_stream_assign`
 at several budgets on the streams of ``asepr bench partition`` (natural order and the
 seed-0 shuffle, cached under docs/results/partition-quality/inputs).
 
@@ -32,16 +32,16 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.assign import AssignState, EdgePartSink, KernelSettings
-from pipeline.assign.hybrid import held_bytes, hybrid_stream_assign
-from pipeline.config import PartitionConfig
-from pipeline.stages.attr_cluster import attribute_clusters
-from pipeline.stages.attr_lift import attribute_lift
-from pipeline.stages.degrees import compute_degrees
-from pipeline.stages.mapping import map_communities, vertex_terms
-from pipeline.stages.struct_cluster import structural_clusters
-from storage.inputs.directory import open_input, open_parquet
-from storage.resources import peak_rss_bytes
+from asepr.pipeline.assign import AssignState, EdgePartSink, KernelSettings
+from asepr.pipeline.assign.hybrid import held_bytes, hybrid_stream_assign
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.stages.attr_cluster import attribute_clusters
+from asepr.pipeline.stages.attr_lift import attribute_lift
+from asepr.pipeline.stages.degrees import compute_degrees
+from asepr.pipeline.stages.mapping import map_communities, vertex_terms
+from asepr.pipeline.stages.struct_cluster import structural_clusters
+from asepr.storage.inputs.directory import open_input, open_parquet
+from asepr.storage.resources import peak_rss_bytes
 
 ROOT = Path(__file__).resolve().parents[3]
 INPUTS = ROOT / "docs/results/partition-quality/inputs"

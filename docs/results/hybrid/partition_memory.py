@@ -2,7 +2,7 @@
 
 Runs the real command (default workers) with no budget and with a budget of 10 bytes per
 edge, one after the other, and records wall seconds, the peak summed RSS of the process
-tree (sampled every 50 ms, `workflows.bench.scale.run_measured`), RF and the hybrid's
+tree (sampled every 50 ms, `asepr.workflows.bench.scale.run_measured`), RF and the hybrid's
 figures from the manifest. Writes partition-memory.md beside this file.
 
 Usage: python docs/results/hybrid/partition_memory.py INPUT [SCRATCH]
@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workflows.bench.scale import run_measured
+from asepr.workflows.bench.scale import run_measured
 
 HERE = Path(__file__).resolve().parent
 

@@ -15,10 +15,10 @@ import time
 
 import numpy as np
 
-from pipeline.stream import iter_edge_batches
-from storage.inputs.decoded import decoded_shards
-from storage.inputs.decoded_copy import validate_and_copy
-from storage.inputs.directory import open_input
+from asepr.pipeline.stream import iter_edge_batches
+from asepr.storage.inputs.decoded import decoded_shards
+from asepr.storage.inputs.decoded_copy import validate_and_copy
+from asepr.storage.inputs.directory import open_input
 
 
 def best(fn, repeat: int = 3) -> float:

@@ -15,7 +15,7 @@ for E in 20000000 50000000; do
     for w in 0 2; do
       OUT=$W/workers-out-e$E-w$w
       rm -rf "$OUT"
-      /usr/bin/time -f "%e %U %S %M" -o "$W/time.txt" python -m workflows partition "$IN" "$OUT" -k 16 -q --workers $w > /dev/null
+      /usr/bin/time -f "%e %U %S %M" -o "$W/time.txt" python -m asepr partition "$IN" "$OUT" -k 16 -q --workers $w > /dev/null
       read -r wall user sys rss < "$W/time.txt"
       python - "$E" "$w" "$run" "$wall" "$user" "$sys" "$rss" <<'PY'
 import sys

@@ -1,5 +1,5 @@
 """Side by side: the edge-list importer's CSV reader (pyarrow's streaming reader, as
-``storage.importers`` configures it) against polars' streaming CSV reader (``scan_csv`` then
+``asepr.storage.importers`` configures it) against polars' streaming CSV reader (``scan_csv`` then
 ``collect_batches``; polars 2 has no other batched CSV reader).
 
 Each reader runs in a fresh process and turns every block into ``int64`` numpy arrays
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-BLOCK = 1 << 24  # the importer's default block size (storage.importers.edgelist)
+BLOCK = 1 << 24  # the importer's default block size (asepr.storage.importers.edgelist)
 
 
 def generate(path: Path, edges: int, nodes: int, seed: int = 0) -> None:

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.stages.attr_cluster import READ_COST
-from pipeline.stages.attr_rows import ShardPiece
-from pipeline.stages.kmeans import nearest
-from storage.inputs.directory import open_parquet
-from storage.inputs.schema import check_node_schema, feature_matrix
-from storage.locations.fs import discover_shards
+from asepr.pipeline.stages.attr_cluster import READ_COST
+from asepr.pipeline.stages.attr_rows import ShardPiece
+from asepr.pipeline.stages.kmeans import nearest
+from asepr.storage.inputs.directory import open_parquet
+from asepr.storage.inputs.schema import check_node_schema, feature_matrix
+from asepr.storage.locations.fs import discover_shards
 
 HERE = Path(__file__).resolve().parent
 

@@ -4,7 +4,7 @@
 
 Embeds every row of the input (projection-free inputs only: d <= 256) into memory,
 then for each setting draws a uniform sample of m rows (seed 1), fits it with
-:func:`pipeline.stages.kmeans.fit_sample` (seed 7) and scores the centroids on every
+:func:`asepr.pipeline.stages.kmeans.fit_sample` (seed 7) and scores the centroids on every
 row. ``sample estimate`` is the sample inertia scaled by N/m, as ``inertia_history``
 reports it. CPU is that of the fit alone.
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.stages.kmeans import embed, fit_sample, nearest
-from storage.inputs.directory import open_parquet
-from storage.inputs.schema import check_node_schema, feature_matrix
-from storage.locations.fs import discover_shards
+from asepr.pipeline.stages.kmeans import embed, fit_sample, nearest
+from asepr.storage.inputs.directory import open_parquet
+from asepr.storage.inputs.schema import check_node_schema, feature_matrix
+from asepr.storage.locations.fs import discover_shards
 
 HERE = Path(__file__).resolve().parent
 

@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 from parallel import replay_state, simulate_parallel_streams
 
-from pipeline import PartitionConfig, attribute_clusters, compute_degrees, partition
-from storage.inputs.directory import open_input, read_meta
-from storage.resources import peak_rss_bytes
-from workflows.bench.partition import ordered_inputs
+from asepr.pipeline import PartitionConfig, attribute_clusters, compute_degrees, partition
+from asepr.storage.inputs.directory import open_input, read_meta
+from asepr.storage.resources import peak_rss_bytes
+from asepr.workflows.bench.partition import ordered_inputs
 
 HERE = Path(__file__).resolve().parent
 COLUMNS = ["input", "order", "edges", "nodes", "k", "algo", "streams", "sync_edges", "epochs", "rf", "rf_change_pct",

@@ -1,7 +1,7 @@
 """How far one machine goes: the largest |V| and |E| whose planned peak fits a memory size.
 
 For every memory size, feature width d and edge ratio |E|/|V|, a bisection on |V| finds
-the largest graph whose ``pipeline.plan.plan_run`` peak RSS (driver plus local Dask
+the largest graph whose ``asepr.pipeline.planning.plan.plan_run`` peak RSS (driver plus local Dask
 workers) fits, and prints the disk that run would need (staged until the commit, and
 committed). Only the plan's public API is used; nothing is read or run.
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from pipeline.config import PartitionConfig
-from pipeline.plan import InputSizes, RunPlan, human_bytes, plan_run
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.planning.plan import InputSizes, RunPlan, human_bytes, plan_run
 
 GIB = 1 << 30
 #: Rows per edge and per node shard, as ``asepr synth`` writes them (1M).

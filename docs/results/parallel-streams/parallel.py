@@ -12,7 +12,7 @@ The model
   A worker of a real Dask mode reads exactly that: the shards (or, inside a shard,
   the row groups) of its range, in order (:func:`stream_shares`, :func:`iter_share`).
 * **Epochs.** Every stream assigns ``epoch_edges`` (B) edges of its share per sync
-  epoch, with the unchanged kernel (:func:`~pipeline.assign.kernel.assign_batch`) on
+  epoch, with the unchanged kernel (:func:`~asepr.pipeline.assign.kernel.assign_batch`) on
   its own copy of the packed rows and of the k loads. Inside an epoch a stream sees
   its own edges only: the others' are invisible until the merge (a stale view). The
   streams' epochs run in lock-step; the order of the streams inside one epoch does not
@@ -48,18 +48,18 @@ from typing import TYPE_CHECKING
 import numba
 import numpy as np
 
-from pipeline.assign.kernel import GREEDY, TWO_PHASE, assign_batch
-from pipeline.assign.settings import KernelSettings
-from pipeline.assign.state import PDEG, AssignState
-from pipeline.prefetch import aligned_zeros
-from pipeline.stages.mapping import vertex_terms
-from pipeline.stream import EdgeBatch, warmup_arrays
-from storage.errors import InputError, format_problem
-from storage.inputs.directory import open_parquet
-from storage.locations.fs import Shard
+from asepr.pipeline.assign.kernel import GREEDY, TWO_PHASE, assign_batch
+from asepr.pipeline.assign.settings import KernelSettings
+from asepr.pipeline.assign.state import PDEG, AssignState
+from asepr.pipeline.kernels.prefetch import aligned_zeros
+from asepr.pipeline.stages.mapping import vertex_terms
+from asepr.pipeline.stream import EdgeBatch, warmup_arrays
+from asepr.storage.errors import InputError, format_problem
+from asepr.storage.inputs.directory import open_parquet
+from asepr.storage.locations.fs import Shard
 
 if TYPE_CHECKING:
-    from pipeline.partition import Assignment
+    from asepr.pipeline.partition import Assignment
 
 __all__ = [
     "MergeTraffic",
@@ -177,7 +177,7 @@ def iter_epochs(batches: Iterator[EdgeBatch], epoch_edges: int) -> Iterator[list
 def replay_state(assignment: Assignment) -> tuple[AssignState, KernelSettings]:
     """A fresh kernel state and the settings of the assignment stage of ``assignment``.
 
-    The per-vertex terms are rebuilt exactly as :func:`pipeline.partition.partition`
+    The per-vertex terms are rebuilt exactly as :func:`asepr.pipeline.partition.partition`
     built them (community partition and volume, attribute home), from the degrees,
     communities, mapping and attribute clusters the run kept.
 

@@ -26,14 +26,14 @@ from parallel import (
     stream_shares,
 )
 
-from pipeline import PartitionConfig, partition, replica_sets
-from pipeline.assign import MODES, AssignState, KernelSettings, assign_batch
-from pipeline.assign.kernel import KernelArgs
-from pipeline.assign.state import PDEG
-from pipeline.stream import iter_edge_batches
-from storage import InputError
-from storage.inputs.directory import open_input
-from storage.locations.fs import Shard
+from asepr.pipeline import PartitionConfig, partition, replica_sets
+from asepr.pipeline.assign import MODES, AssignState, KernelSettings, assign_batch
+from asepr.pipeline.assign.kernel import KernelArgs
+from asepr.pipeline.assign.state import PDEG
+from asepr.pipeline.stream import iter_edge_batches
+from asepr.storage import InputError
+from asepr.storage.inputs.directory import open_input
+from asepr.storage.locations.fs import Shard
 from tests.pipeline.conftest import SYNTH_EDGES as M  # the `inputs` fixture's graph
 from tests.pipeline.conftest import SYNTH_NODES as N
 

@@ -6,7 +6,7 @@ partition IN OUT -k K -q --ignore-plan`` runs as a child process whose own high-
 mark (``VmHWM`` of ``/proc/PID/status``) is read every 20 ms until it exits, and the
 committed output is measured with ``du`` (blocks used, and apparent bytes). On a
 machine of up to two cores the run's stages execute on threads of that one process
-(``workflows.dask_client.default_workers``), so its VmHWM is the run's whole peak.
+(``asepr.workflows.dask_client.default_workers``), so its VmHWM is the run's whole peak.
 
     python docs/results/plan-accuracy/measure.py --work DIR -k 8 --out table.csv NAME=INPUT ...
 """
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from storage.resources import vm_hwm_bytes
+from asepr.storage.resources import vm_hwm_bytes
 
 UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 SIZE = r"([\d.]+ (?:B|KiB|MiB|GiB|TiB))"

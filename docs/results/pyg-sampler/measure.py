@@ -2,7 +2,7 @@
 
 Side by side in one process, on one graph, with the same seeds and generator seeds:
 
-* ``direct``: :meth:`training.sampler.NeighborSampler.sample_hops`, the numba hops and
+* ``direct``: :meth:`asepr.training.graph.sampler.NeighborSampler.sample_hops`, the numba hops and
   relabelling that the trainers called before the sampler was a BaseSampler, plus the
   ``torch.stack`` of the old ``sample()``;
 * ``sample_from_nodes``: the BaseSampler call the trainers make now (a ``NodeSamplerInput``
@@ -31,7 +31,7 @@ from torch_geometric.data import Data
 from torch_geometric.loader import NodeLoader
 from torch_geometric.sampler import NodeSamplerInput
 
-from training.sampler import NeighborSampler
+from asepr.training.graph.sampler import NeighborSampler
 
 
 def power_law_graph(n: int, m: int, seed: int) -> torch.Tensor:

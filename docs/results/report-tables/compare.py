@@ -7,8 +7,8 @@ two steps that a dataframe library would take over are run on the same rows:
 
 * the mean, min and max of every summary field over the seeds: the dictionary version
   that the reports used before (``over_seeds_dicts`` below) against the polars
-  ``group_by`` that ``workflows.bench.train_report.over_seeds`` is now;
-* the Markdown table: ``workflows.bench.tables.markdown_table`` against polars' own table
+  ``group_by`` that ``asepr.workflows.bench.train_report.over_seeds`` is now;
+* the Markdown table: ``asepr.workflows.bench.tables.markdown_table`` against polars' own table
   formatting (``pl.Config(tbl_formatting="MARKDOWN")``).
 
 It prints whether the results agree, the lines of code of each version (``inspect``), and
@@ -27,8 +27,8 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from workflows.bench.tables import markdown_table
-from workflows.bench.train_report import SEED_FIELDS, over_seeds
+from asepr.workflows.bench.tables import markdown_table
+from asepr.workflows.bench.train_report import SEED_FIELDS, over_seeds
 
 def over_seeds_dicts(results: list[dict]) -> list[dict]:
     groups: dict[tuple, list[dict]] = {}

@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-from storage.partitions.output_stores import open_partition
+from asepr.storage.partitions.output_stores import open_partition
 
 url, part, options = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3

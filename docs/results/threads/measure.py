@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from training.checkpoint import RunDir
-from workflows.datasets import resolve_dataset
+from asepr.training.rundir.checkpoint import RunDir
+from asepr.workflows.datasets import resolve_dataset
 
 DATASETS = ("cora", "tolokers")
 SETTINGS = ("1", "2", "default")

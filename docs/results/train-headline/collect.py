@@ -14,7 +14,7 @@ best validation point of centralized, the default (``avg+scaffold`` on ASEP part
 and fds, as the mean over seeds (lowest–highest), the gaps in points, and the modelled
 cluster time to 99 % of the centralized runs' best validation metric (their mean over the
 seeds, as ``bench train`` sets its target) at 10 Gbit/s, recomputed from every run's rounds
-with :func:`training.protocol.time_to_fraction` so that runs launched without centralized
+with :func:`asepr.training.protocol.time_to_fraction` so that runs launched without centralized
 get it too (mean over the seeds that reached it, and how many did); then the default on
 ASEP against 2PS-HDRF partitions; then every other strategy against the default of the
 same seeds.
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import polars as pl
 
-from training.protocol import time_to_fraction
+from asepr.training.protocol import time_to_fraction
 
 TUNED_ON = ("amazon-photo", "coauthor-cs")
 DEFAULT = "avg+scaffold"

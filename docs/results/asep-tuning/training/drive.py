@@ -2,9 +2,9 @@
 import functools
 import sys
 
-import workflows.bench.train as bt
-from pipeline.config import PartitionConfig
-from workflows.cli import main
+import asepr.workflows.bench.train as bt
+from asepr.pipeline.config import PartitionConfig
+from asepr.workflows.cli import main
 
 if __name__ == "__main__":
     a = float(sys.argv[1])

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from workflows.bench.train import plot_curves
+from asepr.workflows.bench.train import plot_curves
 
 here = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent
 curves = pq.read_table(here / "train_rounds.parquet").to_pylist()

@@ -14,4 +14,4 @@ for g in amazon-computers coauthor-physics; do
   done
 done
 cd /tmp
-/work/main/.venv/bin/python -m workflows bench train --datasets amazon-computers coauthor-physics -k 4 8 --strategies centralized avg avg+scaffold fds --seeds 0 1 2 --rounds 15 --local-epochs 2 --feature-projection 256 --out $F --cache /work/scratch/train/cache --keep-runs 2>&1 | tee $F.log
+/work/main/.venv/bin/python -m asepr bench train --datasets amazon-computers coauthor-physics -k 4 8 --strategies centralized avg avg+scaffold fds --seeds 0 1 2 --rounds 15 --local-epochs 2 --feature-projection 256 --out $F --cache /work/scratch/train/cache --keep-runs 2>&1 | tee $F.log

@@ -1,7 +1,7 @@
 #!/bin/bash
 T=/work/scratch/lead/ws
 F="--scaffold-weigh-segments"
-B="/work/main/.venv/bin/python -m workflows bench train --strategies avg+scaffold --rounds 15 --local-epochs 2 --feature-projection 256 --keep-runs"
+B="/work/main/.venv/bin/python -m asepr bench train --strategies avg+scaffold --rounds 15 --local-epochs 2 --feature-projection 256 --keep-runs"
 cd /tmp
 flock -s /work/scratch/cpu.lock $B --datasets coauthor-physics amazon-computers -k 8 --seeds 0 1 2 --cache /work/scratch/train/cache $F --out $T/k8 > $T/k8.log 2>&1
 flock -s /work/scratch/cpu.lock $B --datasets coauthor-physics amazon-computers -k 4 --seeds 0 1 2 --cache /work/scratch/train/cache $F --out $T/k4 > $T/k4.log 2>&1

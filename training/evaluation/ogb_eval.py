@@ -19,10 +19,10 @@ examples evaluate), and scores them with the dataset's metric:
 * ``mrr`` (ogbl-citation2): the mean reciprocal rank of each positive among its own
   negatives, a tie counted half way (the mean of the optimistic and pessimistic ranks).
 
-A link run is trained by :class:`training.tasks.LinkTask`, which still holds out its own
+A link run is trained by :class:`asepr.training.tasks.LinkTask`, which still holds out its own
 share of OGB's training edges (``link_val_fraction``, ``link_test_fraction``) for the
 metrics rows it writes; OGB's figure is of a model that did not train on those edges.
-Edges are scored as the link task scores them (:class:`training.tasks.LinkTask`: the
+Edges are scored as the link task scores them (:class:`asepr.training.tasks.LinkTask`: the
 dot product of the two embeddings). The metric functions follow the installed ``ogb``
 package's code line for line; the tests check them against it.
 """
@@ -37,14 +37,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from storage.errors import AseprError, InputError, format_problem
-from storage.inputs.directory import read_meta
-from storage.locations.fs import join, resolve
-from storage.partitions.manifest import read_manifest
-from training.checkpoint import RunDir, TrainerError
-from training.config import TrainConfig
-from training.data import LocalGraph, prepare_features
-from training.models import build_model, graph_operator, num_parameters, unflatten_into
+from asepr.storage.errors import AseprError, InputError, format_problem
+from asepr.storage.inputs.directory import read_meta
+from asepr.storage.locations.fs import join, resolve
+from asepr.storage.partitions.manifest import read_manifest
+from asepr.training.rundir.checkpoint import RunDir, TrainerError
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import LocalGraph, prepare_features
+from asepr.training.models import build_model, graph_operator, num_parameters, unflatten_into
 
 __all__ = ["OGB_COLUMNS", "accuracy", "evaluate_run", "hits_at", "mrr", "ogb_columns", "ogb_info", "rocauc",
            "run_input"]
@@ -215,7 +215,7 @@ def evaluate_run(run_dir: str | Path, input_url: str | Path | None = None,
     input_url
         The input (default: the one the run trained on, from its ``run.json``).
     graph
-        The whole input as one graph (:func:`training.centralized.load_input_graph`), to
+        The whole input as one graph (:func:`asepr.training.centralized.load_input_graph`), to
         share one load between runs; loaded here when None.
 
     Returns
@@ -231,7 +231,7 @@ def evaluate_run(run_dir: str | Path, input_url: str | Path | None = None,
     TrainerError
         The run has no complete round, or its model does not fit the input.
     """
-    from training.centralized import load_input_graph
+    from asepr.training.centralized import load_input_graph
 
     run_dir = Path(run_dir)
     input_url = str(input_url or run_input(run_dir) or "")

@@ -2,7 +2,7 @@
 
 Synchronous rounds run at the pace of the slowest rank: in every segment of
 ``sync_every`` steps the fast ranks wait for it. With ``speeds`` (declared, or a cluster
-file's machines), ``measure_speeds`` or a ``deadline`` (:class:`~training.config.TrainConfig`)
+file's machines), ``measure_speeds`` or a ``deadline`` (:class:`~asepr.training.config.TrainConfig`)
 each rank takes the steps its speed allows instead, so every rank is done at about the
 same time (:class:`StepPlan`):
 
@@ -18,9 +18,9 @@ plain averaging would then lean towards the ranks that stepped most (FedNova, Wa
 al., "Tackling the Objective Inconsistency Problem in Heterogeneous Federated
 Optimization", NeurIPS 2020). So the update is normalised by steps:
 ``θ ← θ_g + τ_eff · Σ_r p_r (θ_r − θ_g) / τ_r`` with ``τ_eff = Σ_r p_r τ_r`` and ``p_r``
-the FedAvg weights (:func:`training.reconcile.average.normalised_average`). SCAFFOLD's
+the FedAvg weights (:func:`asepr.training.reconcile.average.normalised_average`). SCAFFOLD's
 control variate is already a mean gradient per step
-(:meth:`training.reconcile.scaffold.ControlVariates.estimate`); a rank's full segment is
+(:meth:`asepr.training.reconcile.scaffold.ControlVariates.estimate`); a rank's full segment is
 its own planned steps, so its variate moves fully after each of its segments.
 
 A measured speed is the rank's CPU seconds per step over the first segment the run
@@ -31,7 +31,7 @@ is not reproducible step for step (a resume reads the measured speeds from the
 checkpoint and continues exactly); declared speeds are.
 
 ``slowdown`` is a declared per-rank factor on the modelled cluster time only
-(:class:`training.protocol.ComputeClock`): this is how a cluster with a slow machine is
+(:class:`asepr.training.protocol.ComputeClock`): this is how a cluster with a slow machine is
 shown on one machine, and results made with it say that the time is modelled.
 """
 
@@ -40,8 +40,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from storage.cluster import parse_positive_list
-from storage.errors import format_problem
+from asepr.storage.cluster import parse_positive_list
+from asepr.storage.errors import format_problem
 
 __all__ = ["StepPlan", "check_rank_lists", "parse_rank_list"]
 

@@ -50,16 +50,16 @@ What a partial holds, and how masters combine them:
   ``exp(m - M)``, adds them, and divides ``u`` by ``z``.
 
 The per-convolution algebra (which settings split this way, the widths, the narrower
-message, GAT's combine) is :mod:`training.exact_convs`.
+message, GAT's combine) is :mod:`asepr.training.evaluation.exact_convs`.
 
 Stored self-loops, repeated edges, isolated vertices, and vertices whose master holds
 none of their edges are all exact (PyG's semantics: SAGE averages over every stored
 in-edge; GCN and GAT drop stored self-loops and add one per vertex).
 
 Routing is set up once per graph without reading any other rank's store, through a
-directory rank per vertex (:mod:`training.replica_routing`): it tells every replica the
+directory rank per vertex (:mod:`asepr.training.graph.replica_routing`): it tells every replica the
 rank of its master and every master the ranks of its replicas. Several partitions per
-rank (more partitions than ranks) are merged by :func:`training.data.load_local_graph`
+rank (more partitions than ranks) are merged by :func:`asepr.training.graph.data.load_local_graph`
 into one local graph and need nothing more.
 
 Bytes (float32, one flat buffer per direction and range through
@@ -96,12 +96,12 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GATConv, GCNConv, SAGEConv
 
-from training.comm import Comm
-from training.config import EVAL_MODES
-from training.data import LocalGraph
-from training.eval_sample import DEFAULT_EVAL_SAMPLE, EvalSample, draw_sample
-from training.exact_convs import check_conv, conv_message, conv_widths, gat_combine
-from training.replica_routing import route_replicas
+from asepr.training.group.comm import Comm
+from asepr.training.config import EVAL_MODES
+from asepr.training.graph.data import LocalGraph
+from asepr.training.evaluation.eval_sample import DEFAULT_EVAL_SAMPLE, EvalSample, draw_sample
+from asepr.training.evaluation.exact_convs import check_conv, conv_message, conv_widths, gat_combine
+from asepr.training.graph.replica_routing import route_replicas
 
 __all__ = ["BUDGET_BYTES", "ExactInference", "Evaluator", "evaluate_exact", "exact_forward"]
 
@@ -186,7 +186,7 @@ class ExactInference:
                  sample: EvalSample | None = None) -> ExactInference:
         """The inference over the edges ``task`` passes messages on, for the rows it scores
         (a collective): a node task's validation and test masters (those of ``sample``
-        when given, :func:`training.eval_sample.draw_sample`); a link task's held-out
+        when given, :func:`asepr.training.evaluation.eval_sample.draw_sample`); a link task's held-out
         edge ends and its ranking candidates, over its training edges (held-out edges
         carry no messages, as in its training)."""
         graph = task.graph
@@ -276,7 +276,7 @@ class ExactInference:
     # -- the model -----------------------------------------------------------------------
     @torch.no_grad()
     def forward(self, model, x: torch.Tensor | None = None) -> torch.Tensor:
-        """The output rows ``[num_nodes, out]`` of ``model`` (a :class:`~training.models.GNN`,
+        """The output rows ``[num_nodes, out]`` of ``model`` (a :class:`~asepr.training.models.GNN`,
         put in eval mode) on the whole graph, exact at the target rows (other rows are
         zero or partial); ``x`` defaults to ``graph.x``."""
         model.eval()
@@ -438,7 +438,7 @@ def exact_forward(model, graph: LocalGraph, comm: Comm) -> torch.Tensor:
     Parameters
     ----------
     model
-        A :class:`~training.models.GNN` with the same weights on every rank.
+        A :class:`~asepr.training.models.GNN` with the same weights on every rank.
     graph
         This rank's local graph.
     comm
@@ -458,9 +458,9 @@ def evaluate_exact(task, model, inference: ExactInference) -> dict[str, float]:
     Parameters
     ----------
     task
-        A :class:`~training.tasks.NodeTask` (accuracy, or ROC-AUC with two classes, over
+        A :class:`~asepr.training.tasks.NodeTask` (accuracy, or ROC-AUC with two classes, over
         the master nodes of the validation and test splits) or a
-        :class:`~training.tasks.LinkTask` (MRR, Hits@50 and ROC-AUC over own held-out
+        :class:`~asepr.training.tasks.LinkTask` (MRR, Hits@50 and ROC-AUC over own held-out
         edges), on the graph of ``inference``; sums are all_reduced over the ranks.
     model
         The model to evaluate (the same weights on every rank).
@@ -481,7 +481,7 @@ class Evaluator:
     ``"exact"``: :func:`evaluate_exact`, the metrics of the model on the whole graph,
     computed over the partitions, for a node task on a seeded sample of about ``sample``
     validation and test masters per split (every master of a split of at most twice that;
-    :mod:`training.eval_sample`), with the metric's 95 % interval and the numbers scored
+    :mod:`asepr.training.evaluation.eval_sample`), with the metric's 95 % interval and the numbers scored
     as extra columns; a link task scores every held-out edge. The sample, the routing
     and the receptive field are set up at the first call, their bytes and time counted
     with that evaluation (``eval_setup_bytes``: the bytes of that setup, and
@@ -495,11 +495,11 @@ class Evaluator:
     Parameters
     ----------
     task
-        The rank's :class:`~training.tasks.NodeTask` or :class:`~training.tasks.LinkTask`.
+        The rank's :class:`~asepr.training.tasks.NodeTask` or :class:`~asepr.training.tasks.LinkTask`.
     comm
         The process group.
     mode
-        One of :data:`training.config.EVAL_MODES`.
+        One of :data:`asepr.training.config.EVAL_MODES`.
     sample, seed
         Masters scored per split (0: all) and the sample's seed; default: the
         task config's ``eval_sample`` and ``seed``.

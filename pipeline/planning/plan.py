@@ -1,8 +1,8 @@
-"""``pipeline.plan``: the memory and disk plan of an ``asepr partition`` run, before it starts.
+"""``asepr.pipeline.planning.plan``: the memory and disk plan of an ``asepr partition`` run, before it starts.
 
 The plan is computed from |V| and |E| (``meta.json`` and the Parquet footers), two
-estimates from samples of the input (:mod:`pipeline.plan_inputs`: the features' stored
-size and the replication factor), k, the feature width d and the :class:`~pipeline.config.PartitionConfig`
+estimates from samples of the input (:mod:`asepr.pipeline.planning.plan_inputs`: the features' stored
+size and the replication factor), k, the feature width d and the :class:`~asepr.pipeline.config.PartitionConfig`
 (algorithm, batch rows, k-means and projection settings), the halo and where the Dask
 tasks run. It gives, per stage, the peak resident memory of the driver process and of
 the local Dask workers, and the bytes the stage writes. ``asepr partition`` prints it
@@ -11,13 +11,13 @@ and refuses to start when it does not fit (:func:`check_plan`) unless ``--ignore
 The model
 ---------
 Each stage declares what its code holds at its high-water mark and what it writes,
-next to its code (a ``*_needs`` function returning a :class:`pipeline.needs.Need`:
+next to its code (a ``*_needs`` function returning a :class:`asepr.pipeline.planning.needs.Need`:
 ``itemsize × |V|`` per O(|V|) array, ``batch_rows`` times the bytes per row for
 per-batch buffers); the plan adds them up, stage by stage, with the process baselines:
 
 * the driver's: its resident size when it plans (interpreter and imported modules) plus
   the numba kernels a run loads, the scheduler and client of a local cluster, and one
-  edge stream (:func:`pipeline.stream.iter_edge_batches`: two batches queued, the
+  edge stream (:func:`asepr.pipeline.stream.iter_edge_batches`: two batches queued, the
   kernel's, the decoder's and the row group the Parquet reader holds);
 * each local worker process's, plus the arrays of the one task it runs
   (``threads_per_worker=1``); with ``--workers 0`` the tasks run on threads of the
@@ -30,7 +30,7 @@ freeing it (:data:`RETAINED`; :func:`_compose` says how later stages reuse it), 
 worker baselines, and what reading a node shard costs (:data:`NODE_READ_FACTOR`).
 
 The replication factor RF is unknown before the run. The plan estimates it from a
-sample of the edge stream (:func:`pipeline.plan_inputs.estimate_rf`: a streaming
+sample of the edge stream (:func:`asepr.pipeline.planning.plan_inputs.estimate_rf`: a streaming
 algorithm that replicates at least as much as the one planned, run on up to 2M edge
 rows, extrapolated when that is a share of the stream, at most random hashing's bound
 ``k (1 - (1 - 1/k) ** (2|E|/|V|))``), unless a known RF is given (``--plan-rf``); the
@@ -42,10 +42,10 @@ copy (16 B past 2**31 nodes), the ``global_nid`` lists, the new stores, ``state.
 the node map; the decoded edge copy, 8 B per edge, only until the route has read it),
 so the output's filesystem needs their sum; attribute clustering writes nothing (it
 fits on an in-memory sample, then labels the decoded table in one pass). Store sizes
-use the compression ratios measured in :mod:`storage.partitions.store`, except the
+use the compression ratios measured in :mod:`asepr.storage.partitions.store`, except the
 features', which depends on the graph and is measured with the store's codec on a
-sample of node rows (:func:`pipeline.plan_inputs.feature_store_ratio`), and count the
-blocks the stores' directories and files take (:data:`pipeline.needs.STORE_TREE`).
+sample of node rows (:func:`asepr.pipeline.planning.plan_inputs.feature_store_ratio`), and count the
+blocks the stores' directories and files take (:data:`asepr.pipeline.planning.needs.STORE_TREE`).
 How close the plan comes: ``docs/results/plan-accuracy``.
 """
 
@@ -56,13 +56,13 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from pipeline.assign.hybrid import assignment_needs
-from pipeline.config import PartitionConfig
-from pipeline.machine import free_disk_bytes, free_memory_bytes
-from pipeline.needs import MIB, Need, RunShape
-from pipeline.partition import fallback_needs
-from pipeline.partition_run import validate_needs
-from pipeline.plan_inputs import (
+from asepr.pipeline.assign.hybrid import assignment_needs
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.planning.machine import free_disk_bytes, free_memory_bytes
+from asepr.pipeline.planning.needs import MIB, Need, RunShape
+from asepr.pipeline.partition import fallback_needs
+from asepr.pipeline.partition_run import validate_needs
+from asepr.pipeline.planning.plan_inputs import (
     InputSizes,
     RFEstimate,
     estimate_rf,
@@ -70,22 +70,22 @@ from pipeline.plan_inputs import (
     input_sizes,
     planning_rf,
 )
-from pipeline.stages.attr_cluster import kmeans_needs
-from pipeline.stages.attr_column import column_needs
-from pipeline.stages.attr_rows import label_threads
-from pipeline.stages.mapping import mapping_needs
-from pipeline.stages.masters import masters_needs
-from pipeline.stages.metis import metis_needs
-from pipeline.stages.metrics import metrics_needs
-from pipeline.stages.struct_cluster import clustering_needs
-from pipeline.store.commit import node_map_needs
-from pipeline.store.continuation import state_needs
-from pipeline.store.finalize import finalize_edges_needs, finalize_nodes_needs
-from pipeline.store.route import route_needs
-from pipeline.stream import stream_ways
-from storage.errors import AseprError, InputError, format_problem
-from storage.inputs.directory import InputDir, open_input
-from storage.locations.location import is_local_url
+from asepr.pipeline.stages.attr_cluster import kmeans_needs
+from asepr.pipeline.stages.attr_column import column_needs
+from asepr.pipeline.stages.attr_rows import label_threads
+from asepr.pipeline.stages.mapping import mapping_needs
+from asepr.pipeline.stages.masters import masters_needs
+from asepr.pipeline.stages.metis import metis_needs
+from asepr.pipeline.stages.metrics import metrics_needs
+from asepr.pipeline.stages.struct_cluster import clustering_needs
+from asepr.pipeline.store.commit import node_map_needs
+from asepr.pipeline.store.continuation import state_needs
+from asepr.pipeline.store.finalize import finalize_edges_needs, finalize_nodes_needs
+from asepr.pipeline.store.route import route_needs
+from asepr.pipeline.stream import stream_ways
+from asepr.storage.errors import AseprError, InputError, format_problem
+from asepr.storage.inputs.directory import InputDir, open_input
+from asepr.storage.locations.location import is_local_url
 
 __all__ = [
     "InputSizes",
@@ -401,14 +401,14 @@ def plan_run(
         The tasks run on a remote cluster: only the driver is planned.
     replication_factor
         A known RF (``--plan-rf``, from an earlier run), an estimate
-        (:func:`pipeline.plan_inputs.estimate_rf`), or None for random hashing's bound
+        (:func:`asepr.pipeline.planning.plan_inputs.estimate_rf`), or None for random hashing's bound
         at the mean degree (:func:`planning_rf`).
     driver_base
         The driver process's resident bytes before the run (default
         :data:`DRIVER_BASE`, a fresh ``asepr`` process).
     feature_ratio, feature_rows
         How many times smaller the stores hold the features than float32
-        (:func:`pipeline.plan_inputs.feature_store_ratio`), and the rows it was
+        (:func:`asepr.pipeline.planning.plan_inputs.feature_store_ratio`), and the rows it was
         measured on; the default 1.0 is the most disk they can take.
 
     Returns
@@ -484,14 +484,14 @@ def plan_partition(
     """The plan of ``asepr partition SOURCE OUT`` on this machine, with its free resources.
 
     Reads ``meta.json``, the Parquet footers, about one store chunk of node rows (the
-    features' stored size) and up to :data:`pipeline.plan_inputs.SAMPLE_EDGES` edge
+    features' stored size) and up to :data:`asepr.pipeline.planning.plan_inputs.SAMPLE_EDGES` edge
     rows (the replication factor, unless ``replication_factor`` is given) of
     ``source``, and writes nothing.
 
     Parameters
     ----------
     source
-        The input directory (or an opened :class:`~storage.inputs.directory.InputDir`).
+        The input directory (or an opened :class:`~asepr.storage.inputs.directory.InputDir`).
     out
         The output directory (it need not exist): its filesystem's free disk is checked;
         for an object-store URL, the free disk of the local ``scratch`` directory.

@@ -18,8 +18,8 @@ is left alone).
 :class:`NeighborSampler` is a ``torch_geometric.sampler.BaseSampler``: PyG's
 ``NodeLoader``, ``LinkLoader`` and ``NeighborLoader(..., neighbor_sampler=...)`` drive it
 over a ``Data``-like edge list or over a ``GraphStore``'s ``csc`` layout
-(:mod:`training.pyg_store` holds a partition's), and the trainers
-(:mod:`training.tasks`) call the same ``sample_from_nodes``.
+(:mod:`asepr.training.graph.pyg_store` holds a partition's), and the trainers
+(:mod:`asepr.training.tasks`) call the same ``sample_from_nodes``.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def sample_in_edges(ptr: torch.Tensor, src_by_dst: torch.Tensor, frontier: torch
     """One hop: at most ``fanout`` in-edges of every ``frontier`` row of a CSR by destination.
 
     Also the remote half of the fully-decentralized baseline's sampler
-    (:mod:`training.fds`), which serves other ranks' frontiers.
+    (:mod:`asepr.training.fds`), which serves other ranks' frontiers.
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
 """A trainer's local graph: its own partition store(s) as a PyG ``Data``.
 
 Rank ``r`` of ``W`` trains on partitions ``r, r + W, r + 2W, ...`` (one when
-``W == num_parts``) and opens them through :func:`storage.open_partition`, which reads
+``W == num_parts``) and opens them through :func:`asepr.storage.open_partition`, which reads
 the manifest and those stores only: never another rank's store nor
 ``node_map.parquet``. There are no remote neighbour fetches.
 
@@ -28,9 +28,9 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from storage import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, open_partition, read_manifest
-from storage.errors import StoreError, format_problem
-from storage.partitions.reader import read_committed
+from asepr.storage import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, open_partition, read_manifest
+from asepr.storage.errors import StoreError, format_problem
+from asepr.storage.partitions.reader import read_committed
 
 __all__ = ["LocalGraph", "build_local_graph", "load_local_graph", "normalize_features", "prepare_features",
            "project_features", "rank_partitions"]
@@ -148,7 +148,7 @@ def load_local_graph(
     Reads the manifest and those partitions' stores only. With several partitions, a
     node stored in more than one becomes one row (master if it is master in any). A
     commit (ingest, rebalance) that swaps the stores during the load makes the load
-    start again on the new generation (:func:`storage.partitions.reader.read_committed`).
+    start again on the new generation (:func:`asepr.storage.partitions.reader.read_committed`).
 
     Raises
     ------

@@ -1,10 +1,10 @@
 """The files of a run directory, on the local disk or on an object store.
 
-:class:`training.checkpoint.RunDir` names its files relative to the run directory and
+:class:`asepr.training.rundir.checkpoint.RunDir` names its files relative to the run directory and
 leaves how they are written to a :class:`RunFiles`:
 
 * **Local** (a path): every file is replaced atomically by a rename
-  (:func:`storage.commit.atomic.write_bytes_atomic`), and a symbolic link where a directory of
+  (:func:`asepr.storage.commit.atomic.write_bytes_atomic`), and a symbolic link where a directory of
   the run is expected is refused (it would take the checkpoints elsewhere).
 * **Remote** (an fsspec URL such as ``s3://bucket/runs/cora``): an object store has no
   rename, but a PUT is atomic (the object appears whole or not at all), so each file is
@@ -12,7 +12,7 @@ leaves how they are written to a :class:`RunFiles`:
   pointer object (``checkpoints/latest.json``) is written last, so the round a resume
   follows is always complete. Listings are read afresh (another process, another rank,
   may have written since), and a request that failed after the client's retries is the
-  project's :class:`storage.locations.remote.RemoteStoreError`, naming the object.
+  project's :class:`asepr.storage.locations.remote.RemoteStoreError`, naming the object.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from storage.commit.atomic import refuse_symlink, write_bytes_atomic
-from storage.commit.confine import confined_join
-from storage.locations.fs import join, resolve, url_of
-from storage.locations.location import is_local
-from storage.locations.remote import remote_errors_as_problems
+from asepr.storage.commit.atomic import refuse_symlink, write_bytes_atomic
+from asepr.storage.commit.confine import confined_join
+from asepr.storage.locations.fs import join, resolve, url_of
+from asepr.storage.locations.location import is_local
+from asepr.storage.locations.remote import remote_errors_as_problems
 
 __all__ = ["RunFiles"]
 

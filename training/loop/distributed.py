@@ -1,25 +1,25 @@
 """The trainer: process-group setup and the reconciliation round loop.
 
-One process per rank. Rank r loads its own partition(s) (:mod:`training.data`) and
+One process per rank. Rank r loads its own partition(s) (:mod:`asepr.training.graph.data`) and
 runs, every round (docs/design.md#reconciliation-rounds):
 
 1. local epochs from the global weights θ_g (+ μ·L_con with ``con``);
 2. θ_avg: the weighted FedAvg, one flat-buffer all_reduce, applied by the server
    optimiser (θ_avg itself by default);
 3. with ``kd``: ensemble distillation into the new θ_g; with ``corr``: global correction
-   steps (:class:`training.reconcile.Reconciler`).
+   steps (:class:`asepr.training.reconcile.Reconciler`).
 
    With ``sync_every`` N, every rank takes the same number of steps in a round
-   (:func:`training.local.steps_per_round`, ``local_epochs`` epochs of the whole
+   (:func:`asepr.training.loop.local.steps_per_round`, ``local_epochs`` epochs of the whole
    training set) and the ranks average after every N of them, each segment starting
    from the new θ_g (``kd`` and ``corr`` once per round, after the last);
-4. evaluation of θ_g on the schedule of :func:`training.rounds.evaluates`, by default
+4. evaluation of θ_g on the schedule of :func:`asepr.training.loop.rounds.evaluates`, by default
    exact: the whole-graph outputs computed over the partitions
-   (:class:`training.inference.Evaluator`; ``eval_mode="local"``: each rank's partition
+   (:class:`asepr.training.evaluation.inference.Evaluator`; ``eval_mode="local"``: each rank's partition
    only), each rank scoring its own master nodes (or own edges), the sums all_reduced.
-   Its time and bytes are kept apart from training's (:func:`training.rounds.metrics_row`);
+   Its time and bytes are kept apart from training's (:func:`asepr.training.loop.rounds.metrics_row`);
 5. checkpoint: every rank saves its local state, rank 0 commits the round
-   (:class:`training.checkpoint.RunDir`) and the metrics row.
+   (:class:`asepr.training.rundir.checkpoint.RunDir`) and the metrics row.
 
 All randomness of a round derives from ``(seed, round, rank)``, so ``resume`` from a
 round's checkpoint reproduces the uninterrupted run's weights exactly (same world size,
@@ -28,12 +28,12 @@ CPU, one thread per rank being the reproducible setting).
 The process group comes from ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT``
 (torchrun sets them) or from SLURM's ``SLURM_PROCID``/``SLURM_NTASKS`` (with
 ``MASTER_ADDR`` from the environment or the first host of ``SLURM_JOB_NODELIST``).
-Backend: gloo on CPU, NCCL on GPUs (``config.device``, :mod:`training.device`: the model,
+Backend: gloo on CPU, NCCL on GPUs (``config.device``, :mod:`asepr.training.group.device`: the model,
 the features and labels, each batch and the evaluation on the rank's GPU). A collective blocked on a dead peer
 fails after ``timeout_s``; under torchrun the agent stops the surviving ranks at once,
 and :func:`exit_with_parent` stops the ranks when the agent itself is killed. A rank
 that cannot load its partitions or its checkpoint reports the file, and the others name
-that rank (:func:`training.rounds.all_ranks_ready`).
+that rank (:func:`asepr.training.loop.rounds.all_ranks_ready`).
 """
 
 from __future__ import annotations
@@ -54,28 +54,28 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from storage import read_manifest
-from storage.commit import failpoints
-from storage.errors import format_problem
-from training.capacity import StepPlan, check_rank_lists
-from training.checkpoint import (
+from asepr.storage import read_manifest
+from asepr.storage.commit import failpoints
+from asepr.storage.errors import format_problem
+from asepr.training.group.capacity import StepPlan, check_rank_lists
+from asepr.training.rundir.checkpoint import (
     RunDir,
     TrainerError,
     expect_keys,
     expect_tensor,
     load_optimizer_state,
 )
-from training.comm import Comm
-from training.config import TrainConfig
-from training.data import LocalGraph, load_local_graph, prepare_features, rank_partitions
-from training.device import backend_for, resolve_device
-from training.elastic import PlacementLog, rank_placement, resume_source
-from training.inference import Evaluator
-from training.local import batch_stream, share_training_seeds, steps_per_round, sync_segments, train_local
-from training.models import build_model, flatten, num_parameters, unflatten_into
-from training.protocol import ComputeClock, patience_spent
-from training.reconcile import Reconciler
-from training.rounds import (
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
+from asepr.training.graph.data import LocalGraph, load_local_graph, prepare_features, rank_partitions
+from asepr.training.group.device import backend_for, resolve_device
+from asepr.training.group.elastic import PlacementLog, rank_placement, resume_source
+from asepr.training.evaluation.inference import Evaluator
+from asepr.training.loop.local import batch_stream, share_training_seeds, steps_per_round, sync_segments, train_local
+from asepr.training.models import build_model, flatten, num_parameters, unflatten_into
+from asepr.training.protocol import ComputeClock, patience_spent
+from asepr.training.reconcile import Reconciler
+from asepr.training.loop.rounds import (
     all_ranks_ready,
     batch_columns,
     commit_round,
@@ -87,7 +87,7 @@ from training.rounds import (
     rank_peak_rss_bytes,
     start_run,
 )
-from training.tasks import make_task, round_seed
+from asepr.training.tasks import make_task, round_seed
 
 __all__ = ["TrainerError", "exit_with_parent", "global_weights", "init_process_group", "run_trainer", "train_rounds"]
 
@@ -177,7 +177,7 @@ def run_trainer(out: str | Path, run_dir: str | Path, config: TrainConfig, *, re
         The partition output (``asepr partition``); the latest committed generation is used.
     run_dir
         Checkpoints and ``metrics.csv`` go here (a path, or an fsspec URL: see
-        :class:`training.checkpoint.RunDir`).
+        :class:`asepr.training.rundir.checkpoint.RunDir`).
     resume
         Continue from the latest complete checkpoint in ``run_dir`` (its config must match
         in every field but ``rounds``, ``timeout_s``, ``threads``, ``eval_every`` and ``eval_mode``).
@@ -265,7 +265,7 @@ def _restore(loop: _Loop, runs: RunDir, config: TrainConfig, comm: Comm, generat
              partitions: list[list[int]]) -> None:
     """Resume: θ_g, this rank's θ_r, Adam state and byte counters of the latest complete round.
 
-    At another world size (a lost machine, :mod:`training.elastic`) a rank whose partitions
+    At another world size (a lost machine, :mod:`asepr.training.group.elastic`) a rank whose partitions
     moved starts from θ_g with fresh Adam moments and ``c_r = c``, and keeps the byte
     counters of the old rank of its number."""
     latest = runs.check_resume(config, comm.world_size, any_world=True)
@@ -316,7 +316,7 @@ def _local_and_reconcile(loop: _Loop, config: TrainConfig, comm: Comm, gen: torc
     The loss is the last epoch's mean, or with ``sync_every`` the mean over the round's
     steps; the drift is ‖θ_r − θ_g‖ at each synchronisation (the local model against the
     global model its segment started from), averaged over the round's synchronisations.
-    With ranks of different speeds (``loop.plan``, :mod:`training.capacity`) each segment's
+    With ranks of different speeds (``loop.plan``, :mod:`asepr.training.group.capacity`) each segment's
     steps are this rank's share of the fastest rank's, and the update is normalised by them."""
     weight, plan = float(loop.task.num_train), loop.plan
     if config.sync_every:

@@ -1,4 +1,4 @@
-"""What the plan of a partition run is computed from (:mod:`pipeline.plan`).
+"""What the plan of a partition run is computed from (:mod:`asepr.pipeline.planning.plan`).
 
 Two kinds of facts about the input:
 
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.config import PartitionConfig
-from storage.inputs.directory import InputDir, open_input, open_parquet
-from storage.inputs.schema import check_node_schema, feature_matrix
-from storage.partitions.store import CHUNK_BYTES, stored_ratio
+from asepr.pipeline.config import PartitionConfig
+from asepr.storage.inputs.directory import InputDir, open_input, open_parquet
+from asepr.storage.inputs.schema import check_node_schema, feature_matrix
+from asepr.storage.partitions.store import CHUNK_BYTES, stored_ratio
 
 __all__ = [
     "ESTIMATOR",
@@ -126,7 +126,7 @@ def input_sizes(source: str | Path | InputDir, storage_options: dict | None = No
     Parameters
     ----------
     source
-        The input directory, or one already opened (:func:`storage.inputs.directory.open_input`).
+        The input directory, or one already opened (:func:`asepr.storage.inputs.directory.open_input`).
     storage_options
         Passed to fsspec.
 
@@ -166,7 +166,7 @@ def planning_rf(num_nodes: int, num_edges: int, num_parts: int) -> float:
 def feature_store_ratio(source: InputDir, feat_dim: int) -> tuple[float, int]:
     """``(ratio, rows)``: how many times smaller than float32 the stores will hold the
     features, measured with the store's own codec decision
-    (:func:`storage.partitions.store.stored_ratio`) on ``rows`` node rows: about one
+    (:func:`asepr.storage.partitions.store.stored_ratio`) on ``rows`` node rows: about one
     chunk of them, the first rows of up to :data:`FEATURE_SAMPLE_SHARDS` node shards
     spread over the input. 1.0 without features or rows."""
     shards = source.node_shards
@@ -269,9 +269,9 @@ def _compact_ids(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def _sample_rf(src: np.ndarray, dst: np.ndarray, num_parts: int, algo: str, epsilon: float, seed: int) -> float:
     """The RF that streaming ``algo`` (hdrf, greedy, dbh or hash) reaches on these edges,
     over the vertices they touch, with the balance cap of their count."""
-    from pipeline.assign.kernel import MODES, KernelArgs, assign_batch
-    from pipeline.assign.settings import edge_cap
-    from pipeline.assign.state import AssignState
+    from asepr.pipeline.assign.kernel import MODES, KernelArgs, assign_batch
+    from asepr.pipeline.assign.settings import edge_cap
+    from asepr.pipeline.assign.state import AssignState
 
     u, v, count = _compact_ids(src, dst)
     degree = np.bincount(u, minlength=count) + np.bincount(v, minlength=count)

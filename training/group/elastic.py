@@ -6,7 +6,7 @@ meets the other survivors at the rendezvous again and restarts its ranks with a 
 ``WORLD_SIZE`` and ``TORCHELASTIC_RESTART_COUNT`` > 0. A restarted rank resumes
 (:func:`restarted`): the round that was in flight is lost, none before it.
 
-At the new world size rank r trains partitions r, r + W, ... (:func:`training.data.rank_partitions`),
+At the new world size rank r trains partitions r, r + W, ... (:func:`asepr.training.graph.data.rank_partitions`),
 read from the output, on the local disk or the object store, like any rank's. What is
 global continues unchanged: the global model, the server optimiser's state, SCAFFOLD's
 global variate, the metrics rows and the modelled time. What is a rank's own (its local
@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from storage.errors import StoreError
+from asepr.storage.errors import StoreError
 
 __all__ = ["PLACEMENT", "PlacementLog", "claim_run_dir", "rank_placement", "restarted", "resume_source"]
 
@@ -112,7 +112,7 @@ def claim_run_dir(runs, stack: contextlib.ExitStack, wait_s: float, poll_s: floa
     to ``wait_s`` seconds for it.
 
     The lost machine may have held it: a local lock dies with its process, but a lease on
-    an object store (:class:`storage.commit.lease.Lease`) held by a process on another
+    an object store (:class:`asepr.storage.commit.lease.Lease`) held by a process on another
     machine is only taken over once it has expired (``ttl`` after its last renewal).
     """
     deadline = time.monotonic() + wait_s

@@ -1,9 +1,9 @@
-"""What a stage of a partition run holds and writes, for the run's plan (:mod:`pipeline.plan`).
+"""What a stage of a partition run holds and writes, for the run's plan (:mod:`asepr.pipeline.planning.plan`).
 
 Each stage declares its own needs next to its code, as a function of the run's
 configuration and its :class:`RunShape` returning a :class:`Need`: the arrays its code
 holds at its high-water mark (``itemsize × |V|`` per O(|V|) array, ``batch_rows`` times
-the bytes per row for per-batch buffers) and the bytes it writes. :mod:`pipeline.plan`
+the bytes per row for per-batch buffers) and the bytes it writes. :mod:`asepr.pipeline.planning.plan`
 adds them up, stage by stage, with the process baselines.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pipeline.config import PartitionConfig
+    from asepr.pipeline.config import PartitionConfig
 
 __all__ = ["EDGE_ROW", "MIB", "STATE_TREE", "STORE_RATIO", "STORE_TREE", "STREAM_BATCHES", "Need", "RunShape",
            "held_arrays"]
@@ -27,10 +27,10 @@ STREAM_BATCHES = 5
 #: Bytes of one decoded edge row: ``src`` and ``dst``, int64.
 EDGE_ROW = 16
 
-#: Compression ratios (raw / stored) of the store codecs, from storage.partitions.store's
+#: Compression ratios (raw / stored) of the store codecs, from asepr.storage.partitions.store's
 #: measurement; arrays it does not list take the ratio of the closest listed one. The
 #: features' ratio depends on the graph (1.0 for dense random floats, which blosc cannot
-#: shrink by storage.partitions.store.MIN_SAVING, 20-200 for sparse binary ones): the
+#: shrink by asepr.storage.partitions.store.MIN_SAVING, 20-200 for sparse binary ones): the
 #: plan measures it on a sample (``RunShape.x_ratio``); "x" is its default, the most
 #: disk they can take.
 STORE_RATIO = {"x": 1.0, "global_nid": 7.1, "indptr": 7.1, "indices": 1.53, "y": 19.6, "flags": 8.0,
@@ -80,11 +80,11 @@ class RunShape:
     node_shards: int
     edge_shards: int
     node_read: float  # peak bytes of reading the largest node shard with its features
-    label_threads: int = 1  # threads labelling the decoded node table (pipeline.stages.attr_rows)
+    label_threads: int = 1  # threads labelling the decoded node table (asepr.pipeline.stages.attr_rows)
     sweeps: int = 1  # node-table sweeps at once (one per worker; local threads share one)
-    ways: int = 1  # threads of an order-free edge pass (pipeline.stream.map_shard_ranges)
-    x_ratio: float = 1.0  # raw / stored bytes of the features (pipeline.plan_inputs.feature_store_ratio)
-    top_share: float = 0.0  # the largest partition's share with capacities (pipeline.capacity); 0: 1/k each
+    ways: int = 1  # threads of an order-free edge pass (asepr.pipeline.stream.map_shard_ranges)
+    x_ratio: float = 1.0  # raw / stored bytes of the features (asepr.pipeline.planning.plan_inputs.feature_store_ratio)
+    top_share: float = 0.0  # the largest partition's share with capacities (asepr.pipeline.capacity); 0: 1/k each
 
     @property
     def words(self) -> int:

@@ -1,4 +1,4 @@
-"""The per-convolution algebra of exact inference (:mod:`training.inference`).
+"""The per-convolution algebra of exact inference (:mod:`asepr.training.evaluation.inference`).
 
 Each supported convolution is linear in the rows it aggregates, so its whole-graph
 output at a vertex splits into partials over the ranks that hold the vertex's in-edges:
@@ -6,7 +6,7 @@ these functions say which convolutions (and settings) split that way
 (:func:`check_conv`), their widths (:func:`conv_widths`), the narrower of ``h`` and
 ``W h`` that a rank aggregates (:func:`conv_message`), and how a master combines GAT's
 per-head partials (:func:`gat_combine`). SAGE's and GCN's combine is a sum, done where
-the partials meet (:class:`training.inference.ExactInference`).
+the partials meet (:class:`asepr.training.evaluation.inference.ExactInference`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A seeded sample of the validation and test masters for the exact evaluation, and the
 confidence interval of the metric measured on it.
 
-The exact evaluation (:class:`training.inference.ExactInference`) computes each layer
+The exact evaluation (:class:`asepr.training.evaluation.inference.ExactInference`) computes each layer
 for the receptive field of the rows it scores. With the validation and test masters of a
 large graph as targets, the first layer's field is nearly every vertex, so every replica
 sends its first layer's partial once per evaluation: more bytes than a whole epoch of
@@ -41,11 +41,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from storage import SPLIT_NONE
-from training.comm import Comm
-from training.config import DEFAULT_EVAL_SAMPLE
-from training.data import LocalGraph
-from training.hashing import GOLDEN_GAMMA, splitmix64
+from asepr.storage import SPLIT_NONE
+from asepr.training.group.comm import Comm
+from asepr.training.config import DEFAULT_EVAL_SAMPLE
+from asepr.training.graph.data import LocalGraph
+from asepr.training.graph.hashing import GOLDEN_GAMMA, splitmix64
 
 __all__ = ["DEFAULT_EVAL_SAMPLE", "EvalSample", "auc_interval", "draw_sample", "sample_keys", "wilson_interval"]
 

@@ -1,17 +1,17 @@
-"""The round bookkeeping both trainers share (:mod:`training.distributed`, :mod:`training.fds`).
+"""The round bookkeeping both trainers share (:mod:`asepr.training.loop.distributed`, :mod:`asepr.training.fds`).
 
 * :func:`all_ranks_ready`: a setup step that can fail on bad data (loading a partition,
   a checkpoint) ends with every rank knowing which ranks failed, so the failing rank
   reports its own error (naming the file) and the others name that rank, instead of
   blocking in the next collective until the timeout;
 * :func:`evaluates` / :func:`evaluates_epoch`: the evaluation schedule (every
-  ``config.eval_interval`` epochs, see :class:`~training.config.TrainConfig`);
+  ``config.eval_interval`` epochs, see :class:`~asepr.training.config.TrainConfig`);
 * :func:`metrics_row`: one evaluation's metrics row, the same columns for every
   trainer; :func:`bytes_columns`: its bytes columns, over all ranks;
 * :func:`placement_columns`: the one-time data placement (the rows each rank loads);
   :func:`batch_columns`: each rank's training seeds and resolved batch size;
 * :func:`start_run` and :func:`commit_round`: the run directory at the start and at the
-  end of every round (:class:`training.checkpoint.RunDir`).
+  end of every round (:class:`asepr.training.rundir.checkpoint.RunDir`).
 
 Time and evaluation columns of a metrics row (rank 0's clock; the ranks meet at every
 synchronisation, so the times agree up to one step):
@@ -30,7 +30,7 @@ synchronisation, so the times agree up to one step):
                            that evaluation and ``best_epoch`` its epoch
 =========================  ==========================================================
 
-Bytes columns (sent, by :class:`training.comm.Comm`'s cost model):
+Bytes columns (sent, by :class:`asepr.training.group.comm.Comm`'s cost model):
 
 ==============================  =====================================================
 ``bytes_sent_round``            the training traffic (every category but ``eval``) of
@@ -64,7 +64,7 @@ Memory columns (each rank's own RSS high-water mark, ``VmHWM``, see :func:`rank_
                                stayed below what training had used)
 =============================  ======================================================
 
-Drift columns (the round loop of :mod:`training.distributed` only; docs/design.md#diagnostics):
+Drift columns (the round loop of :mod:`asepr.training.loop.distributed` only; docs/design.md#diagnostics):
 
 =============================  ======================================================
 ``drift_mean``, ``drift_max``  the row's round's drift of each rank, mean and largest
@@ -87,11 +87,11 @@ from typing import Any, TypeVar
 
 import torch
 
-from storage.errors import AseprError, FileSystemError, format_problem
-from storage.resources import own_peak_rss_bytes, peak_rss_bytes
-from training.checkpoint import RunDir, TrainerError
-from training.comm import Comm
-from training.config import TrainConfig
+from asepr.storage.errors import AseprError, FileSystemError, format_problem
+from asepr.storage.resources import own_peak_rss_bytes, peak_rss_bytes
+from asepr.training.rundir.checkpoint import RunDir, TrainerError
+from asepr.training.group.comm import Comm
+from asepr.training.config import TrainConfig
 
 __all__ = ["EVAL", "all_ranks_ready", "batch_columns", "bytes_columns", "commit_round", "drift_columns", "evaluates",
            "evaluates_epoch", "metrics_row", "available_cores", "idle_cores", "local_ranks", "peak_columns", "placement_columns",
@@ -211,14 +211,14 @@ def all_ranks_ready(comm: Comm, what: str, step: Callable[[], T]) -> T:
     what
         The step, for the other ranks' message (e.g. ``"load its partitions"``).
     step
-        This rank's part. An :class:`~storage.errors.AseprError` it raises (a bad
+        This rank's part. An :class:`~asepr.storage.errors.AseprError` it raises (a bad
         partition store or checkpoint, named) fails the step.
 
     Raises
     ------
     AseprError
         On a failing rank: its own error, unless a lower rank failed with the same OS
-        error (:class:`~storage.errors.FileSystemError`: every rank's file on one full
+        error (:class:`~asepr.storage.errors.FileSystemError`: every rank's file on one full
         disk), which is then said once, by the lowest. On the others: a
         :class:`TrainerError` naming the failed ranks.
     """
@@ -393,7 +393,7 @@ def placement_columns(rows: int, row_bytes: int, comm: Comm) -> dict[str, float]
 
 def batch_columns(num_train: int, batch_size: int, comm: Comm) -> dict[str, list[int]]:
     """Every rank's training seeds and the batch size it resolved them to
-    (:func:`training.config.resolve_batch_size`), in rank order (an uncounted all_gather):
+    (:func:`asepr.training.config.resolve_batch_size`), in rank order (an uncounted all_gather):
     ``train_seeds`` and ``batch_sizes``, for the run's record (``run.json``)."""
     every = comm.gather_uncounted(torch.tensor([float(num_train), float(batch_size)], dtype=torch.float64))
     return {"train_seeds": [int(v) for v in every[:, 0]], "batch_sizes": [int(v) for v in every[:, 1]]}

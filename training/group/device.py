@@ -3,7 +3,7 @@
 A rank on ``cuda`` holds its model, its features and labels on GPU ``LOCAL_RANK mod G``
 of its machine's ``G`` GPUs, moves each batch's graph there and evaluates there. With
 one GPU per rank the process group is NCCL, whose collectives take device tensors only
-(:class:`training.comm.Comm` stages host tensors through the device). NCCL refuses two
+(:class:`asepr.training.group.comm.Comm` stages host tensors through the device). NCCL refuses two
 ranks on one device, so when a machine runs more ranks than it has GPUs they share the
 GPUs and the process group is gloo, whose buffers ``Comm`` stages through host memory:
 the reconciliation's few collectives per round cost a copy each way, the computation
@@ -19,8 +19,8 @@ import os
 
 import torch
 
-from storage.errors import format_problem
-from training.checkpoint import TrainerError
+from asepr.storage.errors import format_problem
+from asepr.training.rundir.checkpoint import TrainerError
 
 __all__ = ["backend_for", "gpu_index", "local_rank", "resolve_device"]
 

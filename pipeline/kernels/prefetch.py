@@ -9,7 +9,7 @@ result, only when the cache line arrives.
 
 On a graph much larger than the cache this more than doubles the kernels' rate, with
 identical assignments; the distance and the packing of the state in rows
-(:class:`pipeline.stages.struct_cluster.ClusterState`) were chosen by measurement
+(:class:`asepr.pipeline.stages.struct_cluster.ClusterState`) were chosen by measurement
 (``docs/results/implementation-choices/README.md``).
 
 NumPy aligns large arrays to 16 bytes, so a 64-byte row of the packed assignment state

@@ -19,11 +19,11 @@ Layout (``RUN``)::
 
 A round's checkpoint is complete once ``latest.json`` names it, and only then: a rank
 killed mid-write, or a full disk, leaves the previous round as the latest (the disk error
-is raised as :class:`storage.errors.FileSystemError`, naming the file and that round). The two newest complete
+is raised as :class:`asepr.storage.errors.FileSystemError`, naming the file and that round). The two newest complete
 rounds are kept. A resume follows the pointer: the directory ``latest.json`` names must
-lie inside ``checkpoints/`` (:func:`storage.commit.confine.confined_join`). Files are written
-through :class:`training.run_files.RunFiles`: locally by
-:func:`storage.commit.atomic.write_bytes_atomic` (a private temporary file renamed into place);
+lie inside ``checkpoints/`` (:func:`asepr.storage.commit.confine.confined_join`). Files are written
+through :class:`asepr.training.rundir.run_files.RunFiles`: locally by
+:func:`asepr.storage.commit.atomic.write_bytes_atomic` (a private temporary file renamed into place);
 on an object store (``--run-dir s3://bucket/runs/x``) each file is one PUT, atomic by
 the store, each round under its own prefix and the pointer last. Checkpoints are read with
 ``torch.load(weights_only=True)``: tensors, numbers, strings, lists and dicts only, never
@@ -32,8 +32,8 @@ error naming the file (:func:`expect_keys`, :func:`expect_tensor`,
 :func:`load_optimizer_state`).
 
 One run at a time uses a run directory: :meth:`RunDir.lock` is the output's lock
-(:class:`storage.commit.lock.OutputLock`) on a local ``RUN``, the lease object
-``RUN/.asepr.lease`` (:class:`storage.commit.lease.Lease`) on an object store. The launcher takes it and passes its token
+(:class:`asepr.storage.commit.lock.OutputLock`) on a local ``RUN``, the lease object
+``RUN/.asepr.lease`` (:class:`asepr.storage.commit.lease.Lease`) on an object store. The launcher takes it and passes its token
 to the trainers in :data:`LOCK_TOKEN_VARIABLE`; a trainer started without it (plain
 ``torchrun``, SLURM) takes the lock itself on rank 0 (:meth:`RunDir.claim`).
 """
@@ -51,14 +51,14 @@ from typing import Any
 
 import torch
 
-from storage.commit.atomic import dumps_json
-from storage.commit.lease import LEASE_NAME, Lease
-from storage.commit.lock import OutputLock
-from storage.errors import AseprError, StoreError, format_problem, os_error_problem
-from storage.locations.fs import join, url_of
-from storage.partitions.manifest import LOCK_NAME
-from training.config import TrainConfig
-from training.run_files import RunFiles
+from asepr.storage.commit.atomic import dumps_json
+from asepr.storage.commit.lease import LEASE_NAME, Lease
+from asepr.storage.commit.lock import OutputLock
+from asepr.storage.errors import AseprError, StoreError, format_problem, os_error_problem
+from asepr.storage.locations.fs import join, url_of
+from asepr.storage.partitions.manifest import LOCK_NAME
+from asepr.training.config import TrainConfig
+from asepr.training.rundir.run_files import RunFiles
 
 __all__ = ["CONFIG", "LOCK_TOKEN_VARIABLE", "RunDir", "TrainerError", "expect_keys", "expect_tensor",
            "load_optimizer_state"]
@@ -234,7 +234,7 @@ class RunDir:
     @contextlib.contextmanager
     def _writing(self) -> Iterator[None]:
         """A full disk or an unwritable run directory while a round is saved becomes the
-        project's error (:func:`storage.errors.os_error_problem`), naming the file and the
+        project's error (:func:`asepr.storage.errors.os_error_problem`), naming the file and the
         complete round a ``--resume`` continues from (the files of the round being written
         are temporaries that never replace a complete one)."""
         try:
@@ -303,7 +303,7 @@ class RunDir:
         """The latest complete round to resume from; TrainerError if there is none, or if
         ``config`` (a TrainConfig) or ``world_size`` differ from the saved run's in a way
         that changes the result. ``any_world``: a trainer that continues at another world
-        size (the survivors of a lost machine, :mod:`training.elastic`) accepts any."""
+        size (the survivors of a lost machine, :mod:`asepr.training.group.elastic`) accepts any."""
         saved_info, latest = self.read_run_info(), self.latest_round()
         if saved_info is None or latest is None:
             raise TrainerError(format_problem(f"run directory {self.path}", "a complete checkpoint to resume",

@@ -1,8 +1,8 @@
 """Local training: E epochs, or N optimiser steps, on the rank's own graph, task loss + μ·L_con.
 
 Full-batch with ``batch_size`` 0; otherwise the task yields sampled mini-batches of the
-rank's batch (``task.batch_size``, :func:`training.config.resolve_batch_size`;
-:mod:`training.sampler`). With ``con``, the global model of this round and the rank's
+rank's batch (``task.batch_size``, :func:`asepr.training.config.resolve_batch_size`;
+:mod:`asepr.training.graph.sampler`). With ``con``, the global model of this round and the rank's
 previous local model run on the same batch (frozen, without dropout) and the
 cross-layer contrastive loss pulls the local layers towards the global ones.
 
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import torch
 
-from training.reconcile.contrastive import CON_TAU, con_weight, contrastive_loss
+from asepr.training.reconcile.contrastive import CON_TAU, con_weight, contrastive_loss
 
 __all__ = ["batch_stream", "share_training_seeds", "steps_per_round", "sync_segments", "train_local"]
 
@@ -28,7 +28,7 @@ __all__ = ["batch_stream", "share_training_seeds", "steps_per_round", "sync_segm
 def _forward(model, x, batch):
     rows = x if batch.n_id is None else x[batch.n_id]
     graph = batch.graph
-    if graph.device != rows.device:  # the sampler's graph is in host memory (training.device)
+    if graph.device != rows.device:  # the sampler's graph is in host memory (asepr.training.group.device)
         graph = graph.to(rows.device)
     return model(rows, graph, return_embeddings=True)
 
@@ -42,7 +42,7 @@ def _frozen_layers(global_model, previous_model, x, batch):
 def share_training_seeds(task, comm) -> None:
     """Tell a node task how many training seeds all ranks hold together (a collective), so
     that its automatic batch is its share of the centralized run's
-    (:func:`training.config.resolve_batch_size`). Tasks without ``total_train`` (link
+    (:func:`asepr.training.config.resolve_batch_size`). Tasks without ``total_train`` (link
     prediction) resolve their batch on their own training set."""
     if hasattr(task, "total_train"):
         total = torch.tensor([float(task.num_train)], dtype=torch.float64)
@@ -107,7 +107,7 @@ def train_local(model, optimizer, task, config, generator: torch.Generator, *, s
     the steps.
 
     ``global_model`` and ``previous_model`` (both or neither) switch on the contrastive
-    term; ``drift`` (:class:`training.reconcile.scaffold.ControlVariates`) corrects every
+    term; ``drift`` (:class:`asepr.training.reconcile.scaffold.ControlVariates`) corrects every
     gradient before the optimiser step.
     """
     x = task.features

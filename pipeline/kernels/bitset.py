@@ -20,5 +20,5 @@ def popcount64(x):
 @numba.njit(cache=True, inline="always")
 def has_bit(replicas, x, p):
     """Whether partition ``p`` is in A(x) of a ``[N, W]`` bitset array (uint64 words,
-    or int64 rows that start with them: :func:`pipeline.stages.masters.replica_rows`)."""
+    or int64 rows that start with them: :func:`asepr.pipeline.stages.masters.replica_rows`)."""
     return (np.uint64(replicas[x, p >> 6]) >> np.uint64(p & 63)) & np.uint64(1) != np.uint64(0)

@@ -6,7 +6,7 @@ PyG reads graphs that it does not hold in memory through ``torch_geometric.data.
 ``NeighborLoader(data=(feature_store, graph_store), neighbor_sampler=...)`` sample over the
 graph store and gather the sampled rows from the feature store. :func:`open_pyg_stores`
 gives both over partition ``p`` of an ``asepr partition`` output, opened with
-:func:`storage.open_partition`: the manifest and that partition's store only, never another
+:func:`asepr.storage.open_partition`: the manifest and that partition's store only, never another
 partition's files (local or on an object store).
 
 Node attributes (``DataTensorAttr``, no group name), part-local rows:
@@ -24,7 +24,7 @@ removing a stored attribute hides it from this feature store.
 Edges (``DataEdgeAttr``, no edge type): the graph the trainers pass messages over,
 part-local ids: every stored edge, halo copies included, and for an undirected input the
 reverse of each as well. ``csr`` is the stored CSR when the input is directed; ``csc`` is
-the CSR by destination that :class:`training.sampler.NeighborSampler` samples, built in the
+the CSR by destination that :class:`asepr.training.graph.sampler.NeighborSampler` samples, built in the
 trainer's edge order, so that the sampler draws the same neighbours from the stores as in
 the trainer. Edges are read on the first request.
 
@@ -45,8 +45,8 @@ from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
 from torch_geometric.data.feature_store import TensorAttr
 from torch_geometric.data.graph_store import EdgeAttr, EdgeLayout
 
-from storage import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, PartitionStore, open_partition
-from training.sampler import csc_by_destination
+from asepr.storage import SPLIT_TEST, SPLIT_TRAIN, SPLIT_VAL, PartitionStore, open_partition
+from asepr.training.graph.sampler import csc_by_destination
 
 __all__ = ["PartitionFeatureStore", "PartitionGraphStore", "open_pyg_stores"]
 
@@ -63,7 +63,7 @@ def open_pyg_stores(out: str | Path, part_id: int, *, storage_options: dict | No
                     cache_bytes: int = CACHE_BYTES) -> tuple[PartitionFeatureStore, PartitionGraphStore]:
     """``(feature_store, graph_store)`` over partition ``part_id`` of the output ``out``.
 
-    Reads the manifest and that partition's store only (:func:`storage.open_partition`,
+    Reads the manifest and that partition's store only (:func:`asepr.storage.open_partition`,
     which checks the store against its manifest entry).
 
     Raises

@@ -12,7 +12,7 @@ mod W``):
    ``(global_nid · W + other rank) · 2 + served`` (``served`` is 1 at the master).
 
 Both sides then order the rows of one (replica rank, master rank) pair by
-``global_nid``, so the per-layer buffers of :class:`training.inference.ExactInference`
+``global_nid``, so the per-layer buffers of :class:`asepr.training.evaluation.inference.ExactInference`
 carry no ids. Packing the fields into one word halves the request and divides the
 answers by three against sending each field as its own int64; it needs
 ``(global_nid + 1) · 2W <= 2^63``, checked on every rank before anything is sent.
@@ -23,8 +23,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from storage.errors import StoreError, format_problem
-from training.comm import Comm
+from asepr.storage.errors import StoreError, format_problem
+from asepr.training.group.comm import Comm
 
 __all__ = ["route_replicas"]
 
@@ -65,7 +65,7 @@ def route_replicas(global_nid: torch.Tensor, is_master: torch.Tensor, comm: Comm
             f"the partitions loaded by the {w} ranks ({holder})",
             "exactly one master replica of every vertex",
             f"vertices {bad} with 0 or several masters" if bad else "such vertices (listed by another rank)",
-            "load each partition on exactly one rank (training.data.rank_partitions), all of one generation."))
+            "load each partition on exactly one rank (asepr.training.graph.data.rank_partitions), all of one generation."))
     served = (told & 1) == 1  # this row is the master; the other rank holds a replica
     other = (told >> 1) % w
     local_nid = torch.searchsorted(global_nid, (told >> 1) // w)

@@ -1,7 +1,7 @@
 """splitmix64: the stateless 64-bit mix that keys per-vertex choices on a global id.
 
-The fds hash partition (:func:`training.fds.partition.hash_owner`) and the evaluation's
-seeded sample (:func:`training.eval_sample.sample_keys`) both need a choice per vertex
+The fds hash partition (:func:`asepr.training.fds.partition.hash_owner`) and the evaluation's
+seeded sample (:func:`asepr.training.evaluation.eval_sample.sample_keys`) both need a choice per vertex
 that depends on its global id and a seed only, so that every rank, every partitioning
 and the centralized run make the same choice without communicating.
 """

@@ -1,0 +1,5 @@
+"""``python -m asepr``: the ``asepr`` command line."""
+
+from asepr.workflows.cli import run
+
+run()
