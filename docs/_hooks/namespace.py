@@ -1,0 +1,35 @@
+"""mkdocs hook: the API reference reads the package as it installs, ``asepr.<room>``.
+
+``pyproject.toml`` maps the repository's folders into one namespace (``api/`` is
+``asepr``, ``pipeline/`` is ``asepr.pipeline``, ...). mkdocstrings' static analysis
+(griffe) looks for a folder named ``asepr`` holding its subpackages, which neither the
+checkout nor an editable install has. Before the build this hook lays that folder out
+as symbolic links into the checkout, in a temporary directory, and points the Python
+handler's ``paths`` at it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from pathlib import Path
+
+from mkdocs.plugins import event_priority
+
+ROOMS = ("storage", "pipeline", "training", "workflows")
+
+
+@event_priority(100)  # before mkdocstrings' own on_config creates the handler
+def on_config(config):
+    root = Path(config.config_file_path).resolve().parent
+    tree = Path(tempfile.mkdtemp(prefix="asepr-docs-"))
+    atexit.register(shutil.rmtree, tree, ignore_errors=True)
+    package = tree / "asepr"
+    package.mkdir()
+    (package / "__init__.py").symlink_to(root / "api" / "__init__.py")
+    for room in ROOMS:
+        (package / room).symlink_to(root / room, target_is_directory=True)
+    handlers = config.plugins["mkdocstrings"].config.handlers
+    handlers.setdefault("python", {})["paths"] = [str(tree)]
+    return config
