@@ -83,7 +83,7 @@ def _bench_scale(args: argparse.Namespace) -> int:
 
     bench_scale(Path(args.out), args.sizes, k=args.k, dim=args.dim, classes=args.classes, seed=args.seed,
                 workdir=Path(args.workdir) if args.workdir else None, keep=args.keep, verify=args.verify,
-                out_url=args.out_url, storage_options=args.storage_options)
+                out_url=args.out_url, storage_options=args.storage_options, baseline=args.baseline, pairs=args.pairs)
     print(f"wrote {args.out}/scale.md, scale.parquet and scale.png")
     return 0
 
@@ -111,6 +111,10 @@ def _register_scale(bench_sub, add_common) -> None:
     q.add_argument("--verify", action="store_true", help="also time `asepr verify` on every output")
     q.add_argument("--out-url", metavar="URL",
                    help="also partition every size into URL (e.g. s3://bucket/prefix), right after the local run")
+    q.add_argument("--baseline", metavar="TREE",
+                   help="also partition every size with the code of the checkout TREE (e.g. a `git worktree` of an "
+                        "earlier revision), alternating with this code, and compare the stores' checksums")
+    q.add_argument("--pairs", type=int, default=1, help="with --baseline: alternating base/this runs per size (default 1)")
     add_storage_options_flag(q)
     q.set_defaults(handler=_bench_scale, command="bench")
 

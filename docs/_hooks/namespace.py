@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mkdocs.plugins import event_priority
 
-ROOMS = ("storage", "pipeline", "training", "workflows")
+from asepr.workflows.bench.code import namespace_view
 
 
 @event_priority(100)  # before mkdocstrings' own on_config creates the handler
@@ -25,11 +25,7 @@ def on_config(config):
     root = Path(config.config_file_path).resolve().parent
     tree = Path(tempfile.mkdtemp(prefix="asepr-docs-"))
     atexit.register(shutil.rmtree, tree, ignore_errors=True)
-    package = tree / "asepr"
-    package.mkdir()
-    (package / "__init__.py").symlink_to(root / "api" / "__init__.py")
-    for room in ROOMS:
-        (package / room).symlink_to(root / room, target_is_directory=True)
+    view = namespace_view(root, tree)
     handlers = config.plugins["mkdocstrings"].config.handlers
-    handlers.setdefault("python", {})["paths"] = [str(tree)]
+    handlers.setdefault("python", {})["paths"] = [str(view)]
     return config

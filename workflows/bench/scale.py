@@ -30,6 +30,13 @@ same conditions; its row's ``target`` is the URL's scheme and ``remote_ratio`` i
 time over the local run's. The local scratch of the remote run is a directory of the
 work directory (``--scratch``), removed after it.
 
+With ``--baseline TREE`` every size is also partitioned by the code of another
+checkout (:mod:`asepr.workflows.bench.code`), alternating with this code ``--pairs``
+times on the same input, so that the two are measured side by side under the same
+conditions; each row's ``code`` says which ran (``base`` or ``this``), and a ``this``
+row's ``same_stores`` whether its stores, state and node map have the same checksums
+as the base run's before it.
+
 A figure is written too: seconds and GiB against edges.
 """
 
@@ -49,12 +56,13 @@ import pyarrow.parquet as pq
 from asepr.storage.errors import InputError, format_problem
 from asepr.storage.locations.location import remove_tree, tree_bytes
 from asepr.storage.partitions.manifest import read_manifest
+from asepr.workflows.bench.code import Code, code_of, this_code
 from asepr.workflows.bench.tables import machine_info, markdown_table, parquet_table, pyplot, save_figure
 
 __all__ = ["COLUMNS", "DEFAULT_SIZES", "bench_scale", "children_cpu_seconds", "run_measured"]
 
 DEFAULT_SIZES = [5_000_000, 20_000_000, 50_000_000, 100_000_000]
-COLUMNS = ["edges", "nodes", "k", "target", "wall_s", "remote_ratio", "edges_per_s", "kernel_edges_per_s", "kernel_ratio",
+COLUMNS = ["edges", "nodes", "k", "code", "same_stores", "target", "wall_s", "remote_ratio", "edges_per_s", "kernel_edges_per_s", "kernel_ratio",
            "peak_gib", "plan_gib", "plan_ratio", "disk_gib", "rf", "verify_s", "verify_edges_per_s",
            "verify_peak_gib", "cpu_s", "verify_cpu_s", "local_disk_peak_gib"]
 _DISK_POLL_S = 0.2
@@ -84,7 +92,8 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_measured(cmd: list[str], log_path: Path, samples: list | None = None) -> tuple[float, int]:
+def run_measured(cmd: list[str], log_path: Path, samples: list | None = None,
+                 env: dict[str, str] | None = None) -> tuple[float, int]:
     """Run ``cmd``; return ``(wall seconds, peak summed RSS of its process tree)``.
 
     Output goes to ``log_path``; a non-zero exit raises ``RuntimeError`` naming the log.
@@ -94,7 +103,7 @@ def run_measured(cmd: list[str], log_path: Path, samples: list | None = None) ->
 
     with open(log_path, "wb") as log_file:
         start = time.perf_counter()
-        child = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT, env=env)
         proc = psutil.Process(child.pid)
         peak = 0
         done = threading.Event()
@@ -122,16 +131,12 @@ def run_measured(cmd: list[str], log_path: Path, samples: list | None = None) ->
     return wall, peak
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "asepr", *args]
-
-
 def _synth(workdir: Path, edges: int, nodes: int, dim: int, classes: int, seed: int) -> Path:
     """The cached synthetic input of this size (made once)."""
     path = workdir / f"synth-e{edges}-v{nodes}-d{dim}-c{classes}-s{seed}"
     if not (path / "meta.json").exists():
         shutil.rmtree(path, ignore_errors=True)
-        run_measured(_cli("synth", str(path), "--nodes", str(nodes), "--edges", str(edges), "--dim", str(dim),
+        run_measured(this_code().command("synth", str(path), "--nodes", str(nodes), "--edges", str(edges), "--dim", str(dim),
                           "--classes", str(classes), "--seed", str(seed), "-q"), workdir / f"{path.name}.log")
     return path
 
@@ -178,9 +183,10 @@ class _DiskGrowth:
         self._thread.join()
 
 
-def _partition_row(inp: Path, out: str, k: int, log: Path, workdir: Path, storage_options: dict | None) -> dict:
+def _partition_row(inp: Path, out: str, k: int, log: Path, workdir: Path, storage_options: dict | None,
+                   code: Code) -> dict:
     """One measured ``asepr partition`` of ``inp`` into ``out`` (a path, or a URL with its options)."""
-    cmd = _cli("partition", str(inp), out, "-k", str(k), "-q")
+    cmd = code.command("partition", str(inp), out, "-k", str(k), "-q")
     scratch = None
     if storage_options is not None:
         scratch = workdir / f"scratch-{log.stem}"
@@ -189,46 +195,62 @@ def _partition_row(inp: Path, out: str, k: int, log: Path, workdir: Path, storag
     remove_tree(out, storage_options)
     cpu_before = children_cpu_seconds()
     with _DiskGrowth(workdir if scratch is None else scratch, tree=scratch is not None) as disk:
-        wall, peak = run_measured(cmd, log)
+        wall, peak = run_measured(cmd, log, env=code.environ())
     cpu = children_cpu_seconds() - cpu_before
     if scratch is not None:
         shutil.rmtree(scratch, ignore_errors=True)
     manifest = read_manifest(out, storage_options=storage_options)
     kernel_s = float(manifest["timings"].get("assignment kernel", float("nan")))
-    return {"target": "local" if storage_options is None else out.split("://", 1)[0], "wall_s": wall,
+    return {"code": code.label, "target": "local" if storage_options is None else out.split("://", 1)[0], "wall_s": wall,
             "kernel_s": kernel_s, "peak_gib": peak / 2**30, "disk_gib": tree_bytes(out, storage_options) / 2**30,
             "rf": float(manifest["metrics"]["replication_factor"]), "cpu_s": cpu,
-            "local_disk_peak_gib": disk.peak / 2**30, "stage_seconds": json.dumps(manifest["timings"], sort_keys=True)}
+            "local_disk_peak_gib": disk.peak / 2**30, "stage_seconds": json.dumps(manifest["timings"], sort_keys=True),
+            "checksums": _checksums(manifest)}
+
+
+def _checksums(manifest: dict) -> list:
+    """What two outputs of the same bytes share: every store's checksum and the node map's."""
+    return [[p["part_id"], p["checksum"]] for p in manifest["partitions"]] + [manifest.get("node_map", {}).get("sha256")]
 
 
 def _one_size(workdir: Path, edges: int, *, k: int, dim: int, classes: int, seed: int, verify: bool,
-              keep: bool, echo, out_url: str | None = None, storage_options: dict | None = None) -> list[dict]:
+              keep: bool, echo, out_url: str | None = None, storage_options: dict | None = None,
+              baseline: Code | None = None, pairs: int = 1) -> list[dict]:
     nodes = max(edges // 10, 2)
     inp = _synth(workdir, edges, nodes, dim, classes, seed)
     out = workdir / f"out-e{edges}-k{k}"
     targets = [(str(out), None)]
     if out_url:
         targets.append((f"{out_url.rstrip('/')}/{out.name}", storage_options or {}))
+    runs = [(target, options, this_code()) for target, options in targets]
+    if baseline is not None:  # base and this code alternately on the local target, then the remote one
+        runs = [run for _ in range(pairs) for code in (baseline, this_code()) for run in [(str(out), None, code)]]
+        runs += [(target, options, this_code()) for target, options in targets[1:]]
     rows = []
-    for target, options in targets:
-        name = out.name if options is None else f"{out.name}-remote"
+    base_sums = None
+    for target, options, code in runs:
+        name = (out.name if options is None else f"{out.name}-remote") + ("-base" if code.label == "base" else "")
         plan = _planned_peak(inp, target, k, options)  # the plan of this run's own target
-        run = _partition_row(inp, target, k, workdir / f"{name}.log", workdir, options)
+        run = _partition_row(inp, target, k, workdir / f"{name}.log", workdir, options, code)
         kernel_s = run.pop("kernel_s")
+        sums = run.pop("checksums")
+        if baseline is not None and options is None:
+            run["same_stores"] = None if code.label == "base" else sums == base_sums
+            base_sums = sums if code.label == "base" else base_sums
         row = {"edges": edges, "nodes": nodes, "k": k, **run, "edges_per_s": edges / run["wall_s"],
                "kernel_edges_per_s": edges / kernel_s, "kernel_ratio": (edges / kernel_s) / (edges / run["wall_s"]),
                "plan_gib": plan / 2**30, "plan_ratio": plan / (run["peak_gib"] * 2**30)}
         if options is not None:
-            row["remote_ratio"] = run["wall_s"] / rows[0]["wall_s"]
+            row["remote_ratio"] = run["wall_s"] / rows[-1]["wall_s"]
         if verify:
-            cmd = _cli("verify", target, "-q") + ([] if options is None else ["--storage-options", json.dumps(options)])
+            cmd = this_code().command("verify", target, "-q") + ([] if options is None else ["--storage-options", json.dumps(options)])
             cpu_before = children_cpu_seconds()
             v_wall, v_peak = run_measured(cmd, workdir / f"verify-{name}.log")
             row.update(verify_s=v_wall, verify_edges_per_s=edges / v_wall, verify_peak_gib=v_peak / 2**30,
                        verify_cpu_s=children_cpu_seconds() - cpu_before)
         if not keep:
             remove_tree(target, options)
-        echo(f"bench scale: {edges:,} edges, {row['target']}: {row['wall_s']:.1f} s "
+        echo(f"bench scale: {edges:,} edges, {row['target']}, {row['code']} code: {row['wall_s']:.1f} s "
              f"({edges / row['wall_s'] / 1e6:.2f}M edges/s; kernel {row['kernel_edges_per_s'] / 1e6:.1f}M/s), "
              f"peak {row['peak_gib']:.2f} GiB (plan {row['plan_gib']:.2f}), local disk {row['local_disk_peak_gib']:.2f} GiB")
         rows.append(row)
@@ -240,7 +262,7 @@ def _plot(rows: list[dict], path: Path) -> None:
     if plt is None:
         return
     remote = [r for r in rows if r.get("target", "local") != "local"]
-    rows = [r for r in rows if r.get("target", "local") == "local"]
+    rows = [r for r in rows if r.get("target", "local") == "local" and r.get("code", "this") == "this"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     edges = [r["edges"] / 1e6 for r in rows]
     a.plot(edges, [r["wall_s"] for r in rows], "o-", label="asepr partition (end to end)")
@@ -263,7 +285,8 @@ def _plot(rows: list[dict], path: Path) -> None:
 
 def bench_scale(out: Path, sizes: list[int] | None = None, *, k: int = 16, dim: int = 32, classes: int = 8,
                 seed: int = 1, workdir: Path | None = None, keep: bool = False, verify: bool = False,
-                out_url: str | None = None, storage_options: dict | None = None, echo=print) -> list[dict]:
+                out_url: str | None = None, storage_options: dict | None = None, baseline: str | Path | None = None,
+                pairs: int = 1, echo=print) -> list[dict]:
     """Partition a synthetic graph of each size end to end; write ``scale.md``, ``.parquet``, ``.png``."""
     if out_url is not None and "://" not in out_url:
         raise InputError(format_problem("bench scale --out-url", "an fsspec URL with a scheme, e.g. s3://bucket/prefix",
@@ -272,10 +295,12 @@ def bench_scale(out: Path, sizes: list[int] | None = None, *, k: int = 16, dim: 
     out.mkdir(parents=True, exist_ok=True)
     workdir = workdir or out / "work"
     workdir.mkdir(parents=True, exist_ok=True)
+    base = None if baseline is None else code_of(baseline, workdir)
     started = time.strftime("%Y-%m-%d %H:%M")
     rows = [row for e in sorted(sizes or DEFAULT_SIZES)
             for row in _one_size(workdir, e, k=k, dim=dim, classes=classes, seed=seed, verify=verify, keep=keep,
-                                 echo=echo, out_url=out_url, storage_options=storage_options)]
+                                 echo=echo, out_url=out_url, storage_options=storage_options, baseline=base,
+                                 pairs=pairs)]
     pq.write_table(parquet_table(rows), out / "scale.parquet")  # every row's columns (a local row has no remote_ratio)
     _plot(rows, out / "scale.png")
     info = machine_info()
@@ -294,11 +319,15 @@ def bench_scale(out: Path, sizes: list[int] | None = None, *, k: int = 16, dim: 
         "time over the local run's); `local_disk_peak_gib`: the driver's largest local disk use during the run "
         "(a local output: the growth of the work directory's filesystem, other writers included; a remote one: "
         "the files under its scratch directory).", "",
+        *([] if baseline is None else [
+            f"Side by side: `code` base is the checkout `{Path(baseline).resolve()}`, this is the installed "
+            f"package; {pairs} alternating pair(s) per size on the same input. `same_stores`: the stores, "
+            "state and node map of the `this` run have the checksums of the `base` run's before it.", ""]),
         markdown_table(rows, COLUMNS), "",
         "Seconds per stage (from each run's manifest):", "",
     ]
     for r in rows:
-        lines.append(f"- {r['edges']:,} edges, {r.get('target', 'local')}: " + ", ".join(
+        lines.append(f"- {r['edges']:,} edges, {r.get('target', 'local')}, {r.get('code', 'this')} code: " + ", ".join(
             f"{name} {s:.1f}" for name, s in sorted(json.loads(r["stage_seconds"]).items(), key=lambda kv: -kv[1])))
     lines += ["", "![scale.png](scale.png)", ""]
     (out / "scale.md").write_text("\n".join(lines))

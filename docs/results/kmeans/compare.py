@@ -41,8 +41,8 @@ def _cpu() -> float:
 
 def _cluster(path: Path, k: int, base) -> tuple[dict, object]:
     """Cluster one input as ``asepr partition`` would; the row and the clusters."""
-    from asepr.pipeline import attribute_clusters
-    from asepr.storage.inputs.directory import open_input, read_meta
+    from pipeline import attribute_clusters
+    from storage.inputs.directory import open_input, read_meta
 
     source = open_input(path)
     num_nodes = int(read_meta(path)["num_nodes"])
@@ -61,8 +61,8 @@ def _cluster(path: Path, k: int, base) -> tuple[dict, object]:
 
 
 def _rf(path: Path, k: int, attr, base) -> float:
-    from asepr.pipeline import compute_degrees, partition
-    from asepr.storage.inputs.directory import open_input, read_meta
+    from pipeline import compute_degrees, partition
+    from storage.inputs.directory import open_input, read_meta
 
     source = open_input(path)
     degrees = compute_degrees(source.edge_shards, int(read_meta(path)["num_nodes"]))
@@ -72,9 +72,9 @@ def _rf(path: Path, k: int, attr, base) -> float:
 
 
 def run(label: str, datasets: list[str], synthetic: list[str], cache: Path) -> None:
-    import asepr.pipeline as pipeline
-    from asepr.pipeline import PartitionConfig
-    from asepr.workflows.bench.partition import ordered_inputs
+    import pipeline
+    from pipeline import PartitionConfig
+    from workflows.bench.partition import ordered_inputs
 
     base = PartitionConfig(num_parts=2, seed=0)
     out = HERE / f"rows-{label}.json"
@@ -96,8 +96,8 @@ def run(label: str, datasets: list[str], synthetic: list[str], cache: Path) -> N
 
 
 def seeds(label: str, dataset: str, cache: Path, num_seeds: int = 8) -> None:
-    from asepr.pipeline import PartitionConfig
-    from asepr.workflows.bench.partition import ordered_inputs
+    from pipeline import PartitionConfig
+    from workflows.bench.partition import ordered_inputs
 
     path = ordered_inputs(dataset, ("natural",), cache, 0)["natural"]
     rows = []

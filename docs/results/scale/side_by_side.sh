@@ -13,7 +13,7 @@ input="$1"; pairs="$2"; out="$WORK/side-by-side-out"
 run() {  # $1: label, $2: PYTHONPATH
   rm -rf "$out"
   (cd "$WORK" && PYTHONPATH="$2" /usr/bin/time -f "$1 wall %e s user %U s sys %S s peak %M KB" \
-    python -m asepr partition "$input" "$out" -k 16 2>&1 >/dev/null | tail -1)
+    python -m workflows partition "$input" "$out" -k 16 2>&1 >/dev/null | tail -1)
 }
 run "warm-up (base)" "$TREE" > /dev/null  # numba compiles the base tree's kernels once
 for i in $(seq "$pairs"); do

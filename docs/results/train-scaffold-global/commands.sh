@@ -8,7 +8,7 @@ name=$1; cache=$2; shift 2
 ds=(); while [ "$1" != "--" ]; do ds+=("$1"); shift; done; shift
 cd /tmp
 : > $WORK/$name.log
-PYTHONPATH=/work/wt-ctl flock -s /work/scratch/cpu.lock /work/main/.venv/bin/python -m asepr bench train \
+PYTHONPATH=/work/wt-ctl flock -s /work/scratch/cpu.lock /work/main/.venv/bin/python -m workflows bench train \
   --datasets "${ds[@]}" -k 8 --strategies avg+scaffold --rounds 15 --local-epochs 2 --feature-projection 256 \
   --cache $cache --out $WORK/$name "$@" >> $WORK/$name.log 2>&1
 echo "rc=$?" >> $WORK/$name.log
@@ -24,7 +24,7 @@ $H/run.sh fb-$tag /work/scratch/lead/cache facebook-pagepage -- --seeds 0 1 "$@"
 # usage: hl.sh NAME K STRATEGIES -- FLAGS...   (report graphs, seeds 0 1 2, runs kept and reused)
 name=$1; k=$2; strat=$3; shift 4
 cd /tmp
-PYTHONPATH=/work/wt-ctl flock -s /work/scratch/cpu.lock /work/main/.venv/bin/python -m asepr bench train \
+PYTHONPATH=/work/wt-ctl flock -s /work/scratch/cpu.lock /work/main/.venv/bin/python -m workflows bench train \
   --datasets amazon-computers coauthor-physics -k $k --strategies $strat --seeds 0 1 2 --rounds 15 --local-epochs 2 \
   --feature-projection 256 --cache /work/scratch/train/cache --out $WORK/$name --keep-runs \
   "$@" >> $WORK/$name.log 2>&1
@@ -74,7 +74,7 @@ $H/hl.sh headline-b10 "4 8" "centralized avg avg+scaffold fds" -- $B10
 # path estimate, a segment of s steps enters c_r with weight s/10.
 cd /tmp
 for ds in coauthor-physics amazon-computers; do
-PYTHONPATH=$TREE flock -s /work/scratch/cpu.lock /work/main/.venv/bin/python -m asepr bench train \
+PYTHONPATH=$TREE flock -s /work/scratch/cpu.lock /work/main/.venv/bin/python -m workflows bench train \
   --datasets $ds -k 8 --strategies avg+scaffold --seeds 0 --rounds 15 --local-epochs 2 --feature-projection 256 \
   --cache /work/scratch/train/cache --out $WORK/diag-tail-$ds >> $WORK/diag-tail-$ds.log 2>&1
 echo "rc=$?" >> $WORK/diag-tail-$ds.log
@@ -83,7 +83,7 @@ done
 # ---- tail2.sh (diagnostic)
 # DIAGNOSTIC (patch tail-weight.patch in $TREE): report cells k = 8 seeds 1 2, then the tuning graphs.
 cd /tmp
-B="/work/main/.venv/bin/python -m asepr bench train -k 8 --strategies avg+scaffold --rounds 15 --local-epochs 2 --feature-projection 256"
+B="/work/main/.venv/bin/python -m workflows bench train -k 8 --strategies avg+scaffold --rounds 15 --local-epochs 2 --feature-projection 256"
 run() { name=$1; shift
   PYTHONPATH=$TREE flock -s /work/scratch/cpu.lock $B "$@" --out $WORK/$name >> $WORK/$name.log 2>&1
   echo "rc=$?" >> $WORK/$name.log; }
@@ -96,7 +96,7 @@ run fb-tail --datasets facebook-pagepage --seeds 0 1 --cache /work/scratch/lead/
 # ---- tail3.sh (diagnostic; tail2.sh was stopped after its first run)
 # DIAGNOSTIC (patch tail-weight.patch in $TREE): the tuning graphs, in parallel with tail2's first run.
 cd /tmp
-B="/work/main/.venv/bin/python -m asepr bench train -k 8 --strategies avg+scaffold --rounds 15 --local-epochs 2 --feature-projection 256"
+B="/work/main/.venv/bin/python -m workflows bench train -k 8 --strategies avg+scaffold --rounds 15 --local-epochs 2 --feature-projection 256"
 run() { name=$1; shift
   PYTHONPATH=$TREE flock -s /work/scratch/cpu.lock $B "$@" --out $WORK/$name >> $WORK/$name.log 2>&1
   echo "rc=$?" >> $WORK/$name.log; }
