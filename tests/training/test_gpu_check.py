@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,9 @@ def test_the_gpu_checks_cpu_path_trains_every_case_and_passes(tmp_path):
     # the bundled Cora, laid out as the datasets folder holds it
     (tmp_path / "datasets" / "cora").mkdir(parents=True)
     os.symlink(REPO / "workflows" / "data" / "cora.npz", tmp_path / "datasets" / "cora" / "cora.npz")
-    env = {**os.environ, "ASEPR_GPU_CHECK": "cpu", "ASEPR_GPU_CHECK_CASES": "cora",
+    # the script's `python` and `asepr` are the test's own
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "PATH": path, "ASEPR_GPU_CHECK": "cpu", "ASEPR_GPU_CHECK_CASES": "cora",
            "ASEPR_DATASETS": str(tmp_path / "datasets")}
     work = tmp_path / "work"
     done = subprocess.run(["bash", str(REPO / "docs/results/gpu/check.sh"), str(work)], env=env,
