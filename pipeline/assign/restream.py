@@ -36,15 +36,29 @@ import numpy as np
 from asepr.pipeline.assign.kernel import ALL, ALL_PHASE
 from asepr.pipeline.assign.loop import EdgePartSink, stream_assign
 from asepr.pipeline.assign.settings import KernelSettings
-from asepr.pipeline.assign.state import DEG, HOME, VOL, AssignState
+from asepr.pipeline.assign.state import PART, PDEG, VOL, AssignState
+from asepr.pipeline.config import PartitionConfig
+from asepr.pipeline.planning.needs import Need, RunShape
+from asepr.pipeline.stages.masters import masters_needs
 from asepr.pipeline.stream import EdgeBatch
 
-__all__ = ["restream_assign"]
+__all__ = ["restream_assign", "restream_needs"]
 
 log = logging.getLogger(__name__)
 
 #: Where a pass before the last writes its edge partitions, under the sink's directory.
 PASS_DIR = "restream-pass"
+
+
+def _restart(state: AssignState, prior: np.ndarray, volume: np.ndarray) -> None:
+    """Empty ``state`` in place for the next pass (no replicas, no partial degrees, no
+    loads), its partition column ``prior`` and its volumes ``volume``; degrees and homes stay."""
+    w = state.words
+    state.vstate[:, :w] = 0
+    state.vstate[:, w + PDEG] = 0
+    state.vstate[:, w + PART] = prior
+    state.vstate[:, w + VOL] = volume
+    state.loads[:] = 0
 
 
 def restream_assign(
@@ -81,17 +95,16 @@ def restream_assign(
     Returns
     -------
     tuple
-        The last pass's state and the seconds spent in the kernel over all passes.
+        ``state`` (emptied and refilled in place by every restream, so one kernel state is
+        held at a time) and the seconds spent in the kernel over all passes.
     """
     if settings.mode != ALL:
         raise ValueError(f"restreaming scores all partitions (mode {ALL}), not mode {settings.mode}")
     if passes < 0:
         raise ValueError(f"restream passes: expected >= 0, found {passes}")
     w = state.words
-    home = state.vstate[:, w + HOME].copy()
     volume = (state.vstate[:, w + VOL].copy() if prior_volume == "community"
               else np.ones(state.vstate.shape[0], dtype=np.int64))
-    degree = state.vstate[:, w + DEG].copy()
     seconds = 0.0
     phase = replace(settings, mode=ALL_PHASE)
     current = settings
@@ -105,7 +118,19 @@ def restream_assign(
         finally:
             shutil.rmtree(directory, ignore_errors=True)
         log.info("restream %d of %d: steered by the previous pass's masters", done + 1, passes)
-        state = AssignState(state.num_parts, degree, prior, volume, home)
+        _restart(state, prior, volume)
         current = phase
     seconds += stream_assign(state, batches, current, sink)
     return state, seconds
+
+
+def restream_needs(run: PartitionConfig, s: RunShape, state_bytes: float) -> Need:
+    """What the restreams add to the assignment stage: the masters of each pass before the
+    last counted beside the kernel state (``state_bytes``) plus the masters array and the
+    volumes (int32 and int64 per node), and on disk each pass's ``int16`` partitions and
+    each restream's pre-partitioning file (all removed)."""
+    if not run.uses_restream:
+        return Need()
+    driver = state_bytes + masters_needs(run, s).driver + 12 * s.n
+    passes = run.restream_passes
+    return Need(driver=driver, written=4 * s.e * passes, removed=4 * s.e * passes)

@@ -92,7 +92,7 @@ def test_the_restream_prepartitions_by_the_first_streams_masters(tmp_path):
     assert same.mean() > 0.3
     moved = same & (out != prior[src])
     assert all(loads[prior[u]] >= _settings().cap for u in src[moved])
-    # The last pass's partition column holds the masters; the homes stay.
+    # The state, emptied and refilled in place, holds the masters; the homes stay.
     assert state.vstate[:, state.words + 2].tolist() == prior.tolist()
     assert state.vstate[:, state.words + 4].tolist() == home.tolist()
     # The pass directory is gone; only the sink's files are left.
