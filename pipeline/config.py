@@ -84,11 +84,11 @@ class PartitionConfig:
     two_phase_fallback
         ASEP only *(our choice)*: after its own stream, stream the edges again the way
         the published 2PS-HDRF does (its clustering, mapping, pre-partitioning pass and
-        scoring) and keep whichever assignment replicates fewer vertices. The attribute
-        terms win on most graphs, but on one whose attributes barely explain its edges
-        (tolokers) the two-phase stream is up to 12 % lower; with the fallback ASEP is
-        never above 2PS-HDRF, for two more edge passes and one more clustering pass
-        (``docs/results/asep-tuning``).
+        scoring) and keep whichever assignment replicates fewer vertices: a safety net.
+        Before the restreaming (``restream_passes``) the two-phase stream was lower on
+        most graphs (``docs/results/asep-tuning``); with it ASEP's own stream is lower on
+        most cells (``docs/results/asep-stream``). With the fallback ASEP is never above
+        2PS-HDRF, for two more edge passes and one more clustering pass.
     concurrent_fallback
         Run the fallback's stream on a thread beside ASEP's own (default): on a spare
         core it then costs little wall time, for a second O(|V|) kernel state held at
