@@ -254,7 +254,7 @@ def _assign(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, st
                 state, batches, settings, sink,
                 lambda directory, replicas: stream_masters(edge_shards, directory, replicas, run,
                                                            degrees.num_edges)[0],
-                passes=run.restream_passes, prior_volume=run.extra.get("prior_volume", "equal"))
+                passes=run.restream_passes)
         else:
             seconds = stream_assign(state, batches, settings, sink)
     clock.add("assignment kernel", seconds)

@@ -109,6 +109,16 @@ def test_restreaming_replicates_less_than_the_single_stream(tmp_path):
     assert _rf(src, dst, twice) <= _rf(src, dst, once) < _rf(src, dst, single)
 
 
+def test_a_community_volume_prior_weighs_the_masters_by_the_first_streams_volumes(tmp_path):
+    (tmp_path / "community").mkdir()
+    out, state, _, (_, _, degree, *_) = _run(tmp_path / "community", 1, prior_volume="community")
+    assert state.vstate[:, state.words + 3].tolist() == degree.tolist()  # the volumes _run gave
+    (tmp_path / "equal").mkdir()
+    equal, equal_state, _, _ = _run(tmp_path / "equal", 1)
+    assert (equal_state.vstate[:, equal_state.words + 3] == 1).all()
+    assert out.tolist() != equal.tolist()
+
+
 def test_all_phase_mode_leaves_the_edges_of_one_partition_untouched():
     src, dst, degree, part, home = _graph()
     state = AssignState(K, degree, part, degree.copy(), home)
