@@ -1,4 +1,4 @@
-"""Seconds of ASEP's partition() (defaults: fallback on a thread) per cell, best of 3; attr ids cached."""
+"""Seconds of ASEP's partition() (defaults: fallback on a thread) per cell, best of 3; attribute ids cached in $ATTR_CACHE, inputs in $CACHE (NOFB=1: no fallback)."""
 import json, sys, time, os
 from pathlib import Path
 import numpy as np
@@ -9,7 +9,7 @@ from asepr.storage.inputs.directory import open_input, read_meta
 from asepr.workflows.bench.partition import ordered_inputs
 label, out = sys.argv[1], sys.argv[2]
 datasets = sys.argv[3:]
-cache = Path("/work/bench-cache"); acache = Path("/work/exp/attr"); acache.mkdir(exist_ok=True)
+cache = Path(os.environ.get("CACHE", "inputs")); acache = Path(os.environ.get("ATTR_CACHE", "attr")); acache.mkdir(parents=True, exist_ok=True)
 rows = []
 for name in datasets:
     paths = ordered_inputs(name, ("shuffled", "natural"), cache, 0)
