@@ -62,6 +62,11 @@ class PartitionConfig:
         or more (``docs/results/partition-sweep``).
     cluster_passes
         Streaming passes of structural clustering (2PS-L uses 1; more re-stream).
+    restream_passes
+        ASEP with ``scoring="hdrf"`` and no memory budget *(our choice)*: after its
+        stream, stream the edges again this many times, each pass steered by the
+        previous one's masters (:mod:`asepr.pipeline.assign.restream`); 0 is the single
+        stream.
     keep_attr_together
         ASEP's community mapping keeps an attribute cluster's communities on one
         partition (True) or packs by volume alone like 2PS-L (False).
@@ -79,11 +84,11 @@ class PartitionConfig:
     two_phase_fallback
         ASEP only *(our choice)*: after its own stream, stream the edges again the way
         the published 2PS-HDRF does (its clustering, mapping, pre-partitioning pass and
-        scoring) and keep whichever assignment replicates fewer vertices. The attribute
-        terms win on most graphs, but on one whose attributes barely explain its edges
-        (tolokers) the two-phase stream is up to 12 % lower; with the fallback ASEP is
-        never above 2PS-HDRF, for two more edge passes and one more clustering pass
-        (``docs/results/asep-tuning``).
+        scoring) and keep whichever assignment replicates fewer vertices: a safety net.
+        Before the restreaming (``restream_passes``) the two-phase stream was lower on
+        most graphs (``docs/results/asep-tuning``); with it ASEP's own stream is lower on
+        most cells (``docs/results/asep-stream``). With the fallback ASEP is never above
+        2PS-HDRF, for two more edge passes and one more clustering pass.
     concurrent_fallback
         Run the fallback's stream on a thread beside ASEP's own (default): on a spare
         core it then costs little wall time, for a second O(|V|) kernel state held at
@@ -121,6 +126,7 @@ class PartitionConfig:
     attr_column: str | None = None
     lift_reference: float = 0.0
     cluster_passes: int = 1
+    restream_passes: int = 1
     keep_attr_together: bool = True
     epsilon: float = 0.05
     hdrf_lambda: float = 1.0
@@ -167,6 +173,8 @@ class PartitionConfig:
             raise InputError(f"--memory-budget: expected a byte count >= 0, found {self.memory_budget!r}.")
         if self.memory_budget > 0 and self.algo not in ("asep", "hdrf"):
             raise InputError(f"--memory-budget: the hybrid runs with --algo asep or hdrf, found {self.algo!r}.")
+        if not isinstance(self.restream_passes, int) or self.restream_passes < 0:
+            raise InputError(f"--restream-passes: expected a count >= 0, found {self.restream_passes!r}.")
         if self.cluster_passes < 1:
             raise InputError(f"--cluster-passes: expected >= 1, found {self.cluster_passes}.")
         if self.batch_rows < 1:
@@ -189,6 +197,12 @@ class PartitionConfig:
     @property
     def uses_attributes(self) -> bool:
         return self.algo == "asep"
+
+    @property
+    def uses_restream(self) -> bool:
+        """ASEP's streaming run with all-k scoring restreams (:mod:`asepr.pipeline.assign.restream`)."""
+        return (self.algo == "asep" and self.restream_passes > 0 and self.scoring == "hdrf"
+                and self.memory_budget == 0)
 
     @property
     def uses_two_phase_fallback(self) -> bool:

@@ -35,6 +35,7 @@ from asepr.pipeline.assign import (
     stream_assign,
 )
 from asepr.pipeline.assign.hybrid import HybridInfo, assignment_needs, hybrid_stream_assign
+from asepr.pipeline.assign.restream import restream_assign
 from asepr.pipeline.config import PartitionConfig
 from asepr.pipeline.planning.needs import Need, RunShape
 from asepr.pipeline.stages.attr_cluster import AttrClusters, attribute_clusters
@@ -42,14 +43,8 @@ from asepr.pipeline.stages.attr_column import column_clusters
 from asepr.pipeline.stages.attr_lift import AttributeLift, attribute_lift
 from asepr.pipeline.stages.degrees import Degrees, compute_degrees
 from asepr.pipeline.stages.mapping import CommunityMapping, attr_homes, map_communities, vertex_terms
-from asepr.pipeline.stages.masters import (
-    choose_masters,
-    master_miss,
-    count_edges_per_replica,
-    popcounts,
-    replica_offsets,
-    replica_rows,
-)
+from asepr.pipeline.stages.master_pass import stream_masters
+from asepr.pipeline.stages.masters import master_miss, popcounts
 from asepr.pipeline.stages.metis import metis_membership
 from asepr.pipeline.stages.metrics import drift_metrics, locality_batch, partition_metrics, share_metrics
 from asepr.pipeline.stages.struct_cluster import (
@@ -253,7 +248,15 @@ def _assign(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, st
         seconds = info.kernel_seconds
         clock.add("expansion", info.expansion_seconds)
     else:
-        seconds = stream_assign(state, lambda: iter_edge_batches(edge_shards, run.batch_rows), settings, sink)
+        batches = lambda: iter_edge_batches(edge_shards, run.batch_rows)  # noqa: E731
+        if run.uses_restream:
+            state, seconds = restream_assign(
+                state, batches, settings, sink,
+                lambda directory, replicas: stream_masters(edge_shards, directory, replicas, run,
+                                                           degrees.num_edges)[0],
+                passes=run.restream_passes)
+        else:
+            seconds = stream_assign(state, batches, settings, sink)
     clock.add("assignment kernel", seconds)
     clock.tick("assignment")
     # Keep the O(N*W) replica bitsets only; the packed rows go with the state.
@@ -337,7 +340,7 @@ def _by_master_shares(run: PartitionConfig, edge_shards: list[Shard], degrees: D
     epsilon wins over one whose cannot (a stream that leaves too many vertices on one
     partition alone forces their masters there), else ``chosen`` stays. Keeps the
     winner's masters and rows in ``steering.masters`` for the masters stage."""
-    found = {name: _choose_masters(edge_shards, directory, replicas, run, degrees.num_edges)
+    found = {name: stream_masters(edge_shards, directory, replicas, run, degrees.num_edges)
              for name, (directory, replicas) in streams.items()}
     miss = {name: master_miss(master, run.shares) for name, (master, _) in found.items()}
     fits = {name: value <= run.epsilon for name, value in miss.items()}
@@ -394,36 +397,9 @@ def _two_phase_fallback(fallback: _Fallback, degrees: Degrees, attr_ids: np.ndar
         clock.tick("two-phase fallback")
 
 
-def _choose_masters(edge_shards: list[Shard], workdir: Path, replicas: np.ndarray, run: PartitionConfig,
-                    num_edges: int) -> tuple[np.ndarray, np.ndarray]:
-    """Count the edges of every replica (ranges of the stream on threads, each into its
-    own counters, then summed; ``int32`` while no count can reach 2**31; the replica
-    bits and counter offsets packed in rows, :func:`replica_rows`), then choose (ties
-    relative to ``run``'s shares).
-    Returns the masters and the rows with each master in place of its offset
-    (:func:`~asepr.pipeline.stages.metrics.locality_batch`)."""
-    offsets = replica_offsets(replicas)
-    rows = replica_rows(replicas, offsets)
-    dtype = np.int32 if num_edges < 2**31 else np.int64
-
-    def count(shards: range) -> np.ndarray:
-        counts = np.zeros(offsets[-1], dtype=dtype)
-        for src, dst, part in iter_assigned(edge_shards[shards.start:shards.stop], workdir, run.batch_rows,
-                                            first_shard=shards.start):
-            count_edges_per_replica(src, dst, part, rows, rows[:, -1], counts)
-        return counts
-
-    counts, *others = map_shard_ranges(edge_shards, count) or [np.zeros(offsets[-1], dtype=dtype)]
-    for more in others:
-        counts += more
-    master = choose_masters(replicas, offsets, counts, run.num_parts, run.shares)
-    rows[:, -1] = master  # the rows of the locality pass: replica words, then the master
-    return master, rows
-
-
 def _locality(edge_shards: list[Shard], rows: np.ndarray, batch_rows: int) -> tuple[int, int]:
     """(local, total) 1-hop incidences (:func:`~asepr.pipeline.stages.metrics.locality_batch`
-    of the rows :func:`_choose_masters` returns), ranges of the stream on threads."""
+    of the rows :func:`~asepr.pipeline.stages.master_pass.stream_masters` returns), ranges of the stream on threads."""
     def count(shards: range) -> tuple[int, int]:
         local = total = 0
         for batch in iter_edge_batches(edge_shards[shards.start:shards.stop], batch_rows, first_shard=shards.start):
@@ -439,7 +415,7 @@ def _locality(edge_shards: list[Shard], rows: np.ndarray, batch_rows: int) -> tu
 def _measure(result: Assignment, rows: np.ndarray, attr_ids: np.ndarray, steering: _Steering,
              table: NodeTable | None) -> None:
     """The metrics of ``result`` (its ``metrics``, ``labels`` and ``locality``; ``rows`` from
-    :func:`_choose_masters`); the labels from ``table`` when there is one."""
+    :func:`~asepr.pipeline.stages.master_pass.stream_masters`); the labels from ``table`` when there is one."""
     run = result.config
     with stage("metrics", log):
         local, total = _locality(result.edge_shards, rows, run.batch_rows)
@@ -549,7 +525,7 @@ def partition(
         if fallback is not None:
             replicas, loads, settings = _two_phase_fallback(fallback, degrees, attr_ids, steering, workdir, clock,
                                                             (replicas, loads, settings), run, source.edge_shards)
-        master, rows = steering.masters or _choose_masters(source.edge_shards, workdir, replicas, run,
+        master, rows = steering.masters or stream_masters(source.edge_shards, workdir, replicas, run,
                                                            degrees.num_edges)
         steering.masters = None
         clock.tick("masters")

@@ -23,7 +23,8 @@ def _bench_partition(args: argparse.Namespace) -> int:
         **{k: v for k, v in (("alpha", args.alpha), ("beta", args.beta), ("scoring", args.scoring),
                              ("num_attr_clusters", args.attr_clusters),
                              ("lift_reference", args.lift_reference),
-                             ("two_phase_fallback", args.two_phase_fallback)) if v is not None},
+                             ("two_phase_fallback", args.two_phase_fallback),
+                             ("restream_passes", args.restream_passes)) if v is not None},
     )
     bench_partition(
         args.datasets, args.k, args.algos, Path(args.out), orders=tuple(args.orders),
@@ -139,6 +140,9 @@ def register(sub, add_common) -> None:
     q.add_argument("--scoring", choices=["candidates", "hdrf"], help="asep: score the 2 community candidates or all K")
     q.add_argument("--no-two-phase-fallback", dest="two_phase_fallback", action="store_const", const=False,
                    default=None, help="asep: report its own stream only")
+    q.add_argument("--restream-passes", type=int, metavar="N",
+                   help="asep: restreams after its stream, each steered by the previous pass's masters "
+                        "(default 1; 0: a single stream)")
     q.add_argument("--budgets", nargs="*", type=float, default=[4.0, 10.0, 16.0], metavar="B",
                    help="ASEP's hybrid at a memory budget of B bytes per edge of each graph (none: streaming only)")
     q.add_argument("--attr-clusters", type=int, help="asep: C, attribute clusters (default K)")

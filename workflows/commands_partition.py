@@ -47,6 +47,7 @@ _CONFIG_FLAGS = {
     "seed": "seed",
     "batch_rows": "batch_rows",
     "two_phase_fallback": "two_phase_fallback",
+    "restream_passes": "restream_passes",
     "concurrent_fallback": "concurrent_fallback",
     "memory_budget": "memory_budget",
 }
@@ -100,6 +101,9 @@ def register(subparsers, add_common) -> None:
                    default=None,
                    help="asep: keep its own stream; by default it also streams the edges as 2PS-HDRF does "
                         "(2 more edge passes, 1 more clustering pass) and keeps the assignment with fewer replicas")
+    p.add_argument("--restream-passes", type=int, default=None, metavar="N",
+                   help="asep (all-K scoring, no memory budget): after its stream, stream the edges N more times, "
+                        "each steered by the previous pass's masters (default 1; 0: a single stream)")
     p.add_argument("--sequential-fallback", dest="concurrent_fallback", action="store_const", const=False,
                    default=None,
                    help="asep: stream the two-phase fallback after ASEP's own stream instead of beside it on "

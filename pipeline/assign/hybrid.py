@@ -59,6 +59,7 @@ from asepr.pipeline.assign.expansion import (
 )
 from asepr.pipeline.assign.kernel import TWO_PHASE
 from asepr.pipeline.assign.loop import EdgePartSink, assign_edges, stream_assign
+from asepr.pipeline.assign.restream import restream_needs
 from asepr.pipeline.assign.settings import KernelSettings
 from asepr.pipeline.assign.state import FIELDS, HOME, PART, AssignState
 from asepr.pipeline.config import PartitionConfig
@@ -396,4 +397,6 @@ def assignment_needs(run: PartitionConfig, s: RunShape) -> Need:
     if run.memory_budget > 0:
         driver += min(run.memory_budget, held_bytes(s.n, s.n, 2 * s.e, s.k))
     first_phase = 2 * s.e if run.algo in ("2ps-l", "2ps-hdrf") else 0
-    return Need(driver=driver, written=2 * s.e + first_phase, removed=first_phase)
+    restream = restream_needs(run, s, 8 * stride * s.n)  # ASEP's restreams: their masters, their files
+    return Need(driver=max(driver, restream.driver), written=2 * s.e + first_phase + restream.written,
+                removed=first_phase + restream.removed)

@@ -46,21 +46,21 @@ from asepr.pipeline.assign.greedy import greedy_choice
 from asepr.pipeline.assign.hashing import dbh_choice, hash_choice
 from asepr.pipeline.assign.hdrf import all_choice
 from asepr.pipeline.assign.refs import borrowed, keep_alive
-from asepr.pipeline.assign.state import PDEG, has_replica
+from asepr.pipeline.assign.state import PART, PDEG, has_replica
 from asepr.pipeline.assign.twophase import WAIT, hdrf_phase_choice, linear_phase_choice, prepartition_choice
 from asepr.pipeline.kernels.prefetch import PREFETCH_DISTANCE, prefetch_write
 
 __all__ = [
-    "ALL", "CANDIDATES", "DBH", "GREEDY", "HASH", "MODES", "PREPARTITION", "TWO_PHASE", "TWOPS_HDRF", "TWOPS_L",
+    "ALL", "ALL_PHASE", "CANDIDATES", "DBH", "GREEDY", "HASH", "MODES", "PREPARTITION", "TWO_PHASE", "TWOPS_HDRF", "TWOPS_L",
     "KernelArgs", "assign_batch",
 ]
 
 #: The kernel modes by name (the ``mode`` argument of :func:`assign_batch`).
 MODES = {"candidates": 0, "all": 1, "hash": 2, "dbh": 3, "greedy": 4, "2ps-l": 5, "2ps-hdrf": 6,
-         "prepartition": 7}
-CANDIDATES, ALL, HASH, DBH, GREEDY, TWOPS_L, TWOPS_HDRF, PREPARTITION = 0, 1, 2, 3, 4, 5, 6, 7
+         "prepartition": 7, "all-phase": 8}
+CANDIDATES, ALL, HASH, DBH, GREEDY, TWOPS_L, TWOPS_HDRF, PREPARTITION, ALL_PHASE = 0, 1, 2, 3, 4, 5, 6, 7, 8
 #: The modes whose edges are streamed twice, the first time in mode PREPARTITION.
-TWO_PHASE = (TWOPS_L, TWOPS_HDRF)
+TWO_PHASE = (TWOPS_L, TWOPS_HDRF, ALL_PHASE)
 
 #: How :func:`assign_batch` chooses, besides the state: ``mode`` (one of :data:`MODES`),
 #: ``use_partial`` (score with partial instead of exact degrees: plain HDRF), ``beta``
@@ -214,6 +214,12 @@ def assign_batch(src, dst, out, vstate, words, loads, args):
                 p = prepartition_choice(vstate, u, v, words, loads, caps, bounds)
             elif mode == TWOPS_L:
                 p = linear_phase_choice(vstate, u, v, words, loads, caps, bounds)
+            elif mode == ALL_PHASE:
+                # ASEP's all-k scoring of the edges the pre-partitioning left.
+                if vstate[u, words + PART] == vstate[v, words + PART]:
+                    p = WAIT
+                else:
+                    p = all_choice(vstate, u, v, words, loads, floads, scores, fmax, fmin, caps, args)
             else:
                 p = hdrf_phase_choice(vstate, u, v, words, loads, floads, fmax, caps, lam)
             if p == WAIT:
