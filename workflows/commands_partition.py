@@ -324,8 +324,10 @@ def metrics_table(manifest: dict[str, Any]) -> str:
             lines.append(f"  {label:28s} {fmt.format(metrics[key])}")
     fallback = metrics.get("two_phase_fallback")
     if fallback:  # asep streams twice and keeps the assignment with fewer replicas
+        passes = int(manifest.get("config", {}).get("restream_passes", 0) or 0)
+        own = "asep's own stream" + (f" ({passes} restream{'s' if passes > 1 else ''})" if passes else "")
         lines.append(f"  {'assignment kept':28s} {fallback['chosen']}'s (RF {float(fallback['asep_rf']):.3f} "
-                     f"from asep's own stream, {float(fallback['two_phase_rf']):.3f} from the two-phase fallback)")
+                     f"from {own}, {float(fallback['two_phase_rf']):.3f} from the two-phase fallback)")
     return "\n".join(lines)
 
 

@@ -127,6 +127,7 @@ def test_inspect_shows_the_kept_assignment_and_wraps_the_config(graph, capsys):
     assert main(["inspect", str(out)]) == 0
     text = capsys.readouterr().out
     assert "assignment kept" in text and "from the two-phase fallback" in text
+    assert "from asep's own stream (1 restream)" in text  # the default: one restream
     config = [line for line in text.splitlines() if line.startswith("config") or line.startswith(" " * 13)]
     assert len(config) > 1 and all(len(line) <= 100 for line in config)
 
