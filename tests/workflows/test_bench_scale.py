@@ -95,3 +95,5 @@ def test_bench_scale_runs_a_baseline_side_by_side_and_compares_the_stores(tmp_pa
     assert [r["same_stores"] for r in rows] == [None, True, None, True]
     assert len({r["rf"] for r in rows}) == 1
     assert "Side by side" in (tmp_path / "out" / "scale.md").read_text()
+    # each code partitioned a tiny graph once before the measured rows (numba's compilation)
+    assert all((tmp_path / "out" / "work" / f"warm-up-{code}.log").exists() for code in ("base", "this"))

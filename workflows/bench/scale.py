@@ -32,7 +32,8 @@ work directory (``--scratch``), removed after it.
 
 With ``--baseline TREE`` every size is also partitioned by the code of another
 checkout (:mod:`asepr.workflows.bench.code`), alternating with this code ``--pairs``
-times on the same input, so that the two are measured side by side under the same
+times on the same input (each code first partitions a tiny graph once, unmeasured, so
+that no row counts numba's compilation), so that the two are measured side by side under the same
 conditions; each row's ``code`` says which ran (``base`` or ``this``), and a ``this``
 row's ``same_stores`` whether its stores, state and node map have the same checksums
 as the base run's before it.
@@ -213,6 +214,18 @@ def _checksums(manifest: dict) -> list:
     return [[p["part_id"], p["checksum"]] for p in manifest["partitions"]] + [manifest.get("node_map", {}).get("sha256")]
 
 
+def _warm_up(workdir: Path, codes: tuple[Code, ...], k: int, dim: int, classes: int, seed: int) -> None:
+    """Partition a tiny input once with each code, unmeasured: numba compiles (and caches)
+    a checkout's kernels on its first run, which would otherwise count in its first row."""
+    tiny = _synth(workdir, 20_000, 2_000, dim, classes, seed)
+    for code in codes:
+        out = workdir / f"warm-up-{code.label}"
+        remove_tree(str(out), None)
+        run_measured(code.command("partition", str(tiny), str(out), "-k", str(k), "-q"),
+                     workdir / f"warm-up-{code.label}.log", env=code.environ())
+        remove_tree(str(out), None)
+
+
 def _one_size(workdir: Path, edges: int, *, k: int, dim: int, classes: int, seed: int, verify: bool,
               keep: bool, echo, out_url: str | None = None, storage_options: dict | None = None,
               baseline: Code | None = None, pairs: int = 1) -> list[dict]:
@@ -296,6 +309,8 @@ def bench_scale(out: Path, sizes: list[int] | None = None, *, k: int = 16, dim: 
     workdir = workdir or out / "work"
     workdir.mkdir(parents=True, exist_ok=True)
     base = None if baseline is None else code_of(baseline, workdir)
+    if base is not None:
+        _warm_up(workdir, (base, this_code()), k, dim, classes, seed)
     started = time.strftime("%Y-%m-%d %H:%M")
     rows = [row for e in sorted(sizes or DEFAULT_SIZES)
             for row in _one_size(workdir, e, k=k, dim=dim, classes=classes, seed=seed, verify=verify, keep=keep,
