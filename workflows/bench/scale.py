@@ -243,7 +243,8 @@ def _one_size(workdir: Path, edges: int, *, k: int, dim: int, classes: int, seed
     base_sums = None
     for target, options, code in runs:
         name = (out.name if options is None else f"{out.name}-remote") + ("-base" if code.label == "base" else "")
-        plan = _planned_peak(inp, target, k, options)  # the plan of this run's own target
+        # the plan of this run's own target, by this code's planner (none for the baseline's rows)
+        plan = _planned_peak(inp, target, k, options) if code.label == "this" else float("nan")
         run = _partition_row(inp, target, k, workdir / f"{name}.log", workdir, options, code)
         kernel_s = run.pop("kernel_s")
         sums = run.pop("checksums")
