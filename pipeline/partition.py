@@ -131,6 +131,8 @@ class _Steering:
     vertex_home: np.ndarray | None = None
     #: The two-phase fallback's outcome (:func:`_two_phase_fallback`), when it ran.
     fallback: dict[str, Any] | None = None
+    #: The restream's replicas per pass and the pass kept (``Restream.as_metrics``).
+    restream: dict[str, Any] | None = None
     #: What the hybrid held (``memory_budget > 0``; kept even when the fallback won).
     hybrid: HybridInfo | None = None
     #: Bytes of the assignment kernel's packed per-vertex rows.
@@ -250,11 +252,12 @@ def _assign(run: PartitionConfig, edge_shards: list[Shard], degrees: Degrees, st
     else:
         batches = lambda: iter_edge_batches(edge_shards, run.batch_rows)  # noqa: E731
         if run.uses_restream:
-            state, seconds = restream_assign(
+            state, seconds, record = restream_assign(
                 state, batches, settings, sink,
                 lambda directory, replicas: stream_masters(edge_shards, directory, replicas, run,
                                                            degrees.num_edges)[0],
                 passes=run.restream_passes)
+            steering.restream = record.as_metrics()
         else:
             seconds = stream_assign(state, batches, settings, sink)
     clock.add("assignment kernel", seconds)
@@ -439,6 +442,8 @@ def _measure(result: Assignment, rows: np.ndarray, attr_ids: np.ndarray, steerin
             "lift": steering.lift.lift, "homophily": steering.lift.homophily, "chance": steering.lift.chance,
             "alpha_effective": steering.alpha, "beta_effective": result.kernel.beta,
         }
+    if steering.restream is not None:
+        result.metrics["restream"] = steering.restream
     if steering.fallback is not None:
         result.metrics["two_phase_fallback"] = steering.fallback
     if steering.hybrid is not None:

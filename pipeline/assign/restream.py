@@ -15,8 +15,12 @@ masters instead of the community partitions:
    (:mod:`asepr.pipeline.assign.hdrf`: replicas, balance, the attribute homes), whose
    community term becomes a prior of one half at each endpoint's first-stream master.
 
-Each further pass (``passes > 1``) takes the masters of the pass before it. Nothing
-but O(|V|) state is kept between passes: the masters, the attribute homes, and the
+Each further pass (``passes > 1``) takes the masters of the pass before it. A pass
+can replicate more than the one before it (a graph whose first stream's masters steer
+badly); the assignment kept is the pass with the fewest replicas, so the restream is
+never worse than the single stream: the best earlier pass's replica bitsets, loads and
+edge-partition files are held until the last pass is counted. Nothing but O(|V|) state
+is kept between passes: the masters, the attribute homes, and the
 first stream's ``int16`` edge-partition files on disk, which the masters are counted
 from and which are removed once they are. The attribute clusters shape the result
 through the first stream (its communities and mapping keep clusters together) and
@@ -27,8 +31,9 @@ from __future__ import annotations
 
 import logging
 import shutil
+import os
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,15 +44,59 @@ from asepr.pipeline.assign.settings import KernelSettings
 from asepr.pipeline.assign.state import PART, PDEG, VOL, AssignState
 from asepr.pipeline.config import PartitionConfig
 from asepr.pipeline.planning.needs import Need, RunShape
-from asepr.pipeline.stages.masters import masters_needs
+from asepr.pipeline.stages.masters import masters_needs, popcounts
 from asepr.pipeline.stream import EdgeBatch
 
-__all__ = ["restream_assign", "restream_needs"]
+__all__ = ["Restream", "restream_assign", "restream_needs"]
 
 log = logging.getLogger(__name__)
 
 #: Where a pass before the last writes its edge partitions, under the sink's directory.
 PASS_DIR = "restream-pass"
+
+
+@dataclass
+class Restream:
+    """What the passes did: the replicas of every pass (the first stream's first) and the
+    pass whose assignment was kept (the fewest replicas; the later pass on a tie)."""
+
+    replicas: list[int] = field(default_factory=list)
+    kept: int = 0
+
+    def as_metrics(self) -> dict:
+        return {"passes": len(self.replicas) - 1, "replicas": self.replicas, "kept_pass": self.kept}
+
+
+@dataclass
+class _Held:
+    """The best pass so far: its replica words, loads and the folder of its partitions."""
+
+    replicas: int
+    words: np.ndarray
+    loads: np.ndarray
+    directory: Path
+
+
+def _replica_count(state: AssignState) -> int:
+    return int(popcounts(state.replicas).sum())
+
+
+def _hold(state: AssignState, directory: Path, held: _Held | None) -> _Held | None:
+    """Keep this pass (its files in ``directory``) when it replicates no more than ``held``."""
+    count = _replica_count(state)
+    if held is not None and held.replicas < count:
+        return held
+    if held is not None:
+        shutil.rmtree(held.directory, ignore_errors=True)
+    return _Held(count, state.vstate[:, : state.words].copy(), state.loads.copy(), directory)
+
+
+def _restore(state: AssignState, held: _Held, sink: EdgePartSink) -> None:
+    """Put the held pass back: its replica words and loads into ``state``, its files into the sink's folder."""
+    state.vstate[:, : state.words] = held.words
+    state.loads[:] = held.loads
+    for path in sorted(held.directory.glob("*.npy")):
+        os.replace(path, sink.workdir / path.name)
 
 
 def _restart(state: AssignState, prior: np.ndarray, volume: np.ndarray) -> None:
@@ -96,7 +145,8 @@ def restream_assign(
     -------
     tuple
         ``state`` (emptied and refilled in place by every restream, so one kernel state is
-        held at a time) and the seconds spent in the kernel over all passes.
+        held at a time; at the end the kept pass's replicas and loads), the seconds spent
+        in the kernel over all passes, and the :class:`Restream` record.
     """
     if settings.mode != ALL:
         raise ValueError(f"restreaming scores all partitions (mode {ALL}), not mode {settings.mode}")
@@ -108,29 +158,43 @@ def restream_assign(
     seconds = 0.0
     phase = replace(settings, mode=ALL_PHASE)
     current = settings
-    for done in range(passes):
-        directory = sink.workdir / PASS_DIR
-        shutil.rmtree(directory, ignore_errors=True)
-        directory.mkdir()
-        try:
-            seconds += stream_assign(state, batches, current, EdgePartSink(directory, sink.shard_rows))
-            prior = masters(directory, state.replicas)
-        finally:
+    record, held = Restream(), None
+    try:
+        for done in range(passes):
+            directory = sink.workdir / f"{PASS_DIR}-{done}"
             shutil.rmtree(directory, ignore_errors=True)
-        log.info("restream %d of %d: steered by the previous pass's masters", done + 1, passes)
-        _restart(state, prior, volume)
-        current = phase
-    seconds += stream_assign(state, batches, current, sink)
-    return state, seconds
+            directory.mkdir()
+            seconds += stream_assign(state, batches, current, EdgePartSink(directory, sink.shard_rows))
+            record.replicas.append(_replica_count(state))
+            prior = masters(directory, state.replicas)
+            held = _hold(state, directory, held)
+            if held.directory != directory:
+                shutil.rmtree(directory, ignore_errors=True)
+            log.info("restream %d of %d: steered by the previous pass's masters", done + 1, passes)
+            _restart(state, prior, volume)
+            current = phase
+        seconds += stream_assign(state, batches, current, sink)
+        record.replicas.append(_replica_count(state))
+        record.kept = passes
+        if held is not None and held.replicas < record.replicas[-1]:
+            record.kept = record.replicas.index(held.replicas)
+            log.info("restream: pass %d replicates least (%d replicas against %d): keeping it", record.kept,
+                     held.replicas, record.replicas[-1])
+            _restore(state, held, sink)
+    finally:
+        if held is not None:
+            shutil.rmtree(held.directory, ignore_errors=True)
+    return state, seconds, record
 
 
 def restream_needs(run: PartitionConfig, s: RunShape, state_bytes: float) -> Need:
     """What the restreams add to the assignment stage: the masters of each pass before the
-    last counted beside the kernel state (``state_bytes``) plus the masters array and the
-    volumes (int32 and int64 per node), and on disk each pass's ``int16`` partitions and
-    each restream's pre-partitioning file (all removed)."""
+    last counted beside the kernel state (``state_bytes``) plus the masters array, the
+    volumes and the held best pass's replica words (int32, int64 and 8 W bytes per node),
+    and on disk each pass's ``int16`` partitions and each restream's pre-partitioning file
+    (all removed)."""
     if not run.uses_restream:
         return Need()
-    driver = state_bytes + masters_needs(run, s).driver + 12 * s.n
+    driver = state_bytes + masters_needs(run, s).driver + 12 * s.n + 8 * s.words * s.n
     passes = run.restream_passes
     return Need(driver=driver, written=4 * s.e * passes, removed=4 * s.e * passes)

@@ -59,9 +59,10 @@ def _run(tmp_path, passes, **kw):
     volume = degree.copy()
     masters, seen = _masters(src, dst)
     sink = EdgePartSink(tmp_path, [2000, 2000, 2000])
-    state, seconds = restream_assign(AssignState(K, degree, part, volume, home), lambda: _batches(src, dst),
-                                     _settings(), sink, masters, passes=passes, **kw)
+    state, seconds, record = restream_assign(AssignState(K, degree, part, volume, home), lambda: _batches(src, dst),
+                                             _settings(), sink, kw.pop("masters", masters), passes=passes, **kw)
     out = np.concatenate([np.load(edge_parts_path(tmp_path, i)) for i in range(3)])
+    _run.record = record
     return out, state, seen, (src, dst, degree, part, home)
 
 
@@ -107,6 +108,29 @@ def test_restreaming_replicates_less_than_the_single_stream(tmp_path):
     twice, _, seen, _ = _run(tmp_path / "twice", 2)
     assert len(seen) == 2
     assert _rf(src, dst, twice) <= _rf(src, dst, once) < _rf(src, dst, single)
+    record = _run.record
+    assert len(record.replicas) == 3 and record.kept == 2 and record.replicas[2] <= record.replicas[1]
+
+
+def test_a_pass_that_replicates_more_than_the_one_before_is_not_kept(tmp_path):
+    """Masters that steer badly (every vertex's prior on one partition, so the
+    pre-partitioning fills it and the rest is scored against a full prior): the restream
+    replicates more, and the first stream's assignment stays, its files, loads and
+    replicas byte for byte."""
+    (tmp_path / "single").mkdir()
+    (tmp_path / "steered").mkdir()
+    single, single_state, _, (src, dst, *_) = _run(tmp_path / "single", 0)
+
+    def one_partition(directory, replicas):
+        return np.zeros(replicas.shape[0], dtype=np.int32)
+
+    out, state, _, _ = _run(tmp_path / "steered", 1, masters=one_partition)
+    record = _run.record
+    assert record.replicas[1] > record.replicas[0] and record.kept == 0
+    assert out.tolist() == single.tolist()
+    assert state.loads.tolist() == single_state.loads.tolist()
+    assert state.replicas.tolist() == single_state.replicas.tolist()
+    assert sorted(p.name for p in (tmp_path / "steered").iterdir()) == [f"edge-parts-{i:05d}.npy" for i in range(3)]
 
 
 def test_a_community_volume_prior_weighs_the_masters_by_the_first_streams_volumes(tmp_path):
@@ -137,7 +161,7 @@ def test_restreaming_needs_the_all_k_scoring(tmp_path):
     with pytest.raises(ValueError, match="restreaming scores all partitions"):
         restream_assign(AssignState(K, degree, part, degree.copy(), home), lambda: _batches(src, dst),
                         _settings("candidates"), EdgePartSink(tmp_path, [2000, 2000, 2000]), None)
-    assert not (tmp_path / PASS_DIR).exists()
+    assert not any(tmp_path.glob(f"{PASS_DIR}*"))
 
 
 def test_config_decides_when_asep_restreams():
@@ -161,3 +185,6 @@ def test_partition_restreams_and_still_reports_the_fallback(inputs):
         assert a.metrics["replication_factor"] == pytest.approx(min(fallback["asep_rf"], fallback["two_phase_rf"]))
         assert a.kernel.mode == MODES["all"]  # an ingest continues with the single stream's scoring
         assert not any(p.name.startswith(PASS_DIR) for p in Path(a.workdir).iterdir())
+        restream = a.metrics["restream"]  # the replicas of both passes and the one kept
+        assert restream["passes"] == 1 and len(restream["replicas"]) == 2
+        assert restream["replicas"][restream["kept_pass"]] == min(restream["replicas"])
