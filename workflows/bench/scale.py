@@ -47,7 +47,6 @@ import json
 import resource
 import shutil
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
