@@ -18,7 +18,8 @@ def test_bench_scale_partitions_locally_and_into_the_store_side_by_side(tmp_path
     rows = bench_scale(tmp_path / "out", [20_000], k=2, dim=8, classes=4, out_url=f"{url}/scale",
                        storage_options=options, echo=lambda *_: None)
     local, remote = rows
-    assert set(COLUMNS) - {"verify_s", "verify_edges_per_s", "verify_peak_gib", "verify_cpu_s", "remote_ratio"} \
+    assert set(COLUMNS) - {"verify_s", "verify_edges_per_s", "verify_peak_gib", "verify_cpu_s", "remote_ratio",
+                         "same_stores"} \
         <= set(local)
     assert (local["target"], remote["target"]) == ("local", "s3")
     assert remote["remote_ratio"] == pytest.approx(remote["wall_s"] / local["wall_s"])
