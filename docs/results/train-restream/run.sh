@@ -18,6 +18,6 @@ for graph in $GRAPHS; do
         --rounds 15 --local-epochs 2 --feature-projection 256 --threads 1 --cache "$WORK/cache" \
         --out "$WORK/$graph-k16"
     mkdir -p "$HERE/reports/$graph-k16"
-    cp "$WORK/$graph-k16"/train.md "$WORK/$graph-k16"/*.parquet "$HERE/reports/$graph-k16/"
+    cp "$WORK/$graph-k16"/train.md "$WORK/$graph-k16"/*.parquet "$WORK/$graph-k16"/*.png "$HERE/reports/$graph-k16/"
     asepr inspect "$WORK/cache/$graph-asep-k16" --diagnose --json > "$HERE/reports/$graph-k16/diagnose.json" || true
 done
