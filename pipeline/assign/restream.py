@@ -69,8 +69,9 @@ class Restream:
 
 @dataclass
 class _Held:
-    """The best pass so far: its replica words, loads and the folder of its partitions."""
+    """The best pass so far: its index, replica words, loads and the folder of its partitions."""
 
+    index: int
     replicas: int
     words: np.ndarray
     loads: np.ndarray
@@ -81,14 +82,14 @@ def _replica_count(state: AssignState) -> int:
     return int(popcounts(state.replicas).sum())
 
 
-def _hold(state: AssignState, directory: Path, held: _Held | None) -> _Held | None:
-    """Keep this pass (its files in ``directory``) when it replicates no more than ``held``."""
-    count = _replica_count(state)
+def _hold(state: AssignState, index: int, count: int, directory: Path, held: _Held | None) -> _Held:
+    """Keep pass ``index`` (``count`` replicas, its files in ``directory``) when it
+    replicates no more than ``held``."""
     if held is not None and held.replicas < count:
         return held
     if held is not None:
         shutil.rmtree(held.directory, ignore_errors=True)
-    return _Held(count, state.vstate[:, : state.words].copy(), state.loads.copy(), directory)
+    return _Held(index, count, state.vstate[:, : state.words].copy(), state.loads.copy(), directory)
 
 
 def _restore(state: AssignState, held: _Held, sink: EdgePartSink) -> None:
@@ -119,7 +120,7 @@ def restream_assign(
     *,
     passes: int = 1,
     prior_volume: str = "equal",
-) -> tuple[AssignState, float]:
+) -> tuple[AssignState, float, Restream]:
     """ASEP's stream, then ``passes`` restreams, the last into ``sink``.
 
     Parameters
@@ -167,7 +168,7 @@ def restream_assign(
             seconds += stream_assign(state, batches, current, EdgePartSink(directory, sink.shard_rows))
             record.replicas.append(_replica_count(state))
             prior = masters(directory, state.replicas)
-            held = _hold(state, directory, held)
+            held = _hold(state, done, record.replicas[-1], directory, held)
             if held.directory != directory:
                 shutil.rmtree(directory, ignore_errors=True)
             log.info("restream %d of %d: steered by the previous pass's masters", done + 1, passes)
@@ -177,7 +178,7 @@ def restream_assign(
         record.replicas.append(_replica_count(state))
         record.kept = passes
         if held is not None and held.replicas < record.replicas[-1]:
-            record.kept = record.replicas.index(held.replicas)
+            record.kept = held.index
             log.info("restream: pass %d replicates least (%d replicas against %d): keeping it", record.kept,
                      held.replicas, record.replicas[-1])
             _restore(state, held, sink)

@@ -236,7 +236,7 @@ def _one_size(workdir: Path, edges: int, *, k: int, dim: int, classes: int, seed
         targets.append((f"{out_url.rstrip('/')}/{out.name}", storage_options or {}))
     runs = [(target, options, this_code()) for target, options in targets]
     if baseline is not None:  # base and this code alternately on the local target, then the remote one
-        runs = [run for _ in range(pairs) for code in (baseline, this_code()) for run in [(str(out), None, code)]]
+        runs = [(str(out), None, code) for _ in range(pairs) for code in (baseline, this_code())]
         runs += [(target, options, this_code()) for target, options in targets[1:]]
     rows = []
     base_sums = None
